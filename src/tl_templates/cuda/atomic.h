@@ -1,0 +1,156 @@
+// Copyright (c) tilelang contributors. Licensed under the MIT license.
+//
+// tl_templates/cuda/atomic.h -- atomic read-modify-write on global or shared memory.
+//
+//   tl::AtomicAdd(address, value)   *address += value
+//   tl::AtomicMax(address, value)   *address = max(*address, value)
+//   tl::AtomicMin(address, value)   *address = min(*address, value)
+//
+// Each returns the value stored at `address` before the operation (like CUDA's atomic*).
+// Supported element types: float, double (Add only), half_t, bfloat16_t, int, unsigned
+// int, long long (Max/Min), unsigned long long. A `value` of another arithmetic type is
+// converted to the element type first (e.g. AtomicAdd(half_ptr, 1.0f)).
+//
+// Implementation: Add uses the native atomicAdd everywhere (half: sm_70+, bf16: sm_80+).
+// Integer Max/Min are native. Float, half and bf16 Max/Min are compare-and-swap loops
+// on the value's bit pattern (32-bit CAS for float, 16-bit CAS for half/bf16, sm_70+);
+// the loop exits without writing once the stored value already wins, and a NaN
+// `value` never replaces the stored one.
+#ifndef TL_TEMPLATES_CUDA_ATOMIC_H_
+#define TL_TEMPLATES_CUDA_ATOMIC_H_
+
+#include "common.h"
+
+namespace tl {
+
+// ---------------------------------------------------------------- AtomicAdd
+TL_DEVICE float AtomicAdd(float* address, float value) { return atomicAdd(address, value); }
+TL_DEVICE double AtomicAdd(double* address, double value) { return atomicAdd(address, value); }
+TL_DEVICE int AtomicAdd(int* address, int value) { return atomicAdd(address, value); }
+TL_DEVICE unsigned int AtomicAdd(unsigned int* address, unsigned int value) {
+  return atomicAdd(address, value);
+}
+TL_DEVICE unsigned long long AtomicAdd(unsigned long long* address, unsigned long long value) {
+  return atomicAdd(address, value);
+}
+TL_DEVICE half_t AtomicAdd(half_t* address, half_t value) { return atomicAdd(address, value); }
+TL_DEVICE bfloat16_t AtomicAdd(bfloat16_t* address, bfloat16_t value) {
+  return atomicAdd(address, value);
+}
+
+// ---------------------------------------------------------------- integer Max / Min
+TL_DEVICE int AtomicMax(int* address, int value) { return atomicMax(address, value); }
+TL_DEVICE unsigned int AtomicMax(unsigned int* address, unsigned int value) {
+  return atomicMax(address, value);
+}
+TL_DEVICE long long AtomicMax(long long* address, long long value) {
+  return atomicMax(address, value);
+}
+TL_DEVICE unsigned long long AtomicMax(unsigned long long* address, unsigned long long value) {
+  return atomicMax(address, value);
+}
+TL_DEVICE int AtomicMin(int* address, int value) { return atomicMin(address, value); }
+TL_DEVICE unsigned int AtomicMin(unsigned int* address, unsigned int value) {
+  return atomicMin(address, value);
+}
+TL_DEVICE long long AtomicMin(long long* address, long long value) {
+  return atomicMin(address, value);
+}
+TL_DEVICE unsigned long long AtomicMin(unsigned long long* address, unsigned long long value) {
+  return atomicMin(address, value);
+}
+
+// ---------------------------------------------------------------- floating Max / Min (CAS)
+namespace detail {
+
+template <typename A, typename B>
+struct is_same_type {
+  static constexpr bool value = false;
+};
+template <typename A>
+struct is_same_type<A, A> {
+  static constexpr bool value = true;
+};
+
+TL_DEVICE float to_float(half_t x) { return __half2float(x); }
+TL_DEVICE float to_float(bfloat16_t x) { return __bfloat162float(x); }
+
+// Replace *address by `value` while `value` beats the stored value (larger for
+// kWantMax, smaller otherwise); returns the value seen before the last attempt.
+template <bool kWantMax>
+TL_DEVICE float atomic_extremum_f32(float* address, float value) {
+  unsigned int* word = reinterpret_cast<unsigned int*>(address);
+  unsigned int old = *reinterpret_cast<volatile unsigned int*>(word);
+  while (true) {
+    const float current = __uint_as_float(old);
+    const bool better = kWantMax ? (value > current) : (value < current);
+    if (!better) break;
+    const unsigned int assumed = old;
+    old = atomicCAS(word, assumed, __float_as_uint(value));
+    if (old == assumed) break;
+  }
+  return __uint_as_float(old);
+}
+
+// Same for a 16-bit float type T (half_t or bfloat16_t), compared in float.
+template <bool kWantMax, typename T>
+TL_DEVICE T atomic_extremum_16(T* address, T value) {
+  unsigned short* word = reinterpret_cast<unsigned short*>(address);
+  unsigned short old = *reinterpret_cast<volatile unsigned short*>(word);
+  const float v = to_float(value);
+  const unsigned short value_bits = *reinterpret_cast<const unsigned short*>(&value);
+  while (true) {
+    const unsigned short old_bits = old;
+    const float current = to_float(*reinterpret_cast<const T*>(&old_bits));
+    const bool better = kWantMax ? (v > current) : (v < current);
+    if (!better) break;
+    old = atomicCAS(word, old_bits, value_bits);
+    if (old == old_bits) break;
+  }
+  const unsigned short result_bits = old;
+  return *reinterpret_cast<const T*>(&result_bits);
+}
+
+}  // namespace detail
+
+TL_DEVICE float AtomicMax(float* address, float value) {
+  return detail::atomic_extremum_f32<true>(address, value);
+}
+TL_DEVICE float AtomicMin(float* address, float value) {
+  return detail::atomic_extremum_f32<false>(address, value);
+}
+TL_DEVICE half_t AtomicMax(half_t* address, half_t value) {
+  return detail::atomic_extremum_16<true>(address, value);
+}
+TL_DEVICE half_t AtomicMin(half_t* address, half_t value) {
+  return detail::atomic_extremum_16<false>(address, value);
+}
+TL_DEVICE bfloat16_t AtomicMax(bfloat16_t* address, bfloat16_t value) {
+  return detail::atomic_extremum_16<true>(address, value);
+}
+TL_DEVICE bfloat16_t AtomicMin(bfloat16_t* address, bfloat16_t value) {
+  return detail::atomic_extremum_16<false>(address, value);
+}
+
+// ---------------------------------------------------------------- mixed value types
+// AtomicAdd(half_ptr, 1.0f) etc.: convert the value to the element type, then dispatch to
+// the exact overload above (a non-template overload wins when the types already match).
+template <typename T, typename V>
+TL_DEVICE T AtomicAdd(T* address, V value) {
+  static_assert(!detail::is_same_type<T, V>::value, "AtomicAdd: unsupported element type");
+  return AtomicAdd(address, static_cast<T>(value));
+}
+template <typename T, typename V>
+TL_DEVICE T AtomicMax(T* address, V value) {
+  static_assert(!detail::is_same_type<T, V>::value, "AtomicMax: unsupported element type");
+  return AtomicMax(address, static_cast<T>(value));
+}
+template <typename T, typename V>
+TL_DEVICE T AtomicMin(T* address, V value) {
+  static_assert(!detail::is_same_type<T, V>::value, "AtomicMin: unsupported element type");
+  return AtomicMin(address, static_cast<T>(value));
+}
+
+}  // namespace tl
+
+#endif  // TL_TEMPLATES_CUDA_ATOMIC_H_

@@ -1,0 +1,79 @@
+// Copyright (c) tilelang contributors. Licensed under the MIT license.
+//
+// tl_templates/cuda/ldsm.h -- ldmatrix wrappers (warp-collective, sm_75+).
+//
+// `ldmatrix.sync.aligned.m8n8.xK[.trans].shared.b16` loads K 8x8 matrices of 16-bit
+// elements from shared memory. All 32 lanes of the warp must call it together.
+// Lane t supplies `smem_ptr` = address of one 16-byte row: lanes 0-7 give the rows of
+// matrix 0, lanes 8-15 of matrix 1, 16-23 of matrix 2, 24-31 of matrix 3 (for x1 only
+// lanes 0-7 and for x2 only lanes 0-15 are used, but every lane must pass a valid
+// shared address). Each row address must be 16-byte aligned.
+//
+// Result: `local_ptr` receives K 32-bit registers (2 halves each). Without .trans,
+// register k of lane t holds elements (row t/4, cols 2*(t%4) and 2*(t%4)+1) of matrix
+// k; with .trans it holds (rows 2*(t%4) and 2*(t%4)+1, col t/4), i.e. the matrix is
+// transposed on the fly.
+//
+//   tl::ptx_ldmatrix_x1(smem, local)   tl::ptx_ldmatrix_x1_trans(smem, local)
+//   tl::ptx_ldmatrix_x2(smem, local)   tl::ptx_ldmatrix_x2_trans(smem, local)
+//   tl::ptx_ldmatrix_x4(smem, local)   tl::ptx_ldmatrix_x4_trans(smem, local)
+//
+// `local_ptr` must be 4-byte aligned and have room for K 32-bit values.
+#ifndef TL_TEMPLATES_CUDA_LDSM_H_
+#define TL_TEMPLATES_CUDA_LDSM_H_
+
+#include "common.h"
+
+namespace tl {
+
+TL_DEVICE void ptx_ldmatrix_x1(const void* smem_ptr, void* local_ptr) {
+  const uint32_t addr = smem_ptr_to_uint(smem_ptr);
+  uint32_t* r = reinterpret_cast<uint32_t*>(local_ptr);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+               : "=r"(r[0])
+               : "r"(addr));
+}
+
+TL_DEVICE void ptx_ldmatrix_x2(const void* smem_ptr, void* local_ptr) {
+  const uint32_t addr = smem_ptr_to_uint(smem_ptr);
+  uint32_t* r = reinterpret_cast<uint32_t*>(local_ptr);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+TL_DEVICE void ptx_ldmatrix_x4(const void* smem_ptr, void* local_ptr) {
+  const uint32_t addr = smem_ptr_to_uint(smem_ptr);
+  uint32_t* r = reinterpret_cast<uint32_t*>(local_ptr);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+TL_DEVICE void ptx_ldmatrix_x1_trans(const void* smem_ptr, void* local_ptr) {
+  const uint32_t addr = smem_ptr_to_uint(smem_ptr);
+  uint32_t* r = reinterpret_cast<uint32_t*>(local_ptr);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+               : "=r"(r[0])
+               : "r"(addr));
+}
+
+TL_DEVICE void ptx_ldmatrix_x2_trans(const void* smem_ptr, void* local_ptr) {
+  const uint32_t addr = smem_ptr_to_uint(smem_ptr);
+  uint32_t* r = reinterpret_cast<uint32_t*>(local_ptr);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+TL_DEVICE void ptx_ldmatrix_x4_trans(const void* smem_ptr, void* local_ptr) {
+  const uint32_t addr = smem_ptr_to_uint(smem_ptr);
+  uint32_t* r = reinterpret_cast<uint32_t*>(local_ptr);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+}  // namespace tl
+
+#endif  // TL_TEMPLATES_CUDA_LDSM_H_
