@@ -539,6 +539,46 @@ def _backend_config(
         raise ValueError(f"compile_flags / ptxas_flags rejected by TIRx: {err}") from err
 
 
+# The C host code generator spells float16 pointers `half*`, a type C does not have.
+_HOST_TYPES_HEADER = """#include <stdint.h>
+typedef uint16_t half;
+"""
+
+
+def _pack_imports_to_c(module: Any, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
+    """Serialise the imported device module as a C byte array (no LLVM involved).
+
+    Without this, ``export_library`` packs imports into an object file through TIRx's
+    LLVM backend whenever that backend happens to be installed.
+    """
+    import tvm_ffi
+
+    pack = tvm_ffi.get_global_func("runtime.ModulePackImportsToC")
+    path = os.path.join(workspace_dir, f"{prefix}devc.c")
+    Path(path).write_text(str(pack(module, is_system_lib, prefix)))
+    return path
+
+
+def _export_host_library(executable: Any) -> bytes:
+    """Export the C host module (with its device import) as a shared library's bytes."""
+    with tempfile.TemporaryDirectory(prefix="tilelang_cuda_") as tmp:
+        types_header = os.path.join(tmp, "tilelang_host_types.h")
+        Path(types_header).write_text(_HOST_TYPES_HEADER)
+        library_path = os.path.join(tmp, HOST_LIBRARY_FILE)
+        workspace = os.path.join(tmp, "workspace")
+        os.mkdir(workspace)
+        try:
+            executable.export_library(
+                library_path,
+                fpack_imports=_pack_imports_to_c,
+                workspace_dir=workspace,
+                options=["-include", types_header],
+            )
+        except Exception as err:
+            raise CudaBuildError(f"exporting the host library failed: {err}") from err
+        return Path(library_path).read_bytes()
+
+
 def _nvrtc_available() -> bool:
     try:
         return importlib.util.find_spec("cuda.bindings") is not None
@@ -670,13 +710,7 @@ def build_cuda(
     else:
         device_binary = bytes(payload)
 
-    with tempfile.TemporaryDirectory(prefix="tilelang_cuda_") as tmp:
-        library_path = os.path.join(tmp, HOST_LIBRARY_FILE)
-        try:
-            executable.export_library(library_path)
-        except Exception as err:
-            raise CudaBuildError(f"exporting the host library failed: {err}") from err
-        host_library = Path(library_path).read_bytes()
+    host_library = _export_host_library(executable)
 
     import tvm_ffi
 
