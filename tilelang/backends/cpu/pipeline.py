@@ -1,0 +1,73 @@
+"""The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
+
+    trace ─► lower_threads ─► LowerTileOps("cpu") ─► strip schedule hints ─► lower_blocks
+          ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
+
+Blocks run as a parallel loop over cores (serial when the kernel uses atomics);
+a block's threads and fragments become loops and arrays of that block.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import tvm_ffi
+from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
+
+from ...ops import tile_op_of
+from ...transform.lower_tile_ops import LowerTileOps
+from ...transform.stmt import StmtMutator, contains
+from .lower_threads import lower_blocks, lower_threads
+
+TARGET = {"kind": "llvm"}
+
+
+class _StripScheduleHints(StmtMutator):
+    """Drop loop annotations meant for GPU schedulers (parallel partition, pipelining)."""
+
+    def visit_For(self, stmt, ctx):
+        body = self.body(stmt.body, ctx)
+        ann = {k: v for k, v in (stmt.annotations or {}).items() if not _is_hint(k)}
+        return ir.For(
+            stmt.var, stmt.begin, stmt.end, stmt.step, stmt.kind, body, ann or None, stmt.loc
+        )
+
+
+def _is_hint(key: str) -> bool:
+    return key.startswith("tl") or key in ("num_stages", "coalesced_width")
+
+
+def _uses_atomics(body) -> bool:
+    def is_atomic(x):
+        found = isinstance(x, ir.Evaluate) and tile_op_of(x)
+        return bool(found) and found[0].name == "atomic"
+
+    return contains(body, is_atomic)
+
+
+def lower(func, pass_configs=None):
+    """The kernel as plain TIRx loops over blocks, ready for TIRx's own pipeline."""
+    body = func.body
+    parallel = not _uses_atomics(body)
+    body = lower_threads(body)
+    body = LowerTileOps("cpu")(body)
+    body = _StripScheduleHints("cpu")(body)
+    body = lower_blocks(body, parallel=parallel)
+    return func.with_body(body)
+
+
+def build(func, pass_configs=None, out_dir=None):
+    """Compile ``func`` for the host CPU; returns (shared-library path, lowered function)."""
+    lowered = lower(func, pass_configs)
+    exe = _tirx.compile(lowered, target=dict(TARGET))
+    out_dir = out_dir or tempfile.mkdtemp(prefix="tilelang_cpu_")
+    path = os.path.join(out_dir, "kernel.so")
+    exe.export_library(path)
+    return path, lowered
+
+
+def load(path: str, name: str):
+    """The packed function ``name`` from a built shared library."""
+    return tvm_ffi.load_module(path)[name]

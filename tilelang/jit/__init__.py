@@ -1,0 +1,112 @@
+"""``@tilelang.jit`` and ``tilelang.compile``: compile a traced kernel once, call it many times."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import tvm_ffi
+
+from .kernel import JITKernel
+
+_MEMORY_CACHE: dict = {}
+_LOCK = threading.Lock()
+
+
+def _freeze(value):
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def compile(  # noqa: A001 - upstream name
+    func,
+    out_idx=None,
+    execution_backend="auto",
+    target="auto",
+    target_host=None,
+    verbose=False,
+    pass_configs=None,
+    compile_flags=None,
+):
+    """Compile a ``T.prim_func`` for ``target``; cached in memory by IR, target and options."""
+    from ..backends.registry import resolve_target
+    from ..cache import cached_kernel
+
+    resolved = resolve_target(target)
+    key = (
+        tvm_ffi.structural_hash(func),
+        _freeze(out_idx),
+        _freeze(resolved),
+        _freeze(pass_configs or {}),
+        _freeze(compile_flags or []),
+    )
+    with _LOCK:
+        hit = _MEMORY_CACHE.get(key)
+    if hit is not None and tvm_ffi.structural_equal(hit.prim_func, func):
+        return hit
+    kernel = cached_kernel(
+        func,
+        out_idx=out_idx,
+        target=resolved,
+        execution_backend=execution_backend,
+        pass_configs=pass_configs,
+        compile_flags=compile_flags,
+    )
+    with _LOCK:
+        _MEMORY_CACHE[key] = kernel
+    return kernel
+
+
+class _JitFactory:
+    """``@tilelang.jit`` over a function returning a prim_func: call it with shapes, get a kernel."""
+
+    def __init__(self, fn, options):
+        self.fn = fn
+        self.options = options
+        self._kernels: dict = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        key = (_freeze(args), _freeze(kwargs))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            func = self.fn(*args, **kwargs)
+            kernel = compile(func, **self.options)
+            self._kernels[key] = kernel
+        return kernel
+
+    def get_tir(self, *args, **kwargs):
+        """The traced TIRx function, without compiling it."""
+        return self.fn(*args, **kwargs)
+
+
+def jit(
+    func=None,
+    *,
+    out_idx=None,
+    target="auto",
+    target_host=None,
+    execution_backend="auto",
+    verbose=False,
+    pass_configs=None,
+    debug_root_path=None,
+    compile_flags=None,
+):
+    """Decorator: compile a kernel factory (or a prim_func) on first use, as upstream TileLang does."""
+    options = dict(
+        out_idx=out_idx,
+        target=target,
+        execution_backend=execution_backend,
+        pass_configs=pass_configs,
+        compile_flags=compile_flags,
+    )
+
+    def wrap(fn):
+        if callable(fn) and not hasattr(fn, "params"):
+            return _JitFactory(fn, options)
+        return compile(fn, **options)  # a prim_func given directly
+
+    return wrap if func is None else wrap(func)

@@ -1,0 +1,444 @@
+"""Trace-time semantics of rewritten kernel source (see ``ast_rewrite.py``).
+
+A kernel body runs once, as Python, inside a TIRx ``IRBuilder``. Values known
+now (Python ints, floats, bools, lists) stay Python; values known only when the
+kernel runs are TIRx expressions. Each rewritten construct picks its meaning
+from the value it gets:
+
+- ``for``: ``range``/``T.serial``/``T.Parallel``/... open one IR loop; any other
+  iterable (a list, ``zip``...) is a Python loop, unrolled into the trace.
+- ``if``/``while``: a Python test runs only the branch taken; an IR test opens
+  IR ``if``/``while`` frames.
+- ``x = value``: stores into a ``T.alloc_var`` cell if ``x`` holds one; binds an
+  IR value that reads memory to a named IR variable (so later stores to that
+  memory cannot change it); otherwise plain Python assignment.
+
+The module also finds the user's source line for diagnostics (``user_loc``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from types import CodeType
+
+import tvm_ffi
+from tvm_tirx import ir
+from tvm_tirx.script import tirx as _T
+from tvm_tirx.script.ir_builder import IRBuilder
+from tvm_tirx.script.ir_builder.base import AlreadyEmitted
+
+from .. import errors
+from . import dtypes
+
+# Code objects produced by our rewriter: frames running them are "user" frames.
+USER_CODE: set[CodeType] = set()
+
+
+def register_user_code(code: CodeType) -> None:
+    """Mark ``code`` (and the code objects nested in it) as the user's kernel source."""
+    USER_CODE.add(code)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            register_user_code(const)
+
+
+def user_frame():
+    """Innermost frame running rewritten user source, or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in USER_CODE:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def user_loc() -> ir.Location:
+    """A TIRx SourceLoc for the user's line currently being traced."""
+    frame = user_frame()
+    if frame is None:
+        return ir.UNKNOWN_LOC
+    line = frame.f_lineno
+    return ir.SourceLoc(ir.SourceName(frame.f_code.co_filename), line, 1, line, 1)
+
+
+def user_where() -> str:
+    """``file:line`` of the user's line currently being traced ('' outside a trace)."""
+    frame = user_frame()
+    return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+# ---------------------------------------------------------------------------
+# Trace state
+# ---------------------------------------------------------------------------
+@dataclass
+class _Loop:
+    is_ir: bool
+    if_depth: int  # IR-if nesting when the loop started
+
+
+@dataclass
+class TraceState:
+    """What the builder needs to know about the kernel being traced."""
+
+    loops: list[_Loop] = field(default_factory=list)
+    ir_if_depth: int = 0
+    kernels: list = field(default_factory=list)  # active T.Kernel frames
+    uses_atomics: bool = False
+
+
+_STATE: list[TraceState] = []
+
+
+def state() -> TraceState:
+    if not _STATE:
+        raise errors.TraceError("this tilelang call is only valid inside a @T.prim_func body")
+    return _STATE[-1]
+
+
+@contextlib.contextmanager
+def tracing():
+    """Scope of one kernel trace."""
+    _STATE.append(TraceState())
+    try:
+        yield _STATE[-1]
+    finally:
+        _STATE.pop()
+
+
+def in_trace() -> bool:
+    return bool(_STATE) and IRBuilder.is_in_scope()
+
+
+def unwrap(value):
+    """Turn an IRBuilder receipt into the value it carries."""
+    if isinstance(value, AlreadyEmitted):
+        return value.value
+    return value
+
+
+def is_expr(value) -> bool:
+    return isinstance(value, ir.Expr) and ir.is_prim_expr(value)
+
+
+def static_value(value):
+    """The Python value of a constant, or None when ``value`` is only known at run time."""
+    if isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, ir.IntImm | ir.FloatImm):
+        return value.value
+    return None
+
+
+def name_value(name: str, value) -> None:
+    with contextlib.suppress(Exception):
+        IRBuilder.name(name, value)
+
+
+# ---------------------------------------------------------------------------
+# Loops
+# ---------------------------------------------------------------------------
+@dataclass
+class LoopSpec:
+    """An IR loop nest requested by ``range``/``T.serial``/``T.Parallel``/...
+
+    ``dims`` is a list of (begin, end, step); every level gets the same kind
+    and annotations.
+    """
+
+    dims: list
+    kind: str = "serial"  # serial | parallel | unroll | vectorized | pipelined
+    annotations: dict = field(default_factory=dict)
+
+    def __iter__(self):
+        raise errors.TraceError(
+            "tilelang loops (T.Parallel, T.Pipelined, T.serial, ...) can only be iterated "
+            "by a for statement inside a @T.prim_func or @T.macro body"
+        )
+
+
+def _frame_for(begin, end, step, spec: LoopSpec):
+    ann = dict(spec.annotations)
+    kwargs = {}
+    if step is not None and static_value(step) != 1:
+        kwargs["step"] = step
+    if spec.kind in ("serial", "parallel", "pipelined"):
+        if spec.kind == "parallel":
+            ann["tl.parallel"] = 1
+        return _T.serial(begin, end, annotations=ann or None, **kwargs)
+    if spec.kind == "unroll":
+        return _T.unroll(begin, end, annotations=ann or None, **kwargs)
+    if spec.kind == "vectorized":
+        return _T.vectorized(begin, end, annotations=ann or None, **kwargs)
+    raise errors.TraceError(f"unknown loop kind {spec.kind!r}")
+
+
+def for_(iterable, names: str):
+    """Generator behind every rewritten ``for`` statement."""
+    st = state()
+    if isinstance(iterable, LoopSpec):
+        vars_ = []
+        st.loops.append(_Loop(True, st.ir_if_depth))
+        try:
+            with contextlib.ExitStack() as stack:
+                name_list = [n.strip() for n in names.strip("()").split(",") if n.strip()]
+                for level, (begin, end, step) in enumerate(iterable.dims):
+                    var = unwrap(stack.enter_context(_frame_for(begin, end, step, iterable)))
+                    if level < len(name_list):
+                        name_value(name_list[level], var)
+                    vars_.append(var)
+                yield vars_[0] if len(vars_) == 1 else tuple(vars_)
+        finally:
+            st.loops.pop()
+        return
+    st.loops.append(_Loop(False, st.ir_if_depth))
+    try:
+        yield from iterable
+    finally:
+        st.loops.pop()
+
+
+def range_(start, stop=None, step=None):
+    """``range`` inside a kernel: an IR serial loop (as upstream TileLang does)."""
+    if stop is None:
+        start, stop = 0, start
+    return LoopSpec([(start, stop, step)], "serial")
+
+
+def while_(test):
+    """Generator behind every rewritten ``while`` statement."""
+    st = state()
+    cond = test()
+    if is_expr(cond) and static_value(cond) is None:
+        st.loops.append(_Loop(True, st.ir_if_depth))
+        try:
+            with _T.while_(cond):
+                yield None
+        finally:
+            st.loops.pop()
+        return
+    st.loops.append(_Loop(False, st.ir_if_depth))
+    try:
+        while _py_truth(cond):
+            yield None
+            cond = test()
+    finally:
+        st.loops.pop()
+
+
+def _jump(kind: str) -> bool:
+    st = state()
+    if not st.loops:
+        return True  # let Python report the misuse
+    loop = st.loops[-1]
+    if not loop.is_ir:
+        if st.ir_if_depth > loop.if_depth:
+            raise errors.TraceError(
+                f"{kind} under a run-time condition cannot leave a Python-level loop "
+                "(the loop is unrolled while tracing); iterate with range() or T.serial instead"
+            )
+        return True
+    (_T.break_ if kind == "break" else _T.continue_)()
+    return False
+
+
+def break_() -> bool:
+    """True when Python should break (Python loop); emits an IR break otherwise."""
+    return _jump("break")
+
+
+def continue_() -> bool:
+    """True when Python should continue (Python loop); emits an IR continue otherwise."""
+    return _jump("continue")
+
+
+# ---------------------------------------------------------------------------
+# Branches
+# ---------------------------------------------------------------------------
+def _py_truth(value) -> bool:
+    const = static_value(value)
+    if const is not None:
+        return bool(const)
+    if is_expr(value):
+        raise errors.TraceError(f"the run-time value {value} cannot be used as a Python bool here")
+    return bool(value)
+
+
+class _StaticIf:
+    def __init__(self, taken: bool):
+        self.taken = taken
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @contextlib.contextmanager
+    def then(self):
+        yield self.taken
+
+    @contextlib.contextmanager
+    def orelse(self):
+        yield not self.taken
+
+
+class _IRIf:
+    def __init__(self, cond):
+        self.cond = cond
+        self.frame = None
+
+    def __enter__(self):
+        self.frame = _T.if_(self.cond)
+        self.frame.__enter__()
+        state().ir_if_depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        state().ir_if_depth -= 1
+        return self.frame.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def then(self):
+        with _T.then_():
+            yield True
+
+    @contextlib.contextmanager
+    def orelse(self):
+        with _T.else_():
+            yield True
+
+
+def if_(cond):
+    """Context behind every rewritten ``if`` statement."""
+    if is_expr(cond) and static_value(cond) is None:
+        if cond.ty != ir.PrimType("bool"):
+            cond = cond != ir.const(0, cond.ty)
+        return _IRIf(cond)
+    return _StaticIf(_py_truth(cond) if is_expr(cond) else bool(cond))
+
+
+# ---------------------------------------------------------------------------
+# Assignments
+# ---------------------------------------------------------------------------
+def is_var_cell(value) -> bool:
+    """Whether ``value`` is the scalar cell made by ``T.alloc_var``."""
+    return (
+        isinstance(value, ir.TensorLoad)
+        and isinstance(value.source, ir.Var)
+        and str(getattr(value.source.ty, "scope", "")) == "local.var"
+    )
+
+
+def _reads_memory(expr) -> bool:
+    found = []
+
+    def visit(node):
+        if isinstance(node, ir.TensorLoad):
+            found.append(node)
+
+    tvm_ffi.structural_walk(expr, visit)
+    return bool(found)
+
+
+def store(target, indices, value):
+    """Emit ``target[indices] = value``, converting ``value`` to the element type."""
+    dtype = str(target.ty.dtype)
+    value = dtypes.convert(value, dtype)
+    stmt = ir.TensorStore(target, list(indices), value, loc=user_loc())
+    _T.emit_(stmt)
+
+
+def bind(name: str, value, previous):
+    """Behind ``name = value``: see the module docstring."""
+    try:
+        old = previous()
+    except NameError:
+        old = None
+    value = unwrap(value)
+    if old is not None and is_var_cell(old) and in_trace():
+        store(old.source, list(old.indices), value)
+        return old
+    if isinstance(value, ir.Var):
+        if not value.name or value.name.startswith("v"):
+            name_value(name, value)
+        return value
+    if is_var_cell(value):
+        name_value(name, value.source)
+        return value
+    if is_expr(value) and in_trace() and _reads_memory(value):
+        var = ir.Var(name, value.ty)
+        _T.emit_(ir.Bind(var, value, loc=user_loc()))
+        return var
+    return value
+
+
+def declare(name: str, annotation, value):
+    """Behind ``name: dtype = value``: a mutable scalar cell initialised to ``value``."""
+    from .allocate import alloc_var
+
+    cell = alloc_var(dtypes.canonical(annotation), init=value)
+    name_value(name, cell.source)
+    return cell
+
+
+def _apply(op: str, lhs, rhs):
+    import operator
+
+    table = {
+        "+": operator.add,
+        "-": operator.sub,
+        "*": operator.mul,
+        "/": operator.truediv,
+        "//": operator.floordiv,
+        "%": operator.mod,
+        "&": operator.and_,
+        "|": operator.or_,
+        "^": operator.xor,
+        "<<": operator.lshift,
+        ">>": operator.rshift,
+        "**": operator.pow,
+    }
+    return table[op](lhs, rhs)
+
+
+def aug(lhs, op: str, rhs):
+    """Behind ``x op= v`` for a name ``x``."""
+    return _apply(op, lhs, rhs)
+
+
+def _normalize_key(key):
+    return key if isinstance(key, tuple) else (key,)
+
+
+def setitem(target, key, value):
+    """Behind ``target[key] = value``."""
+    target = unwrap(target)
+    if is_var_cell(target):
+        if static_value(key) not in (0, None):
+            raise errors.TraceError("a T.alloc_var cell has one element: index it with 0")
+        store(target.source, list(target.indices), value)
+        return
+    if isinstance(target, ir.Var) and hasattr(target.ty, "shape"):
+        indices = _normalize_key(key)
+        if any(isinstance(i, slice) for i in indices):
+            _T.setitem_(target, indices, dtypes.convert(value, str(target.ty.dtype)))
+            return
+        if len(indices) != len(target.ty.shape):
+            raise errors.TraceError(
+                f"{target.name} has {len(target.ty.shape)} dimensions but is indexed with "
+                f"{len(indices)} indices"
+            )
+        store(target, indices, value)
+        return
+    target[key] = value  # a Python container
+
+
+def aug_setitem(target, key, op: str, value):
+    """Behind ``target[key] op= value``."""
+    target = unwrap(target)
+    if is_var_cell(target):
+        setitem(target, key, _apply(op, target, value))
+        return
+    setitem(target, key, _apply(op, target[key], value))

@@ -1,0 +1,105 @@
+"""``@T.prim_func`` and ``@T.macro``: trace Python kernel source into a TIRx function."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+
+from tvm_tirx import ir
+from tvm_tirx.script import tirx as _T
+from tvm_tirx.script.ir_builder import IRBuilder
+
+from .. import errors
+from . import builder, dtypes
+from .ast_rewrite import BUILDER, rewrite_function
+from .proxy import TensorAnnotation
+
+
+def _closure_values(func) -> dict:
+    values = {}
+    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+        try:
+            values[name] = cell.cell_contents
+        except ValueError:  # not bound yet
+            pass
+    return values
+
+
+class _Rewritten:
+    """The rewritten code of one user function, instantiated against fresh globals."""
+
+    def __init__(self, func):
+        self.func = func
+        tree, self.filename, _ = rewrite_function(func)
+        module_code = compile(tree, self.filename, "exec", dont_inherit=True)
+        builder.register_user_code(module_code)
+        self.code = next(
+            c
+            for c in module_code.co_consts
+            if isinstance(c, types.CodeType) and c.co_name == func.__name__
+        )
+        self.module_code = module_code
+
+    def instantiate(self):
+        namespace = dict(self.func.__globals__)
+        namespace.update(_closure_values(self.func))
+        namespace[BUILDER] = builder
+        exec(self.module_code, namespace)  # defines the rewritten function (annotations evaluated)
+        return namespace[self.func.__name__]
+
+
+def _param_type(name, annotation, func):
+    if isinstance(annotation, TensorAnnotation):
+        return annotation.ir_type()
+    if isinstance(annotation, str | dtypes.dtype):
+        return ir.PrimType(dtypes.canonical(annotation))
+    if isinstance(annotation, ir.PrimType):
+        return annotation
+    raise errors.TraceError(
+        f"parameter {name!r} of {func.__qualname__} needs an annotation T.Tensor(shape, dtype) "
+        f"or a scalar dtype such as T.int32, got {annotation!r}"
+    )
+
+
+def trace(func, name: str | None = None) -> ir.Expr:
+    """Run ``func``'s rewritten body under an IRBuilder and return the TIRx Function."""
+    rewritten = _Rewritten(func)
+    fn = rewritten.instantiate()
+    params = list(inspect.signature(fn).parameters.values())
+    with builder.tracing(), IRBuilder() as ib:
+        with _T.function_():
+            _T.func_name_(name or func.__name__)
+            args = []
+            for p in params:
+                if p.annotation is inspect.Parameter.empty:
+                    raise errors.TraceError(
+                        f"parameter {p.name!r} of {func.__qualname__} has no annotation"
+                    )
+                args.append(_T.arg_(p.name, _param_type(p.name, p.annotation, func)))
+            fn(*args)
+    return ib.get()
+
+
+def prim_func(func=None, *, private=False, check_well_formed=False):
+    """Decorator: trace a kernel function into a TIRx ``Function`` (upstream ``T.prim_func``)."""
+    if func is None:
+        return functools.partial(prim_func, private=private, check_well_formed=check_well_formed)
+    return trace(func)
+
+
+def macro(func=None, *, hygienic=True):
+    """Decorator: a helper whose body is inlined, with its control flow, where it is called."""
+    if func is None:
+        return functools.partial(macro, hygienic=hygienic)
+    cache = {}
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        if "fn" not in cache:
+            cache["rewritten"] = _Rewritten(func)
+            cache["fn"] = True
+        return cache["rewritten"].instantiate()(*args, **kwargs)
+
+    call.__tilelang_macro__ = True
+    return call

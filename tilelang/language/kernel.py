@@ -1,0 +1,107 @@
+"""``T.Kernel``: the launch of a grid of blocks, and thread/block index accessors."""
+
+from __future__ import annotations
+
+import contextlib
+
+from tvm_tirx.script import tirx as _T
+
+from .. import errors
+from . import builder
+
+_AXES = ("x", "y", "z")
+
+
+class KernelLaunchFrame:
+    """``with T.Kernel(gx, gy, gz, threads=N) as (bx, by, bz):``
+
+    Opens one ``blockIdx`` launch per grid dimension and one ``threadIdx`` launch
+    per thread dimension. Entering yields the block index (a tuple for several).
+    """
+
+    def __init__(self, *blocks, threads=128, cluster_dims=None, is_cpu=False, prelude=None):
+        if not blocks:
+            raise errors.TraceError("T.Kernel needs at least one grid dimension")
+        if len(blocks) > 3:
+            raise errors.TraceError(f"T.Kernel takes at most 3 grid dimensions, got {len(blocks)}")
+        if isinstance(threads, int) or builder.is_expr(threads):
+            threads = [threads]
+        threads = list(threads) if threads is not None else [1]
+        if len(threads) > 3:
+            raise errors.TraceError("T.Kernel takes at most 3 thread dimensions")
+        self.blocks = list(blocks)
+        self.threads = threads
+        self.is_cpu = is_cpu
+        self.block_vars: list = []
+        self.thread_vars: list = []
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        st = builder.state()
+        if st.kernels:
+            raise errors.TraceError("T.Kernel frames cannot be nested")
+        for axis, extent in zip(_AXES, self.blocks):
+            var = builder.unwrap(
+                self._stack.enter_context(_T.launch_thread(f"blockIdx.{axis}", extent))
+            )
+            builder.name_value(f"b{axis}", var)
+            self.block_vars.append(var)
+        for axis, extent in zip(_AXES, self.threads):
+            var = builder.unwrap(
+                self._stack.enter_context(_T.launch_thread(f"threadIdx.{axis}", extent))
+            )
+            builder.name_value(f"t{axis}", var)
+            self.thread_vars.append(var)
+        st.kernels.append(self)
+        return self.block_vars[0] if len(self.block_vars) == 1 else tuple(self.block_vars)
+
+    def __exit__(self, *exc):
+        builder.state().kernels.pop()
+        return self._stack.__exit__(*exc)
+
+    @property
+    def num_threads(self):
+        total = 1
+        for t in self.threads:
+            total = total * t
+        return total
+
+
+Kernel = KernelLaunchFrame
+
+
+def _current() -> KernelLaunchFrame:
+    st = builder.state()
+    if not st.kernels:
+        raise errors.TraceError("this call needs an enclosing T.Kernel")
+    return st.kernels[-1]
+
+
+def get_thread_binding(dim: int = 0):
+    """The ``threadIdx`` variable of dimension ``dim`` of the enclosing kernel."""
+    return _current().thread_vars[dim]
+
+
+def get_thread_bindings():
+    """All ``threadIdx`` variables of the enclosing kernel."""
+    return list(_current().thread_vars)
+
+
+def get_block_binding(dim: int = 0):
+    """The ``blockIdx`` variable of dimension ``dim`` of the enclosing kernel."""
+    return _current().block_vars[dim]
+
+
+def get_block_bindings():
+    """All ``blockIdx`` variables of the enclosing kernel."""
+    return list(_current().block_vars)
+
+
+def get_thread_extent(dim: int = 0):
+    """Threads of dimension ``dim`` of the enclosing kernel."""
+    return _current().threads[dim]
+
+
+def get_block_extent(dim: int = 0):
+    """Blocks of dimension ``dim`` of the enclosing kernel."""
+    return _current().blocks[dim]

@@ -1,0 +1,173 @@
+"""Scalar expressions: math functions, min/max, casts, ``T.if_then_else``, ``T.infinity``."""
+
+from __future__ import annotations
+
+from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
+
+from . import dtypes
+
+
+def _expr(x, like=None):
+    if isinstance(x, ir.Expr):
+        return x
+    if like is not None and isinstance(like, ir.Expr):
+        return dtypes.convert(x, str(like.ty))
+    if isinstance(x, float):
+        return ir.const(x, "float32")
+    if isinstance(x, bool):
+        return ir.const(x, "bool")
+    return ir.const(x, "int32")
+
+
+def _unary(fn):
+    def wrapped(x):
+        return fn(_expr(x))
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = f"Elementwise ``{fn.__name__}``."
+    return wrapped
+
+
+exp = _unary(_tirx.exp)
+exp2 = _unary(_tirx.exp2)
+exp10 = _unary(_tirx.exp10)
+log = _unary(_tirx.log)
+log2 = _unary(_tirx.log2)
+log10 = _unary(_tirx.log10)
+log1p = _unary(_tirx.log1p)
+sqrt = _unary(_tirx.sqrt)
+rsqrt = _unary(_tirx.rsqrt)
+tanh = _unary(_tirx.tanh)
+sin = _unary(_tirx.sin)
+cos = _unary(_tirx.cos)
+tan = _unary(_tirx.tan)
+erf = _unary(_tirx.erf)
+sigmoid = _unary(_tirx.sigmoid)
+floor = _unary(_tirx.floor)
+ceil = _unary(_tirx.ceil)
+round = _unary(_tirx.round)  # noqa: A001 - upstream name
+trunc = _unary(_tirx.trunc)
+isnan = _unary(_tirx.isnan)
+isinf = _unary(_tirx.isinf)
+isfinite = _unary(_tirx.isfinite)
+
+
+def abs(x):  # noqa: A001 - upstream name
+    """Absolute value."""
+    if isinstance(x, int | float):
+        return x if x >= 0 else -x
+    return _tirx.abs(x)
+
+
+def pow(x, y):  # noqa: A001 - upstream name
+    """``x ** y``."""
+    x = _expr(x, y)
+    return _tirx.pow(x, _expr(y, x))
+
+
+def max(a, b, *rest):  # noqa: A001 - upstream name
+    """Maximum of IR or Python values."""
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        out = a if a >= b else b
+    else:
+        out = _tirx.max(_expr(a, b), _expr(b, a))
+    return max(out, *rest) if rest else out
+
+
+def min(a, b, *rest):  # noqa: A001 - upstream name
+    """Minimum of IR or Python values."""
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        out = a if a <= b else b
+    else:
+        out = _tirx.min(_expr(a, b), _expr(b, a))
+    return min(out, *rest) if rest else out
+
+
+def clamp(x, lo, hi):
+    """``min(max(x, lo), hi)``."""
+    return min(max(x, lo), hi)
+
+
+def if_then_else(cond, then_value, else_value):
+    """``then_value`` where ``cond`` holds, else ``else_value`` (only the chosen side is read)."""
+    if isinstance(cond, bool):
+        return then_value if cond else else_value
+    t = _expr(then_value, else_value)
+    e = _expr(else_value, t)
+    return _tirx.if_then_else(cond, t, e)
+
+
+def infinity(dtype):
+    """+inf of a floating ``dtype``."""
+    return _tirx.infinity(dtypes.canonical(dtype))
+
+
+def max_value(dtype):
+    """Largest finite value of ``dtype``."""
+    return _tirx.max_value(dtypes.canonical(dtype))
+
+
+def min_value(dtype):
+    """Smallest finite value of ``dtype``."""
+    return _tirx.min_value(dtypes.canonical(dtype))
+
+
+def cast(value, dtype):
+    """``value`` converted to ``dtype``."""
+    return dtypes.convert(value, dtypes.canonical(dtype))
+
+
+def ceildiv(a, b):
+    """``ceil(a / b)`` for integers (Python ints stay Python ints)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return _tirx.ceildiv(_expr(a), _expr(b))
+
+
+def floordiv(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return _tirx.floordiv(_expr(a), _expr(b))
+
+
+def floormod(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    return _tirx.floormod(_expr(a), _expr(b))
+
+
+def truncdiv(a, b):
+    return _tirx.truncdiv(_expr(a), _expr(b))
+
+
+def truncmod(a, b):
+    return _tirx.truncmod(_expr(a), _expr(b))
+
+
+def shift_left(a, b):
+    return _tirx.shift_left(_expr(a), _expr(b))
+
+
+def shift_right(a, b):
+    return _tirx.shift_right(_expr(a), _expr(b))
+
+
+def bitwise_and(a, b):
+    return _tirx.bitwise_and(_expr(a), _expr(b))
+
+
+def bitwise_or(a, b):
+    return _tirx.bitwise_or(_expr(a), _expr(b))
+
+
+def bitwise_xor(a, b):
+    return _tirx.bitwise_xor(_expr(a), _expr(b))
+
+
+def all_of(*conds):
+    return _tirx.all(*conds)
+
+
+def any_of(*conds):
+    return _tirx.any(*conds)

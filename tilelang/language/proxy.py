@@ -1,0 +1,65 @@
+"""Parameter annotations: ``T.Tensor``/``T.Buffer``/``T.StridedTensor`` and scalars."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm_tirx import ir
+from tvm_tirx.script import tirx as _T
+
+from . import dtypes
+
+
+def _shape(shape) -> tuple:
+    if isinstance(shape, int) or (isinstance(shape, ir.Expr) and ir.is_prim_expr(shape)):
+        return (shape,)
+    return tuple(shape)
+
+
+@dataclass(frozen=True)
+class TensorAnnotation:
+    """The declared shape, dtype and (optional) strides of a tensor parameter."""
+
+    shape: tuple
+    dtype: str
+    strides: tuple | None = None
+    scope: str = "global"
+
+    def ir_type(self):
+        """The TIRx TensorType of a parameter with this annotation."""
+        layout = None
+        if self.strides is not None:
+            from tvm_tirx.tirx.layout import S, TileLayout
+
+            layout = TileLayout(S[tuple(self.shape) : tuple(self.strides)])
+        # Element alignment only, so that views such as a[1:] are accepted.
+        align = max(1, dtypes.bits(self.dtype) // 8)
+        return _T.Tensor(self.shape, self.dtype, scope=self.scope, align=align, layout=layout)
+
+    def __getitem__(self, key):  # T.Tensor[(M, N), "float16"] form
+        raise TypeError("write T.Tensor((M, N), dtype), not T.Tensor[...]")
+
+
+def Tensor(shape, dtype="float32", strides=None, scope="global"):  # noqa: N802 - upstream API
+    """Annotation of a tensor parameter: ``A: T.Tensor((M, K), "float16")``."""
+    return TensorAnnotation(
+        _shape(shape), dtypes.canonical(dtype), None if strides is None else _shape(strides), scope
+    )
+
+
+def Buffer(shape, dtype="float32", strides=None, scope="global"):  # noqa: N802
+    """Alias of :func:`Tensor` (upstream's older spelling)."""
+    return Tensor(shape, dtype, strides, scope)
+
+
+def StridedTensor(shape, strides, dtype="float32"):  # noqa: N802
+    """A tensor parameter with explicit element strides (a non-contiguous view)."""
+    return Tensor(shape, dtype, strides)
+
+
+def dynamic(name: str, dtype: str = "int32"):
+    """A symbolic dimension (``M = T.dynamic("m")``), bound from the arguments at call time."""
+    return ir.Var(name, dtypes.canonical(dtype))
+
+
+symbolic = dynamic

@@ -1,0 +1,208 @@
+"""Tile-op frontends: ``T.copy``, ``T.fill``, ``T.clear``, ``T.gemm``, ``T.reduce_*``, ``T.cumsum``, ``T.atomic_*``.
+
+Each normalises its operands into tensor regions and records one ``tl.*`` call,
+tagged with the user's source line, into the kernel being traced.
+"""
+
+from __future__ import annotations
+
+from tvm_tirx import ir
+from tvm_tirx.script import tirx as _T
+
+from .. import errors
+from ..ops import atomic as _atomic
+from ..ops import copy as _copy
+from ..ops import cumsum as _cumsum
+from ..ops import fill as _fill
+from ..ops import gemm as _gemm
+from ..ops import reduce as _reduce
+from ..ops.gemm import GemmWarpPolicy
+from ..ops.region import region_extents, to_region
+from . import builder, dtypes
+
+__all__ = ["GemmWarpPolicy"]
+
+
+def _emit(call: ir.Call) -> None:
+    _T.emit_(ir.Evaluate(call, loc=call.loc))
+
+
+def _operand(value):
+    value = builder.unwrap(value)
+    if builder.is_var_cell(value):
+        return value
+    return value
+
+
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, loop_layout=None):
+    """Copy a tile: ``T.copy(A[by * bM, k * bK], A_shared)``; any scope to any scope."""
+    builder.state()
+    src, dst = _operand(src), _operand(dst)
+    src_ext, dst_ext = region_extents(src), region_extents(dst)
+    if src_ext is None and dst_ext is None:
+        src_r, dst_r = to_region(src, what="T.copy src"), to_region(dst, what="T.copy dst")
+    else:
+        src_r = to_region(src, dst_ext, what="T.copy src")
+        dst_r = to_region(dst, region_extents(src_r), what="T.copy dst")
+    loc = builder.user_loc()
+    call = _copy.COPY.make(
+        src_r,
+        dst_r,
+        loc=loc,
+        coalesced_width=-1 if coalesced_width is None else int(coalesced_width),
+        disable_tma=bool(disable_tma),
+        eviction_policy=eviction_policy or "",
+    )
+    _copy.matched_axes(*map(_copy.RegionView.of, (src_r, dst_r)), loc)  # early shape check
+    _emit(call)
+
+
+def fill(buffer, value):
+    """Set every element of a tile to ``value``."""
+    builder.state()
+    region = to_region(_operand(buffer), what="T.fill buffer")
+    value = dtypes.convert(value, str(region.source.ty.dtype))
+    _emit(_fill.FILL.make(region, value, loc=builder.user_loc()))
+
+
+def clear(buffer):
+    """Set every element of a tile to zero."""
+    fill(buffer, 0)
+
+
+def gemm(
+    A,  # noqa: N803 - upstream API
+    B,  # noqa: N803
+    C,  # noqa: N803
+    transpose_A=False,  # noqa: N803
+    transpose_B=False,  # noqa: N803
+    policy=GemmWarpPolicy.Square,
+    clear_accum=False,
+    k_pack=1,
+    wg_wait=0,
+):
+    """``C += A @ B`` on tiles (C's element type accumulates)."""
+    builder.state()
+    regions = [
+        to_region(_operand(x), what=f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C"))
+    ]
+    call = _gemm.GEMM.make(
+        *regions,
+        loc=builder.user_loc(),
+        transpose_A=bool(transpose_A),
+        transpose_B=bool(transpose_B),
+        policy=int(policy),
+        clear_accum=bool(clear_accum),
+        k_pack=int(k_pack),
+        wg_wait=int(wg_wait),
+    )
+    _gemm.gemm_dims(_gemm.GEMM.view(call))  # early shape check, names the user's line
+    _emit(call)
+
+
+def reduce(buffer, out, reduce_type: str, dim: int, clear: bool):
+    """Reduce ``buffer`` over ``dim`` into ``out``."""
+    builder.state()
+    if reduce_type not in _reduce.REDUCE_TYPES:
+        raise errors.TraceError(f"unknown reduce_type {reduce_type!r}")
+    src = to_region(_operand(buffer), what="T.reduce src")
+    dst = to_region(_operand(out), what="T.reduce dst")
+    call = _reduce.REDUCE.make(
+        src, dst, loc=builder.user_loc(), reduce_type=reduce_type, dim=int(dim), clear=bool(clear)
+    )
+    _reduce.reduce_axes(_reduce.REDUCE.view(call))
+    _emit(call)
+
+
+def reduce_max(buffer, out, dim: int = -1, clear: bool = True):
+    """Row/column maximum."""
+    reduce(buffer, out, "max", dim, clear)
+
+
+def reduce_min(buffer, out, dim: int = -1, clear: bool = True):
+    """Row/column minimum."""
+    reduce(buffer, out, "min", dim, clear)
+
+
+def reduce_sum(buffer, out, dim: int = -1, clear: bool = True):
+    """Row/column sum."""
+    reduce(buffer, out, "sum", dim, clear)
+
+
+def reduce_abssum(buffer, out, dim: int = -1, clear: bool = True):
+    """Row/column sum of absolute values."""
+    reduce(buffer, out, "abssum", dim, clear)
+
+
+def reduce_absmax(buffer, out, dim: int = -1, clear: bool = True):
+    """Row/column maximum of absolute values."""
+    reduce(buffer, out, "absmax", dim, clear)
+
+
+def reduce_bitand(buffer, out, dim: int = -1, clear: bool = True):
+    reduce(buffer, out, "bitand", dim, clear)
+
+
+def reduce_bitor(buffer, out, dim: int = -1, clear: bool = True):
+    reduce(buffer, out, "bitor", dim, clear)
+
+
+def reduce_bitxor(buffer, out, dim: int = -1, clear: bool = True):
+    reduce(buffer, out, "bitxor", dim, clear)
+
+
+def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
+    """Inclusive prefix sum along ``dim`` (in place when ``dst`` is omitted)."""
+    builder.state()
+    src_r = to_region(_operand(src), what="T.cumsum src")
+    dst_r = src_r if dst is None else to_region(_operand(dst), what="T.cumsum dst")
+    _emit(
+        _cumsum.CUMSUM.make(
+            src_r, dst_r, loc=builder.user_loc(), dim=int(dim), reverse=bool(reverse)
+        )
+    )
+
+
+def _atomic_op(kind, dst, value, memory_order=None):
+    st = builder.state()
+    st.uses_atomics = True
+    dst = _operand(dst)
+    value = _operand(value)
+    value_ext = region_extents(value)
+    is_region = value_ext is not None or (
+        isinstance(value, ir.TensorLoad) and region_extents(dst) is not None
+    )
+    if is_region:
+        value_r = to_region(value, region_extents(dst), what=f"T.atomic_{kind} value")
+        dst_r = to_region(dst, region_extents(value_r), what=f"T.atomic_{kind} dst")
+        operand = value_r
+    else:
+        dst_r = to_region(dst, what=f"T.atomic_{kind} dst")
+        operand = dtypes.convert(value, str(dst_r.source.ty.dtype))
+    _emit(
+        _atomic.ATOMIC.make(
+            dst_r,
+            operand,
+            loc=builder.user_loc(),
+            kind=kind,
+            value_is_region=bool(is_region),
+            memory_order=memory_order or "",
+        )
+    )
+
+
+def atomic_add(dst, value, memory_order=None, return_prev=False):
+    """Atomically ``dst += value`` (a scalar element or a whole tile)."""
+    if return_prev:
+        raise errors.TraceError("T.atomic_add(return_prev=True) is not supported yet")
+    _atomic_op("add", dst, value, memory_order)
+
+
+def atomic_max(dst, value, memory_order=None):
+    """Atomically ``dst = max(dst, value)``."""
+    _atomic_op("max", dst, value, memory_order)
+
+
+def atomic_min(dst, value, memory_order=None):
+    """Atomically ``dst = min(dst, value)``."""
+    _atomic_op("min", dst, value, memory_order)

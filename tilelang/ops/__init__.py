@@ -1,0 +1,4 @@
+"""Tile ops: one module per op, each with its IR form and per-backend lowering."""
+
+from . import atomic, copy, cumsum, fill, gemm, reduce, sync  # noqa: F401 - registration
+from .registry import OPS, lowering_for, tile_op_of  # noqa: F401

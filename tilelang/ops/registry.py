@@ -1,0 +1,96 @@
+"""The tile-op table: each op's IR form and its per-backend lowering rules.
+
+A tile op is an ordinary TIRx ``Call`` to a registered op ``tl.<name>`` whose
+operands are tensor regions or scalar expressions and whose options live in the
+call's attributes. It is emitted as a statement. Each op module (``copy.py``,
+``gemm.py``...) defines a :class:`TileOpDef` and registers its lowering for each
+backend with :func:`lower_rule`; a backend asks :func:`lowering_for` and gets a
+clear error, naming op, target and user line, when a rule is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import tvm_ffi
+from tvm_tirx import ir
+from tvm_tirx.ir.op import register_op_attr
+
+from .. import errors
+
+OPS: dict[str, TileOpDef] = {}
+_LOWERINGS: dict[tuple[str, str], object] = {}
+
+
+@dataclass
+class TileOpDef:
+    """Name, operand names and option defaults of one tile op."""
+
+    name: str
+    operands: tuple[str, ...]
+    options: dict
+
+    def __post_init__(self):
+        self.op_name = f"tl.{self.name}"
+        try:
+            ir.Op.get(self.op_name)
+        except Exception:  # noqa: BLE001 - not registered yet
+            tvm_ffi.get_global_func("ir.RegisterOp")(self.op_name, f"tilelang tile op {self.name}")
+            register_op_attr(self.op_name, "TCallEffectKind", ir.CallEffectKind.UpdateState)
+        OPS[self.op_name] = self
+
+    def make(self, *operands, loc=None, **options) -> ir.Call:
+        """The IR call of this op (options not given take their defaults)."""
+        if len(operands) != len(self.operands):
+            raise TypeError(f"tl.{self.name} takes operands {self.operands}")
+        unknown = set(options) - set(self.options)
+        if unknown:
+            raise TypeError(f"tl.{self.name}: unknown options {sorted(unknown)}")
+        attrs = {**self.options, **options}
+        return ir.Call(
+            self.op_name, list(operands), attrs=attrs, ty="void", loc=loc or ir.UNKNOWN_LOC
+        )
+
+    def view(self, call: ir.Call) -> SimpleNamespace:
+        """Operands and options of ``call`` by name, plus ``loc`` and ``call``."""
+        ns = SimpleNamespace(**dict(zip(self.operands, call.args)))
+        for key, default in self.options.items():
+            value = call.attrs[key] if call.attrs is not None and key in call.attrs else default
+            if isinstance(value, tvm_ffi.Array | list | tuple):
+                value = list(value)
+            setattr(ns, key, value)
+        ns.loc = call.loc
+        ns.call = call
+        return ns
+
+
+def tile_op_of(stmt):
+    """(TileOpDef, Call) when ``stmt`` is an ``Evaluate`` of a tile op, else None."""
+    if not isinstance(stmt, ir.Evaluate):
+        return None
+    call = stmt.value
+    if not isinstance(call, ir.Call) or not isinstance(call.op, ir.Op):
+        return None
+    op = OPS.get(call.op.name)
+    return None if op is None else (op, call)
+
+
+def lower_rule(op_name: str, backend: str):
+    """Decorator registering ``fn(view, ctx) -> Stmt`` as the lowering of ``op_name`` on ``backend``."""
+
+    def register(fn):
+        _LOWERINGS[(op_name, backend)] = fn
+        return fn
+
+    return register
+
+
+def lowering_for(op: TileOpDef, backend: str, call: ir.Call):
+    """The lowering rule of ``op`` on ``backend``; a CompileError naming the user's line if none."""
+    fn = _LOWERINGS.get((op.name, backend))
+    if fn is None:
+        raise errors.compile_error(
+            f"T.{op.name} is not supported on the {backend} target", call.loc
+        )
+    return fn
