@@ -21,6 +21,7 @@ from .. import errors
 
 OPS: dict[str, TileOpDef] = {}
 _LOWERINGS: dict[tuple[str, str], object] = {}
+_LAYOUT_RULES: dict[tuple[str, str], object] = {}
 
 
 @dataclass
@@ -94,3 +95,24 @@ def lowering_for(op: TileOpDef, backend: str, call: ir.Call):
             f"T.{op.name} is not supported on the {backend} target", call.loc
         )
     return fn
+
+
+def layout_rule(op_name: str, backend: str):
+    """Decorator registering ``fn(view, ctx) -> {tensor Var: Layout/Fragment}`` for layout inference.
+
+    ``ctx`` is the backend's layout-inference context (for CUDA:
+    ``tilelang.backends.cuda.context.LayoutInferContext``). A rule returns the
+    layouts it can decide at ``ctx.level`` ("strict", "common" or "free") given
+    ``ctx.layout_map`` (what is already known); it returns {} when it needs more.
+    """
+
+    def register(fn):
+        _LAYOUT_RULES[(op_name, backend)] = fn
+        return fn
+
+    return register
+
+
+def layout_rule_for(op: TileOpDef, backend: str):
+    """The layout-inference rule of ``op`` on ``backend``, or None when the op fixes no layout."""
+    return _LAYOUT_RULES.get((op.name, backend))
