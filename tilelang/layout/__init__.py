@@ -5,6 +5,7 @@ Public names follow upstream TileLang's ``tilelang.layout``.
 
 from .fragment import Fragment
 from .gemm_layouts import (
+    ldmatrix_bank_conflicts,
     ldmatrix_lane_layout,
     make_ldmatrix_fragment,
     make_mma_a_atom_fragment,
@@ -37,6 +38,7 @@ __all__ = [
     "Layout",
     "SwizzleMode",
     "detect_swizzle_mode",
+    "ldmatrix_bank_conflicts",
     "ldmatrix_lane_layout",
     "make_full_bank_swizzled_layout",
     "make_half_bank_swizzled_layout",

@@ -324,7 +324,9 @@ class Fragment(Layout):
             tile = tile + (variables[axis] // self._shape[axis]) * stride
             stride *= repeats[axis]
         if repeat_on_thread:
-            parts = self._remapped(shape, variables, mapping, thread_extra=self.get_thread_size() * tile)
+            parts = self._remapped(
+                shape, variables, mapping, thread_extra=self.get_thread_size() * tile
+            )
         else:
             if self.output_dim != 1:
                 raise ValueError("repeat along the local index needs a 1-d local index")
@@ -393,7 +395,9 @@ class Fragment(Layout):
         if not all(_extent_equal(a, b) for a, b in zip(self._shape, other._shape)):
             return False
         if self._thread_range is not None and other._thread_range is not None:
-            if not all(_extent_equal(a, b) for a, b in zip(self._thread_range, other._thread_range)):
+            if not all(
+                _extent_equal(a, b) for a, b in zip(self._thread_range, other._thread_range)
+            ):
                 return False
         if self.get_thread_size() != other.get_thread_size():
             return False
@@ -401,7 +405,9 @@ class Fragment(Layout):
         mapping[E.key(other._rep)] = self._rep
         analyzer = E.make_analyzer(self._thread_ranges())
         theirs = E.substitute(other._thread, mapping)
-        if not (E.same_expr(self._thread, theirs) or analyzer.can_prove_equal(self._thread, theirs)):
+        if not (
+            E.same_expr(self._thread, theirs) or analyzer.can_prove_equal(self._thread, theirs)
+        ):
             return False
         if skip_index:
             return self.get_output_shape() == other.get_output_shape()

@@ -344,11 +344,14 @@ class Layout:
         corrected = list(base.get_forward_index())
         analyzer = E.make_analyzer(base._ranges())
         positions = [E.key(v) for v in self._vars]
-        for target, field, (var, lower, _) in splits:
+        for target, _field, (var, lower, extent) in splits:
             position = positions.index(E.key(var))
-            # Keep the affine remainder separate: the simplifier does not look through XOR.
-            rest = analyzer.simplify(corrected[position] - E.substitute(field, to_base) * lower)
-            corrected[position] = rest + E.substitute(target, to_base) * lower
+            # var = high bits + swizzled field + low bits, each simplified on its own (the
+            # simplifier does not look through XOR).
+            current, span = corrected[position], lower * extent
+            high = analyzer.simplify((current // span) * span)
+            low = analyzer.simplify(current % lower)
+            corrected[position] = high + low + E.substitute(target, to_base) * lower
         inverse = Layout.from_index(base.get_input_shape(), outputs, corrected)
         inverse._output_shape = list(self._shape)
         self._validate_inverse(inverse)

@@ -188,7 +188,9 @@ class _Encoder:
         if isinstance(node, P.Cast):
             return run(node.value)
         if isinstance(node, P.Select):
-            return z3.If(boolean(run(node.condition)), bv(run(node.true_value)), bv(run(node.false_value)))
+            return z3.If(
+                boolean(run(node.condition)), bv(run(node.true_value)), bv(run(node.false_value))
+            )
         if isinstance(node, ir.Call) and getattr(node.op, "name", "") == "prim.if_then_else":
             cond, then, other = node.args
             return z3.If(boolean(run(cond)), bv(run(then)), bv(run(other)))
@@ -485,7 +487,9 @@ def prove_fragment(
             stats,
         )
     note = f"; {stats['unused']} slots unused" if stats["unused"] else "; all slots used"
-    return ProofResult(True, "fragment slots", method, "each slot holds one element" + note, None, stats)
+    return ProofResult(
+        True, "fragment slots", method, "each slot holds one element" + note, None, stats
+    )
 
 
 def prove_inverse(
