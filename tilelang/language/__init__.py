@@ -79,7 +79,16 @@ from .math import (
     truncmod,
 )
 from .misc import annotate_layout, call_extern, evaluate, sync_threads, use_swizzle
-from .proxy import Buffer, StridedTensor, Tensor, dynamic, symbolic
+from .proxy import (
+    Buffer,
+    FragmentBuffer,
+    LocalBuffer,
+    SharedBuffer,
+    StridedTensor,
+    Tensor,
+    dynamic,
+    symbolic,
+)
 from .tileop import (
     GemmWarpPolicy,
     atomic_add,

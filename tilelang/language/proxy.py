@@ -63,3 +63,18 @@ def dynamic(name: str, dtype: str = "int32"):
 
 
 symbolic = dynamic
+
+
+def SharedBuffer(shape, dtype="float32"):  # noqa: N802 - upstream API (macro parameter annotations)
+    """Annotation of a shared-memory tile parameter of a ``T.macro``."""
+    return TensorAnnotation(_shape(shape), dtypes.canonical(dtype), None, "shared.dyn")
+
+
+def FragmentBuffer(shape, dtype="float32"):  # noqa: N802
+    """Annotation of a fragment parameter of a ``T.macro``."""
+    return TensorAnnotation(_shape(shape), dtypes.canonical(dtype), None, "local.fragment")
+
+
+def LocalBuffer(shape, dtype="float32"):  # noqa: N802
+    """Annotation of a per-thread local tile parameter of a ``T.macro``."""
+    return TensorAnnotation(_shape(shape), dtypes.canonical(dtype), None, "local")
