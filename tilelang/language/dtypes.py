@@ -68,7 +68,7 @@ def convert(value, dtype: str, cast: bool = True):
     if isinstance(value, int | float):
         if not is_float(dtype) and isinstance(value, float):
             if value in (float("inf"), float("-inf")):
-                return (_tirx.max_value if value > 0 else _tirx.min_value)(dtype)
+                return (_tirx.max_value if value > 0 else _tirx.min_value)(ty=dtype)
             value = int(value)
         return ir.const(value, dtype)
     if isinstance(value, ir.Expr) and ir.is_prim_expr(value):

@@ -100,17 +100,17 @@ def if_then_else(cond, then_value, else_value):
 
 def infinity(dtype):
     """+inf of a floating ``dtype``."""
-    return _tirx.infinity(dtypes.canonical(dtype))
+    return _tirx.infinity(ty=dtypes.canonical(dtype))
 
 
 def max_value(dtype):
     """Largest finite value of ``dtype``."""
-    return _tirx.max_value(dtypes.canonical(dtype))
+    return _tirx.max_value(ty=dtypes.canonical(dtype))
 
 
 def min_value(dtype):
     """Smallest finite value of ``dtype``."""
-    return _tirx.min_value(dtypes.canonical(dtype))
+    return _tirx.min_value(ty=dtypes.canonical(dtype))
 
 
 def cast(value, dtype):

@@ -26,10 +26,11 @@ def init_value(kind: str, dtype: str):
         return ir.const(0, dtype)
     if kind == "absmax":
         return ir.const(0, dtype)
+    is_float = dtype.startswith(("float", "bfloat"))
     if kind == "max":
-        return _tirx.min_value(dtype)
+        return -_tirx.infinity(ty=dtype) if is_float else _tirx.min_value(ty=dtype)
     if kind == "min":
-        return _tirx.max_value(dtype)
+        return _tirx.infinity(ty=dtype) if is_float else _tirx.max_value(ty=dtype)
     if kind == "bitand":
         return ir.const(-1, dtype)
     raise ValueError(kind)
