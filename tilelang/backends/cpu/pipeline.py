@@ -1,6 +1,6 @@
 """The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
 
-    trace ─► lower_threads ─► LowerTileOps("cpu") ─► strip schedule hints ─► lower_blocks
+    trace ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints ─► lower_blocks
           ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
 
 Blocks run as a parallel loop over cores (serial when the kernel uses atomics);
@@ -17,6 +17,7 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from ...ops import tile_op_of
+from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.stmt import StmtMutator, contains
 from .lower_threads import lower_blocks, lower_threads
@@ -52,6 +53,7 @@ def lower(func, pass_configs=None):
     body = func.body
     parallel = not _uses_atomics(body)
     body = lower_threads(body)
+    body = legalize_safe_memory_access(body, "cpu")
     body = LowerTileOps("cpu")(body)
     body = _StripScheduleHints("cpu")(body)
     body = lower_blocks(body, parallel=parallel)
