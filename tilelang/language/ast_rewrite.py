@@ -49,6 +49,16 @@ _AUG_OPS = {
 }
 
 
+def _strip_annotations(node: ast.FunctionDef) -> None:
+    """Drop parameter/return annotations: Python already evaluated them on the original
+    function, in its enclosing scope, whose locals the rewritten code cannot see."""
+    a = node.args
+    for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    node.returns = None
+
+
 def _tb(attr: str) -> ast.Attribute:
     return ast.Attribute(ast.Name(BUILDER, ast.Load()), attr, ast.Load())
 
@@ -73,6 +83,7 @@ class _KernelRewriter(ast.NodeTransformer):
         try:
             if self._depth == 1:
                 node.decorator_list = []  # the decorator is applying itself now
+                _strip_annotations(node)
             node.body = self._visit_body(node.body)
         finally:
             self._depth -= 1

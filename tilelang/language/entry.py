@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import types
 
 from tvm_tirx import ir
@@ -62,11 +63,34 @@ def _param_type(name, annotation, func):
     )
 
 
-def trace(func, name: str | None = None) -> ir.Expr:
-    """Run ``func``'s rewritten body under an IRBuilder and return the TIRx Function."""
+def _annotated_params(func, namespace) -> list[inspect.Parameter]:
+    """``func``'s parameters with their annotations as Python evaluated them at definition
+    (in the enclosing scope); string annotations (``from __future__ import annotations``)
+    are evaluated now in ``namespace`` (globals, the defining scope's locals, closure)."""
+    params = []
+    for p in inspect.signature(func).parameters.values():
+        if isinstance(p.annotation, str):
+            try:
+                p = p.replace(annotation=eval(p.annotation, namespace))  # noqa: S307
+            except Exception as err:  # noqa: BLE001 - name the annotation and parameter
+                raise errors.TraceError(
+                    f"annotation {p.annotation!r} of parameter {p.name!r} of "
+                    f"{func.__qualname__} cannot be evaluated: {err}"
+                ) from err
+        params.append(p)
+    return params
+
+
+def trace(func, name: str | None = None, outer_locals: dict | None = None) -> ir.Expr:
+    """Run ``func``'s rewritten body under an IRBuilder and return the TIRx Function.
+
+    ``outer_locals`` are the locals of the scope defining ``func`` (where string
+    annotations, under ``from __future__ import annotations``, are evaluated).
+    """
     rewritten = _Rewritten(func)
     fn = rewritten.instantiate()
-    params = list(inspect.signature(fn).parameters.values())
+    namespace = {**func.__globals__, **(outer_locals or {}), **_closure_values(func)}
+    params = _annotated_params(func, namespace)
     with builder.tracing(), IRBuilder() as ib:
         with _T.function_():
             _T.func_name_(name or func.__name__)
@@ -85,7 +109,7 @@ def prim_func(func=None, *, private=False, check_well_formed=False):
     """Decorator: trace a kernel function into a TIRx ``Function`` (upstream ``T.prim_func``)."""
     if func is None:
         return functools.partial(prim_func, private=private, check_well_formed=check_well_formed)
-    return trace(func)
+    return trace(func, outer_locals=sys._getframe(1).f_locals)
 
 
 def macro(func=None, *, hygienic=True):
