@@ -579,6 +579,15 @@ def _export_host_library(executable: Any) -> bytes:
         return Path(library_path).read_bytes()
 
 
+def _summarize_error(err: Exception) -> str:
+    """Drop the echoed CUDA source from a device-compiler error, keeping the log."""
+    text = str(err)
+    marker = "\nCompilation error:\n"
+    if marker in text:
+        text = "device compiler error:\n" + text.rsplit(marker, 1)[1]
+    return text
+
+
 def _nvrtc_available() -> bool:
     try:
         return importlib.util.find_spec("cuda.bindings") is not None
@@ -683,7 +692,9 @@ def build_cuda(
         with _device_factory():
             executable = tirx.compile(mod, target=target, pipeline=pipeline)
     except Exception as err:
-        raise CudaBuildError(f"TIRx compilation for {arch} failed: {err}") from err
+        raise CudaBuildError(
+            f"TIRx compilation for {arch} with {compiler} failed: {_summarize_error(err)}"
+        ) from err
     finally:
         captured = state.captured
         state.active, state.prefix, state.captured, state.config = False, "", [], None
