@@ -234,7 +234,7 @@ class Fragment(Layout):
         """A copy bound to threads ``[begin, begin + extent)`` (a Range is accepted too)."""
         if extent is None:
             if isinstance(begin, Range):
-                begin, extent = begin.begin, begin.end - begin.begin
+                begin, extent = begin.begin, begin.extent
             elif isinstance(begin, tuple | list) and len(begin) == 2:
                 begin, extent = begin
             else:
