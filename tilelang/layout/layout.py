@@ -126,7 +126,8 @@ class Layout:
                 extent = hi + 1
                 if not isinstance(extent, int):
                     extent = E.simplify(extent)
-                    extent = E.as_const_int(extent) if E.as_const_int(extent) else extent
+                    const = E.as_const_int(extent)
+                    extent = extent if const is None else const
                 shape.append(extent)
             self._output_shape = shape
         return list(self._output_shape)
@@ -186,6 +187,17 @@ class Layout:
         analyzer = analyzer or sym.Analyzer()
         mapped = [analyzer.simplify(E.substitute(e, mapping)) for e in self._index]
         return [E.as_expr(x) for x in indices[:lead]] + mapped
+
+    def map_forward_offset(self, indices, analyzer: sym.Analyzer | None = None):
+        """Row-major flattened physical offset of ``indices`` within the output box."""
+        indices = list(indices)
+        if len(indices) != self.input_dim:
+            raise ValueError(f"indices must have {self.input_dim} entries, got {len(indices)}")
+        coords = self.map_forward_index(indices, analyzer)
+        flat = coords[0]
+        for coord, extent in zip(coords[1:], self.get_output_shape()[1:]):
+            flat = flat * extent + coord
+        return (analyzer or sym.Analyzer()).simplify(flat)
 
     def __call__(self, *indices):
         return self.map_forward_index(indices)

@@ -36,6 +36,17 @@ def test_map_forward_index_with_expressions_and_passthrough():
         layout.map_forward_index([1])
 
 
+def test_map_forward_offset_flattens_the_output_box():
+    layout = make_full_bank_swizzled_layout([16, 128], "float16")  # box [2, 2, 512]
+    assert (
+        layout.map_forward_offset([9, 70]).value == 1 * 2 * 512 + 1 * 512 + 1 * 64 + (0 ^ 1) * 8 + 6
+    )
+    x = ir.Var("x", "int32")
+    assert "x" in str(layout.map_forward_offset([x, 0]))
+    with pytest.raises(ValueError, match="2 entries"):
+        layout.map_forward_offset([1])
+
+
 def test_output_shape_uses_bound_analysis():
     layout = Layout([64, 64], lambda i, j: [i // 8, (i % 8) * 64 + j])
     assert layout.get_output_shape() == [8, 512]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tvm_tirx.ir import prim as P
 
 from tilelang.layout import (
     Fragment,
@@ -229,3 +230,26 @@ def test_argument_checks():
         prove_injective(layout, method="guess")
     with pytest.raises(TypeError, match="Fragment"):
         prove_fragment(layout)
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        lambda i, j: ((i - 4) % 8) * 8 + j,  # floor modulo of negative values
+        lambda i, j: ((i - 5) // 2) * 8 + j,  # floor division of negative values
+        lambda i, j: P.truncdiv(i - 4, 3) * 8 + P.truncmod(j - 3, 5),
+        lambda i, j: P.shift_left(i, 3) + P.bitwise_and(j, 7),
+        lambda i, j: P.shift_right(i * 8 + j, 1),
+        lambda i, j: P.max(i, j) * 8 + P.min(i, j),
+        lambda i, j: P.if_then_else(i < 4, i * 8 + j, 95 - i * 8 - j),
+        lambda i, j: P.bitwise_or(i * 8, j) + P.bitwise_xor(i, j) * 0,
+    ],
+)
+def test_z3_translation_agrees_with_enumeration(forward):
+    layout = Layout([8, 8], forward)
+    z3_result = prove_injective(layout)
+    enum_result = prove_injective(layout, method="enumerate")
+    assert z3_result.holds == enum_result.holds, (str(z3_result), str(enum_result))
+    if not z3_result:
+        first, second = z3_result.counterexample["inputs"]
+        assert layout.forward_point(*first) == layout.forward_point(*second)
