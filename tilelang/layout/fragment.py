@@ -290,7 +290,8 @@ class Fragment(Layout):
         return values.reshape(self._replicate, *self._shape)
 
     # ----------------------------------------------------------------- algebra
-    def _remapped(self, shape, variables, mapping, index_extra=None, thread_extra=None, rep=None):
+    def _remapped(self, shape, variables, mapping, index_extra=None, thread_extra=None):
+        """(shape, vars, index, thread) after substituting ``mapping`` and adding offsets."""
         index = [E.substitute(e, mapping) for e in self._index]
         thread = E.substitute(self._thread, mapping)
         if index_extra is not None:

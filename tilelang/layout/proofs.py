@@ -9,11 +9,13 @@ that no intermediate value can overflow, which makes the bit-vector semantics co
 with TIRx integer semantics (``//``/``%`` are floor division/modulo, translated with
 ``bvsmod``; ``^``/``&``/``|``/shifts map to the bit-vector operators).
 
-We do not go through ``tvm_tirx.sym.Analyzer.can_prove`` although it embeds Z3: it
-encodes integers with the ``Int`` sort and bitwise operators through
-``int2bv``/``bv2int`` conversions, on which Z3 gives up (``unknown``, reported as
-"cannot prove") for every XOR swizzle we tried, e.g. the injectivity of the 128-byte
-swizzle.  Pure bit-vector queries are decidable and take milliseconds here.
+We do not go through ``tvm_tirx.sym.Analyzer.can_prove`` although it embeds Z3 (used
+at ``ProofStrength.SYMBOLIC_BOUND``): it encodes integers with the ``Int`` sort and
+bitwise operators through ``int2bv``/``ubv_to_int`` conversions, and with tvm_tirx
+0.1.0a4 it answers "cannot prove" even for true facts such as ``(j ^ (i % 8)) < 8`` with
+``i, j`` in ``[0, 8)``, or the injectivity of the 128-byte swizzle (checked in
+``Analyzer.get_smtlib2`` output).  Pure bit-vector queries are decidable by
+bit-blasting and take milliseconds here.
 
 Each prover can also run by exhaustive enumeration with numpy (``method="enumerate"``),
 which the tests use as an independent cross-check.  All provers return a
