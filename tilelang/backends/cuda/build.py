@@ -226,12 +226,8 @@ def _cross_compile_factory(data: Any, fmt: str, fmap: Any, source_map: Any) -> A
     config = _STATE.config if _STATE.active else None
     if config is None or str(fmt) != "cuda":
         return fallback(data, fmt, fmap, source_map)
-    from tvm_tirx.backend.cuda.compiler import compile_source
-
-    result = compile_source(
-        bytes(data).decode(), {"cuda": config}, target={"kind": "cuda", "arch": config["arch"]}
-    )
-    return fallback(result.binary, result.target_format, fmap, source_map)
+    binary, binary_format = _compile_device_source(bytes(data).decode(), config)
+    return fallback(binary, binary_format, fmap, source_map)
 
 
 @contextlib.contextmanager
@@ -579,6 +575,21 @@ def _export_host_library(executable: Any) -> bytes:
         return Path(library_path).read_bytes()
 
 
+def _compile_device_source(source: str, config: dict[str, Any]) -> tuple[bytes, str]:
+    """Compile CUDA source with a resolved backend config; returns (binary, format)."""
+    from tvm_tirx.backend.cuda.compiler import compile_source
+
+    try:
+        result = compile_source(
+            source, {"cuda": config}, target={"kind": "cuda", "arch": config["arch"]}
+        )
+    except Exception as err:
+        raise CudaBuildError(
+            f"{config['compiler']} failed for {config['arch']}: {_summarize_error(err)}"
+        ) from err
+    return bytes(result.binary), str(result.target_format)
+
+
 def _summarize_error(err: Exception) -> str:
     """Drop the echoed CUDA source from a device-compiler error, keeping the log."""
     text = str(err)
@@ -716,10 +727,13 @@ def build_cuda(
     payload, device_format, names = devices[0]["__tvm_cuda_binary"]()
     device_format = str(device_format)
     kernel_names = [str(name) for name in names]
-    if device_format == "cuda":  # source-only: no compiler could run here
-        device_binary, device_format = None, None
-    else:
+    host_embeds = "source" if device_format == "cuda" else "binary"
+    if host_embeds == "binary":
         device_binary = bytes(payload)
+    elif compile_here:  # the CUDA runtime deferred compilation: compile a copy here
+        device_binary, device_format = _compile_device_source(bytes(payload).decode(), config)
+    else:  # no device compiler can run here (NVRTC without cuda-bindings)
+        device_binary, device_format = None, None
 
     host_library = _export_host_library(executable)
 
@@ -741,7 +755,7 @@ def build_cuda(
         "extra_headers": header_list,
         "backend_config": config,
         "device_format": device_format,
-        "host_embeds": "binary" if device_binary is not None else "source",
+        "host_embeds": host_embeds,
         "tvm_tirx_version": getattr(tvm_tirx, "__version__", "unknown"),
         "tvm_ffi_version": getattr(tvm_ffi, "__version__", "unknown"),
     }

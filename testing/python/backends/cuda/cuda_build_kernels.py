@@ -291,6 +291,7 @@ GPU_KERNELS = {
     "transpose_shared": lambda: make_transpose("shared"),
     "transpose_dyn": lambda: make_transpose("shared.dyn"),
     "reverse_96k": lambda: make_block_reverse(24576),
+    "reverse_200k": lambda: make_block_reverse(51200),
     "warp_reduce": make_warp_reduce,
     "cp_async": make_cp_async,
     "atomics": make_atomics,
@@ -300,6 +301,7 @@ GPU_KERNELS = {
     "mma_s8": make_mma_s8,
     "ldmatrix_x4_trans": lambda: make_ldmatrix(5),
     "swizzle_row": lambda: make_swizzle("Row", 3, 5, 7),
+    "swizzle_column": lambda: make_swizzle("Column", 2, 6, 5),
 }
 
 # --------------------------------------------------------------------------- references
