@@ -25,12 +25,15 @@ from types import CodeType
 
 import tvm_ffi
 from tvm_tirx import ir
+from tvm_tirx.ir._prim_expr_overload import EqualOp, NotEqualOp
 from tvm_tirx.script import tirx as _T
 from tvm_tirx.script.ir_builder import IRBuilder
 from tvm_tirx.script.ir_builder.base import AlreadyEmitted
 
 from .. import errors
 from . import dtypes
+
+_DEFERRED_CMP = (EqualOp, NotEqualOp)
 
 # Code objects produced by our rewriter: frames running them are "user" frames.
 USER_CODE: set[CodeType] = set()
@@ -112,9 +115,13 @@ def in_trace() -> bool:
 
 
 def unwrap(value):
-    """Turn an IRBuilder receipt into the value it carries."""
+    """Turn an IRBuilder receipt into the value it carries, and a deferred ``a == b`` /
+    ``a != b`` (TIRx's EqualOp/NotEqualOp, whose Python truth is object identity) into
+    its IR comparison."""
     if isinstance(value, AlreadyEmitted):
         return value.value
+    if isinstance(value, _DEFERRED_CMP):
+        return value.__tvm_ffi_object__()
     return value
 
 
@@ -209,7 +216,7 @@ def range_(start, stop=None, step=None):
 def while_(test):
     """Generator behind every rewritten ``while`` statement."""
     st = state()
-    cond = test()
+    cond = unwrap(test())
     if is_expr(cond) and static_value(cond) is None:
         st.loops.append(_Loop(True, st.ir_if_depth))
         try:
@@ -222,7 +229,7 @@ def while_(test):
     try:
         while _py_truth(cond):
             yield None
-            cond = test()
+            cond = unwrap(test())
     finally:
         st.loops.pop()
 
@@ -257,6 +264,7 @@ def continue_() -> bool:
 # Branches
 # ---------------------------------------------------------------------------
 def _py_truth(value) -> bool:
+    value = unwrap(value)
     const = static_value(value)
     if const is not None:
         return bool(const)
@@ -312,6 +320,7 @@ class _IRIf:
 
 def if_(cond):
     """Context behind every rewritten ``if`` statement."""
+    cond = unwrap(cond)
     if is_expr(cond) and static_value(cond) is None:
         if cond.ty != ir.PrimType("bool"):
             cond = cond != ir.const(0, cond.ty)

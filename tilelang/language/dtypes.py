@@ -63,6 +63,8 @@ def is_float(name) -> bool:
 def convert(value, dtype: str, cast: bool = True):
     """``value`` as an IR expression of ``dtype`` (Python numbers become constants)."""
     dtype = canonical(dtype)
+    if not isinstance(value, ir.Expr) and hasattr(value, "__tvm_ffi_object__"):
+        value = value.__tvm_ffi_object__()  # a deferred ``a == b`` / ``a != b``
     if isinstance(value, bool):
         return ir.const(value, dtype) if dtype != "bool" else ir.const(value, "bool")
     if isinstance(value, int | float):
