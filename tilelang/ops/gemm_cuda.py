@@ -1,0 +1,328 @@
+"""``T.gemm`` on CUDA (sm_80+): warp partition, layouts, and the mma.sync lowering.
+
+Layout rule (``@layout_rule("gemm", "cuda")``)
+    The block's warps split C into ``warp_m x warp_n`` warp tiles (``GemmWarpPolicy``,
+    upstream's rules, see :func:`warp_partition`). C gets the block-level mma
+    accumulator fragment (``make_mma_accumulator_fragment``); an A held in registers
+    (``local.fragment``) gets the mma A-operand fragment; shared A/B tiles get the
+    swizzled layout ``make_swizzled_layout`` (ldmatrix reads 8 rows x 16 bytes without
+    bank conflicts). The copy that fills a shared tile must write it through the same
+    layout (``ctx.layout_map``).
+
+Lowering (``@lower_rule("gemm", "cuda")``)
+    Thread-level code, run by every thread: warp ``w = tid // 32`` is warp
+    ``(w % warp_m, w // warp_m)``. For each k16 step the warp loads its A tiles (16x16,
+    ``ldmatrix.x4``, ``.trans`` when A is stored (K, M)) and B tiles (two 16x8 tiles per
+    ``ldmatrix.x4``, ``.trans`` when B is stored (K, N)) into registers, then issues one
+    ``mma.sync.m16n8k16`` per (m16, n8) tile, accumulating into ``ctx.local_of(C)``.
+
+Register order (the accumulator fragment): within the warp, C tile ``(mi, ni)`` (16x8,
+row-major over the warp's ``tm x tn`` tiles) holds registers ``4 * (mi * tn + ni) + r``
+with ``r`` the PTX ``c0..c3``. A fragment: tile ``(mi, ki)`` holds ``8 * (mi * tk + ki)
++ r`` (``8 * (ki * tm + mi) + r`` when transposed). Shared addresses are computed from the
+shared tensor's layout: ``&tensor[0, ..., 0] + flat(layout(indices))`` elements.
+"""
+
+from __future__ import annotations
+
+from tvm_tirx import ir, tirx
+from tvm_tirx.tirx.tensor import TensorType
+
+from .. import errors
+from ..layout import (
+    make_mma_a_fragment,
+    make_mma_accumulator_fragment,
+    make_swizzled_layout,
+)
+from ..layout.swizzle import dtype_bits
+from . import irb
+from .gemm import GemmWarpPolicy, gemm_dims
+from .region import _const
+from .registry import layout_rule, lower_rule
+
+WARP = 32
+_MMA_16BIT = {
+    "float16": "tl::mma_m16n8k16_f16f16f32",
+    "bfloat16": "tl::mma_m16n8k16_bf16bf16f32",
+}
+
+
+# ---------------------------------------------------------------------------------------
+# warp partition
+# ---------------------------------------------------------------------------------------
+def warp_partition(m: int, n: int, num_warps: int, policy) -> tuple[int, int]:
+    """``(warp_m, warp_n)`` for a ``m x n`` C tile (upstream's GemmWarpPolicy rules).
+
+    FullRow puts every warp along M, FullCol along N; Square picks the split whose warp
+    tile ``m/warp_m x n/warp_n`` (each a multiple of 16 x 8) is closest to square,
+    preferring more warps along M on ties. Raises ValueError
+    when no split divides the tile.
+    """
+    policy = GemmWarpPolicy(int(policy))
+
+    def fits(wm, wn):
+        return m % (16 * wm) == 0 and n % (8 * wn) == 0
+
+    if policy == GemmWarpPolicy.FullRow:
+        choices = [(num_warps, 1)]
+    elif policy == GemmWarpPolicy.FullCol:
+        choices = [(1, num_warps)]
+    else:
+        choices = [(wm, num_warps // wm) for wm in range(1, num_warps + 1) if num_warps % wm == 0]
+    choices = [c for c in choices if fits(*c)]
+    if not choices:
+        raise ValueError(
+            f"no {policy.name} split of {num_warps} warps divides a {m}x{n} C tile into "
+            "multiples of 16x8"
+        )
+
+    def score(c):
+        # Square: warp tiles as close to square as the splits allow (balanced operand loads)
+        wm, wn = c
+        return (abs(m / wm - n / wn) if policy == GemmWarpPolicy.Square else 0, -wm)
+
+    return min(choices, key=score)
+
+
+# ---------------------------------------------------------------------------------------
+# the static plan of one gemm
+# ---------------------------------------------------------------------------------------
+class GemmPlan:
+    """Static facts of one ``T.gemm`` on the mma path (shapes, warps, layouts)."""
+
+    def __init__(self, v, threads: int):
+        a, b, c, m, n, k = gemm_dims(v)
+        self.a, self.b, self.c, self.v = a, b, c, v
+        dims = [_const(x) for x in (m, n, k)]
+        if any(d is None for d in dims):
+            raise errors.compile_error(
+                f"T.gemm on CUDA needs static tile sizes, got M={m}, N={n}, K={k} "
+                f"(A={a.name}, B={b.name}, C={c.name})",
+                v.loc,
+            )
+        self.m, self.n, self.k = dims
+        if threads % WARP:
+            raise errors.compile_error(
+                f"T.gemm on CUDA needs a multiple of 32 threads, the kernel has {threads}", v.loc
+            )
+        self.num_warps = threads // WARP
+        try:
+            self.warp_m, self.warp_n = warp_partition(self.m, self.n, self.num_warps, v.policy)
+        except ValueError as err:
+            raise errors.compile_error(
+                f"T.gemm {a.name} x {b.name} -> {c.name}: {err}", v.loc
+            ) from None
+        self.wtile_m, self.wtile_n = self.m // self.warp_m, self.n // self.warp_n
+        self.tm, self.tn = self.wtile_m // 16, self.wtile_n // 8
+        self.in_dtype = a.dtype
+        if a.dtype != b.dtype:
+            raise errors.compile_error(
+                f"T.gemm: A ({a.name}, {a.dtype}) and B ({b.name}, {b.dtype}) element types differ",
+                v.loc,
+            )
+        if a.dtype not in _MMA_16BIT or c.dtype != "float32":
+            raise errors.compile_error(
+                f"T.gemm on CUDA supports float16/bfloat16 inputs with float32 accumulation "
+                f"(mma.sync m16n8k16); got A={a.name} {a.dtype}, B={b.name} {b.dtype}, "
+                f"C={c.name} {c.dtype}",
+                v.loc,
+            )
+        if self.k % 16:
+            raise errors.compile_error(
+                f"T.gemm on CUDA needs K % 16 == 0, got K={self.k} (A={a.name}, B={b.name})",
+                v.loc,
+            )
+        self.tk = self.k // 16
+        self.a_in_regs = a.scope.startswith("local")
+        if b.scope.startswith("local"):
+            raise errors.compile_error(
+                f"T.gemm on CUDA reads B ({b.name}) from shared memory; a register B is not "
+                "supported",
+                v.loc,
+            )
+        if not c.scope.startswith("local"):
+            raise errors.compile_error(
+                f"T.gemm on CUDA accumulates into a fragment; C ({c.name}) is {c.scope}", v.loc
+            )
+
+    # layouts ------------------------------------------------------------------------
+    def c_fragment(self):
+        return make_mma_accumulator_fragment(self.m, self.n, self.warp_m, self.warp_n)
+
+    def a_fragment(self):
+        return make_mma_a_fragment(
+            self.m, self.n, self.k, self.warp_m, self.warp_n, 16, bool(self.v.transpose_A)
+        )
+
+    @staticmethod
+    def shared_layout(view, k_major: bool):
+        return make_swizzled_layout((view.shape, view.dtype), k_major=k_major)
+
+
+def _threads_of(ctx) -> int:
+    return int(ctx.threads)
+
+
+@layout_rule("gemm", "cuda")
+def infer_gemm_layout_cuda(v, ctx):
+    """C: mma accumulator fragment; register A: mma A fragment; shared A/B: swizzled."""
+    plan = GemmPlan(v, _threads_of(ctx))
+    out = {plan.c.tensor: plan.c_fragment()}
+    if plan.a_in_regs:
+        out[plan.a.tensor] = plan.a_fragment()
+    elif ctx.get_layout(plan.a.tensor) is None:
+        out[plan.a.tensor] = plan.shared_layout(plan.a, not v.transpose_A)
+    if ctx.get_layout(plan.b.tensor) is None:
+        out[plan.b.tensor] = plan.shared_layout(plan.b, bool(v.transpose_B))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# address helpers
+# ---------------------------------------------------------------------------------------
+def _flat(coords, out_shape):
+    flat = ir.const(0, "int32") if not coords else None
+    for coord, extent in zip(coords, out_shape):
+        flat = coord if flat is None else flat * int(extent) + coord
+    return flat
+
+
+def shared_offset(view, layout, rel_row, rel_col):
+    """Element offset of ``view[.., row, col]`` (tile-relative) in the tensor's storage."""
+    rank = len(view.extents)
+    idx = view.index({rank - 2: rel_row, rank - 1: rel_col})
+    if layout is None:
+        coords, shape = idx, [int(_const(s)) for s in view.shape]
+    else:
+        coords, shape = layout.map_forward_index(idx), layout.get_output_shape()
+    return _flat(coords, shape)
+
+
+def shared_ptr(view, layout, rel_row, rel_col):
+    """A typed pointer to ``view[.., row, col]`` in shared memory."""
+    dtype = view.dtype
+    nbytes = dtype_bits(dtype) // 8
+    off = shared_offset(view, layout, rel_row, rel_col)
+    ptr_ty = ir.PtrType(ir.PrimType(dtype), view.scope)
+    return tirx.ptr_byte_offset(tirx.address_of(view.tensor), off * nbytes, ty=ptr_ty)
+
+
+def _call(name, *args):
+    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
+
+
+def _addr(local, index):
+    return tirx.address_of(ir.TensorLoad(local, [ir.const(int(index), "int32")]))
+
+
+def ldmatrix_origin(lane, num_matrices: int, rows_first: bool):
+    """(row, col) in the stored tile of the 16-byte row that ``lane`` addresses.
+
+    Matrix ``q = (lane // 8) % num_matrices`` starts at ``((q%2)*8, (q//2)*8)`` when
+    ``rows_first`` else ``((q//2)*8, (q%2)*8)`` (``tilelang.layout.ldmatrix_lane_layout``).
+    """
+    q = (lane // 8) % num_matrices if num_matrices > 1 else lane * 0
+    r = lane % 8
+    lo, hi = (q % 2) * 8, (q // 2) * 8
+    return (r + lo, hi) if rows_first else (r + hi, lo)
+
+
+# ---------------------------------------------------------------------------------------
+# lowering
+# ---------------------------------------------------------------------------------------
+def _new_local(name, size, dtype):
+    var = ir.Var(name, TensorType([size], dtype, scope="local"))
+    return var, ir.Bind(
+        var, ir.Call("tirx.alloc_tensor", [], attrs={}, ty_args=[var.ty], ty=var.ty)
+    )
+
+
+def _check_layout(ctx, tensor, expected, what, loc):
+    got = ctx.get_layout(tensor)
+    if got is None:
+        raise errors.compile_error(f"T.gemm: {what} {tensor.name} has no layout", loc)
+    if not got.is_equal(expected):
+        raise errors.compile_error(
+            f"T.gemm: {what} {tensor.name} was given a layout that is not the mma {what} "
+            f"layout of this gemm: {got}",
+            loc,
+        )
+
+
+@lower_rule("gemm", "cuda")
+def lower_gemm_cuda(v, ctx):
+    """ldmatrix + mma.sync.m16n8k16 (see the module docstring)."""
+    plan = GemmPlan(v, _threads_of(ctx))
+    a, b, c = plan.a, plan.b, plan.c
+    _check_layout(ctx, c.tensor, plan.c_fragment(), "accumulator", v.loc)
+    c_local = ctx.local_of(c.tensor)
+    tx = ctx.thread_var
+    warp, lane = (tx // WARP) % plan.num_warps, tx % WARP
+    wm, wn = warp % plan.warp_m, warp // plan.warp_m
+    m0, n0 = wm * plan.wtile_m, wn * plan.wtile_n
+    mma = _MMA_16BIT[plan.in_dtype]
+    stmts = []
+    if v.clear_accum:
+        nregs = plan.tm * plan.tn * 4
+        stmts.append(
+            irb.loop_nest(
+                [nregs],
+                lambda i: ir.TensorStore(c_local, [i[0]], ir.const(0.0, "float32")),
+                names=["i"],
+                kind=ir.ForKind.UNROLLED,
+            )
+        )
+    if plan.a_in_regs:
+        _check_layout(ctx, a.tensor, plan.a_fragment(), "A operand", v.loc)
+        a_local, a_regs = ctx.local_of(a.tensor), None
+    else:
+        a_regs, bind = _new_local(f"{a.name}_mma", 8 * plan.tm, plan.in_dtype)
+        stmts.append(bind)
+        a_layout = ctx.get_layout(a.tensor)
+    b_regs, bind = _new_local(f"{b.name}_mma", 4 * plan.tn, plan.in_dtype)
+    stmts.append(bind)
+    b_layout = ctx.get_layout(b.tensor)
+    trans_a, trans_b = bool(v.transpose_A), bool(v.transpose_B)
+    for ki in range(plan.tk):
+        kk = ki * 16
+        if not plan.a_in_regs:
+            # A tile (16 x 16) of m-tile mi: stored (m, k) -> ldmatrix.x4; (k, m) -> .trans
+            row, col = ldmatrix_origin(lane, 4, rows_first=not trans_a)
+            for mi in range(plan.tm):
+                mm = m0 + mi * 16
+                ptr = (
+                    shared_ptr(a, a_layout, kk + row, mm + col)
+                    if trans_a
+                    else shared_ptr(a, a_layout, mm + row, kk + col)
+                )
+                name = "tl::ptx_ldmatrix_x4_trans" if trans_a else "tl::ptx_ldmatrix_x4"
+                stmts.append(_call(name, ptr, _addr(a_regs, 8 * mi)))
+        # B tiles: two n8 tiles per ldmatrix.x4 (one per .x2 for an odd last tile)
+        ni = 0
+        while ni < plan.tn:
+            nmat = 4 if ni + 1 < plan.tn else 2
+            row, col = ldmatrix_origin(lane, nmat, rows_first=not trans_b)
+            nn = n0 + ni * 8
+            ptr = (
+                shared_ptr(b, b_layout, nn + row, kk + col)
+                if trans_b
+                else shared_ptr(b, b_layout, kk + row, nn + col)
+            )
+            name = f"tl::ptx_ldmatrix_x{nmat}" + ("" if trans_b else "_trans")
+            stmts.append(_call(name, ptr, _addr(b_regs, 4 * ni)))
+            ni += nmat // 2
+        for mi in range(plan.tm):
+            if plan.a_in_regs:
+                tile = ki * plan.tm + mi if trans_a else mi * plan.tk + ki
+                a_ptr = _addr(a_local, 8 * tile)
+            else:
+                a_ptr = _addr(a_regs, 8 * mi)
+            for nj in range(plan.tn):
+                # serpentine over n keeps one B operand live across consecutive mmas
+                ni = nj if mi % 2 == 0 else plan.tn - 1 - nj
+                acc = _addr(c_local, 4 * (mi * plan.tn + ni))
+                stmts.append(_call(mma, acc, a_ptr, _addr(b_regs, 4 * ni), acc))
+    return irb.seq(stmts)
+
+
+__all__ = ["GemmPlan", "infer_gemm_layout_cuda", "lower_gemm_cuda", "warp_partition"]
