@@ -1,0 +1,167 @@
+"""The CUDA backend pipeline: traced tilelang kernel -> thread-level TIRx -> CudaArtifact.
+
+    trace
+      ─► layout_inference      every fragment and T.Parallel nest gets a Fragment
+      ─► lower_parallel        T.Parallel nests partitioned over threads by their layout
+      ─► lower tile ops        tl.copy/fill/reduce/gemm/... by their ("op", "cuda") rules
+      ─► pipeline_planning     (if present: cp.async software pipelining of T.Pipelined)
+      ─► lower_fragments       fragments -> per-thread register arrays
+      ─► insert_sync           __syncthreads where shared memory is handed between threads
+      ─► plan_shared_memory    all shared tiles in one shared.dyn buffer (offsets, reuse)
+      ─► strip schedule hints  ─► build_cuda (TIRx codegen + nvcc/nvrtc)
+
+``lower(func, target)`` returns the thread-level function (what tests inspect);
+``build(func, target, ...)`` compiles it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from tvm_tirx import ir
+
+from ... import errors
+from ...layout import _expr as E
+from ...ops import lowering_for, tile_op_of
+from ...ops.registry import _LOWERINGS
+from ...transform.insert_sync import insert_sync
+from ...transform.layout_inference import infer_layouts
+from ...transform.lower_fragments import lower_fragments
+from ...transform.lower_parallel import lower_parallel
+from ...transform.plan_shared_memory import plan_shared_memory
+from ...transform.stmt import StmtMutator, launch_of
+from ...transform.thread_utils import new_tensor
+from .context import CudaLowerContext
+
+
+class _LowerTileOpsCuda(StmtMutator):
+    """Replace tile ops by their CUDA rules; gemm falls back to the scalar rule if needed."""
+
+    def visit_Evaluate(self, stmt, ctx):
+        found = tile_op_of(stmt)
+        if found is None:
+            return stmt
+        op, call = found
+        if op.name == "gemm" and ("gemm", "cuda") not in _LOWERINGS:
+            rule = lowering_for(op, "cuda_fallback", call)
+        else:
+            rule = lowering_for(op, "cuda", call)
+        return rule(op.view(call), ctx)
+
+
+class _StripHints(StmtMutator):
+    def visit_For(self, stmt, ctx):
+        body = self.body(stmt.body, ctx)
+        ann = {
+            k: v
+            for k, v in (stmt.annotations or {}).items()
+            if not (k.startswith("tl") or k in ("num_stages", "coalesced_width"))
+        }
+        return ir.For(
+            stmt.var, stmt.begin, stmt.end, stmt.step, stmt.kind, body, ann or None, stmt.loc
+        )
+
+
+def _launches(body):
+    """(list of (tag, extent, var), innermost launch body)."""
+    out = []
+    while True:
+        while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
+            body = body.seq[0]
+        launch = launch_of(body)
+        if launch is None:
+            return out, body
+        out.append(launch)
+        body = body.body
+
+
+def _rebuild(body, new_inner):
+    """``body`` with its innermost launch's body replaced."""
+    while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
+        body = body.seq[0]
+    if launch_of(body) is None:
+        return new_inner
+    return ir.RegionStmt(
+        body.op,
+        body.args,
+        body.body_params,
+        body.attrs,
+        _rebuild(body.body, new_inner),
+        body.result_vars,
+        body.loc,
+    )
+
+
+def _thread_info(func):
+    launches, _ = _launches(func.body)
+    threads = [x for x in launches if x[0].startswith("threadIdx")]
+    if not threads:
+        raise errors.compile_error("a CUDA kernel needs a T.Kernel(..., threads=N) launch")
+    if len(threads) > 1:
+        raise errors.compile_error("the CUDA backend supports one thread dimension (threads=N)")
+    tag, extent, var = threads[0]
+    n = E.as_const_int(extent)
+    if n is None:
+        raise errors.compile_error("the CUDA block size must be static")
+    return var, n
+
+
+def _layout_annotations(func):
+    ann = func.attrs["tl.layout_map"] if func.attrs and "tl.layout_map" in func.attrs else None
+    return dict(ann.items()) if ann is not None else {}
+
+
+def lower(func, target=None, pass_configs=None):
+    """The thread-level TIRx function for ``func`` (see the module docstring)."""
+    import tilelang.ops  # noqa: F401 - registers the op rules
+
+    arch = (target or {}).get("arch", "sm_90a")
+    tvar, threads = _thread_info(func)
+    info = infer_layouts(func, threads, arch, _layout_annotations(func))
+    locals_ = {}
+    for var, frag in info.layouts.items():
+        locals_[var] = new_tensor(
+            f"{var.name}_local", [frag.get_local_size()], str(var.ty.dtype), "local"
+        )
+    ctx = CudaLowerContext(
+        "cuda",
+        {},
+        threads,
+        None,
+        tvar,
+        arch,
+        info.layouts,
+        locals_,
+        [],
+    )
+    body = lower_parallel(func.body, info.loops, tvar, threads, ctx)
+    body = _LowerTileOpsCuda("cuda")(body, ctx)
+    func = func.with_body(body)
+    if importlib.util.find_spec("tilelang.transform.pipeline_planning") is not None:
+        planning = importlib.import_module("tilelang.transform.pipeline_planning")
+        func = planning.plan_pipelines(func, ctx)
+    body = lower_fragments(func.body, info.layouts, locals_, ctx)
+    if ctx.extra_allocs:
+        _, inner = _launches(body)
+        inner_seq = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+        body = _rebuild(body, ir.SeqStmt(list(ctx.extra_allocs) + inner_seq))
+    body = insert_sync(body, tvar)
+    body = plan_shared_memory(body, arch)
+    body = _StripHints("cuda")(body, ctx)
+    return func.with_body(body)
+
+
+def build(func, target=None, pass_configs=None, compile_flags=None, compiler=None):
+    """Compile ``func`` for CUDA; returns a CudaArtifact."""
+    from .build import _nvrtc_available, build_cuda
+
+    target = dict(target or {"kind": "cuda", "arch": "sm_90a"})
+    lowered = lower(func, target, pass_configs)
+    compiler = compiler or ("nvrtc" if _nvrtc_available() else "nvcc")
+    return build_cuda(
+        lowered,
+        arch=target.get("arch", "sm_90a"),
+        compiler=compiler,
+        compile_flags=list(compile_flags or ()),
+    )

@@ -1,0 +1,185 @@
+"""CUDA lowering of ``T.copy``.
+
+- global/shared <-> shared/global: a cooperative loop; the tile's elements are spread
+  over all threads in 16-byte vectors where both sides are contiguous and provably
+  aligned (else one element at a time); global accesses outside the tensor are skipped
+  (stores) or read as zero (loads).
+- fragment <-> shared/global: each thread moves the elements its fragment layout gives it.
+- fragment <-> fragment: register to register when both have the same layout.
+"""
+
+from __future__ import annotations
+
+from tvm_tirx import ir
+
+from .. import errors
+from ..layout import _expr as E
+from ..transform.thread_utils import (
+    _bits,
+    for_,
+    fragment_points,
+    is_fragment,
+    is_global,
+)
+from .bounds import in_bounds
+from .copy import matched_axes
+from .irb import store
+from .region import RegionView
+from .registry import lower_rule
+
+
+def _static(extents, what, loc):
+    out = []
+    for e in extents:
+        c = E.as_const_int(e)
+        if c is None:
+            raise errors.compile_error(f"{what}: tile extents must be static on CUDA", loc)
+        out.append(c)
+    return out
+
+
+def _vector_width(views_axes, extents, ctx):
+    """Elements per 16-byte vector usable for every (view, axes) side, or 1."""
+    bits = max(_bits(v.tensor) for v, _ in views_axes)
+    vec = max(1, 128 // bits)
+    while vec > 1:
+        ok = extents[-1] % vec == 0
+        for view, axes in views_axes:
+            if not axes or axes[-1] != len(view.shape) - 1:
+                ok = False
+                break
+            last = E.as_const_int(view.shape[-1])
+            if last is None or last % vec:
+                ok = False
+                break
+            begin = view.begins[-1]
+            if E.as_const_int(begin) is None and not ctx.prove(begin % vec == 0):
+                ok = False
+            elif E.as_const_int(begin) is not None and E.as_const_int(begin) % vec:
+                ok = False
+                break
+        if ok:
+            return vec
+        vec //= 2
+    return 1
+
+
+def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc=None):
+    """All threads share the tile: ``body_fn(offsets)`` per element (vectorized innermost).
+
+    ``pairs`` is [(view, axes)] for the operands whose contiguity decides the vector width.
+    """
+    t, threads = ctx.thread_var, ctx.threads
+    total = int(E.prod(extents))
+    vec = _vector_width(pairs, extents, ctx)
+    n_vec = total // vec
+    iters = (n_vec + threads - 1) // threads
+    it, v = ir.Var(f"{name}_it", "int32"), ir.Var(f"{name}_v", "int32")
+    vi = it * threads + t
+    offsets, q = [], vi * vec
+    for e in reversed(extents):
+        offsets.append(q % e if e != 1 else ir.const(0, "int32"))
+        q = q // e
+    offsets = list(reversed(offsets))
+    inner = ctx.with_range(it, 0, iters).with_range(v, 0, vec)
+    offsets = [inner.simplify(o) for o in offsets]
+    _, pred_body = body_fn(offsets, inner)  # vectors are aligned: the first element decides
+    offsets_v = offsets[:-1] + [offsets[-1] + v] if vec > 1 else offsets
+    stmt, _ = body_fn(offsets_v, inner)
+    kind = ir.ForKind.VECTORIZED if vec > 1 else ir.ForKind.DEFAULT
+    body = for_(v, vec, stmt, kind) if vec > 1 else stmt
+    if pred_body is not None:
+        other = None
+        if zero_fill is not None:
+            v2 = ir.Var(f"{name}_z", "int32")
+            zstmt = zero_fill(offsets[:-1] + [offsets[-1] + v2])
+            other = for_(v2, vec, zstmt, kind) if vec > 1 else zero_fill(offsets)
+        body = ir.If(pred_body, body, other)
+    if n_vec % threads:
+        body = ir.If(vi < n_vec, body, None)
+    kind = ir.ForKind.UNROLLED if iters <= 16 else ir.ForKind.DEFAULT
+    return for_(it, iters, body, kind, loc=loc or ir.UNKNOWN_LOC)
+
+
+def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=None, op=None):
+    """Each thread moves its own fragment elements to/from ``other_view``."""
+    layout = ctx.get_layout(frag_view.tensor)
+    local = ctx.local_of(frag_view.tensor)
+    for b in frag_view.begins:
+        if E.as_const_int(b) != 0:
+            raise errors.compile_error(
+                f"T.copy: only whole fragments are supported on CUDA ({frag_view.name})", loc
+            )
+    lvar = ir.Var("fl", "int32")
+    inner = ctx.with_range(lvar, 0, layout.get_local_size())
+    pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
+    other_idx = other_view.index({o: pts[f] for f, o in zip(fa, oa)})
+    other_idx = [inner.simplify(i) for i in other_idx]
+    if to_frag:
+        value = ir.TensorLoad(other_view.tensor, other_idx)
+        pred = in_bounds(other_view.tensor, other_idx, inner, {})
+        body = store(local, [lvar], value, loc=loc)
+        if pred is not None:
+            from tvm_tirx import tirx as _tirx
+
+            body = store(
+                local,
+                [lvar],
+                _tirx.if_then_else(pred, value, ir.const(0, other_view.dtype)),
+                loc=loc,
+            )
+    else:
+        value = ir.TensorLoad(local, [lvar])
+        body = (op or store)(other_view.tensor, other_idx, value)
+        pred = in_bounds(other_view.tensor, other_idx, inner, {})
+        if pred is not None:
+            body = ir.If(pred, body, None)
+    span = layout.get_thread_size()
+    if span < ctx.threads:
+        body = ir.If(ctx.thread_var < span, body, None)
+    n = layout.get_local_size()
+    kind = ir.ForKind.UNROLLED if n <= 64 else ir.ForKind.DEFAULT
+    return for_(lvar, n, body, kind, loc=loc)
+
+
+@lower_rule("copy", "cuda")
+def lower_copy_cuda(v, ctx):
+    src, dst = RegionView.of(v.src), RegionView.of(v.dst)
+    sa, da, extents = matched_axes(src, dst, v.loc)
+    sf, df = is_fragment(src.tensor), is_fragment(dst.tensor)
+    if sf and df:
+        ls, ld = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
+        if not ls.is_equal(ld):
+            raise errors.compile_error(
+                f"T.copy: fragments {src.name} and {dst.name} have different layouts", v.loc
+            )
+        lvar = ir.Var("fl", "int32")
+        body = store(
+            ctx.local_of(dst.tensor), [lvar], ir.TensorLoad(ctx.local_of(src.tensor), [lvar])
+        )
+        return for_(lvar, ls.get_local_size(), body, ir.ForKind.UNROLLED, loc=v.loc)
+    if sf:
+        return lower_fragment_side(src, dst, sa, da, ctx, False, v.loc)
+    if df:
+        return lower_fragment_side(dst, src, da, sa, ctx, True, v.loc)
+    extents = _static(extents, "T.copy", v.loc)
+
+    def body(offsets, inner):
+        s_idx = [inner.simplify(i) for i in src.index(dict(zip(sa, offsets)))]
+        d_idx = [inner.simplify(i) for i in dst.index(dict(zip(da, offsets)))]
+        preds = [in_bounds(src.tensor, s_idx, inner, {}), in_bounds(dst.tensor, d_idx, inner, {})]
+        preds = [p for p in preds if p is not None]
+        pred = None
+        if preds:
+            from tvm_tirx import tirx as _tirx
+
+            pred = _tirx.all(*preds) if len(preds) > 1 else preds[0]
+        return store(dst.tensor, d_idx, ir.TensorLoad(src.tensor, s_idx), loc=v.loc), pred
+
+    zero = None
+    if is_global(src.tensor) and not is_global(dst.tensor):
+
+        def zero(offsets):
+            return store(dst.tensor, dst.index(dict(zip(da, offsets))), ir.const(0, dst.dtype))
+
+    return cooperative_loop([(src, sa), (dst, da)], extents, ctx, body, zero_fill=zero, loc=v.loc)

@@ -1,0 +1,171 @@
+"""InsertSync (CUDA): ``__syncthreads()`` exactly where shared memory changes hands.
+
+Assumes: thread-level code (tile ops and parallel nests lowered); shared tiles are still
+separate Vars (run before ``plan_shared_memory``); any two statements may touch a shared
+element from different threads.
+
+Guarantees: walking the kernel in program order, a barrier precedes every statement that
+reads a shared buffer written since the last barrier (RAW), writes one read or written
+since then (WAR/WAW) — including across iterations of a loop (the body is checked with
+the state its own end leaves). Barriers are only placed at block-uniform points: a
+statement under a thread-dependent condition or loop is treated as one unit and the
+barrier goes before it. Existing barriers (``T.sync_threads``) are respected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm_ffi
+from tvm_tirx import ir
+
+from .stmt import launch_of
+from .thread_utils import is_shared, is_sync, sync_threads
+
+
+@dataclass
+class _State:
+    reads: set = field(default_factory=set)
+    writes: set = field(default_factory=set)
+
+    def merge(self, other):
+        return _State(self.reads | other.reads, self.writes | other.writes)
+
+    def copy(self):
+        return _State(set(self.reads), set(self.writes))
+
+
+def _accesses(stmt):
+    reads, writes = set(), set()
+
+    def load(x):
+        if is_shared(x.source):
+            reads.add(x.source.__chandle__())
+
+    def store(x):
+        if is_shared(x.dest):
+            writes.add(x.dest.__chandle__())
+
+    def call(x):
+        if getattr(x.op, "name", "") in ("tirx.call_extern", "tirx.call_intrin"):
+            for arg in x.args:
+                for v in _shared_vars(arg):
+                    reads.add(v)
+                    writes.add(v)
+
+    tvm_ffi.structural_walk(stmt, [(ir.TensorLoad, load), (ir.TensorStore, store), (ir.Call, call)])
+    return reads, writes
+
+
+def _tag(bufs, leaf):
+    return {(b, leaf) for b in bufs}
+
+
+def _conflict(reads, writes, state, leaf) -> bool:
+    """Whether accesses of ``leaf`` race with another statement's since the last barrier."""
+    w_prev = {b for b, who in state.writes if who != leaf or leaf is None}
+    r_prev = {b for b, who in state.reads if who != leaf or leaf is None}
+    return bool((reads & w_prev) or (writes & r_prev) or (writes & w_prev))
+
+
+def _shared_vars(node):
+    out = set()
+
+    def visit(v):
+        if is_shared(v):
+            out.add(v.__chandle__())
+
+    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
+    return out
+
+
+class _Inserter:
+    def __init__(self, thread_var):
+        self.varying = {thread_var.__chandle__()}
+        self.count = 0
+
+    def uniform(self, expr) -> bool:
+        bad = []
+
+        def visit(v):
+            if v.__chandle__() in self.varying:
+                bad.append(v)
+
+        def load(x):
+            if str(x.source.ty.scope) != "global":
+                bad.append(x)
+
+        tvm_ffi.structural_walk(expr, [(ir.Var, visit), (ir.TensorLoad, load)])
+        return not bad
+
+    def leaf(self, stmt, state):
+        if isinstance(stmt, ir.Bind) and not self.uniform(stmt.value):
+            self.varying.add(stmt.var.__chandle__())
+        r, w = _accesses(stmt)
+        me = stmt.__chandle__()
+        if _conflict(r, w, state, me):
+            self.count += 1
+            return [sync_threads(), stmt], _State(_tag(r, me), _tag(w, me))
+        return [stmt], _State(state.reads | _tag(r, me), state.writes | _tag(w, me))
+
+    def visit(self, stmt, state):
+        """(list of statements, state after)."""
+        if is_sync(stmt):
+            return [stmt], _State()
+        if isinstance(stmt, ir.SeqStmt):
+            out = []
+            for s in stmt.seq:
+                part, state = self.visit(s, state)
+                out.extend(part)
+            return out, state
+        if isinstance(stmt, ir.For) and self.uniform(stmt.begin) and self.uniform(stmt.end):
+            saved = self.count
+            r, w = _accesses(stmt.body)
+            pre = []
+            if _conflict(r, w, state, None):
+                pre, state = [sync_threads()], _State()
+                saved += 1
+            _, end = self.visit(stmt.body, _State())
+            self.count = saved
+            body, after = self.visit(stmt.body, end)
+            new = ir.For(
+                stmt.var,
+                stmt.begin,
+                stmt.end,
+                stmt.step,
+                stmt.kind,
+                _seq(body),
+                stmt.annotations,
+                stmt.loc,
+            )
+            return pre + [new], state.merge(after)
+        if isinstance(stmt, ir.If) and self.uniform(stmt.condition):
+            then, s1 = self.visit(stmt.then_case, state.copy())
+            other, s2 = (None, state)
+            if stmt.else_case is not None:
+                other, s2 = self.visit(stmt.else_case, state.copy())
+                other = _seq(other)
+            return [ir.If(stmt.condition, _seq(then), other, stmt.loc)], s1.merge(s2)
+        if isinstance(stmt, ir.RegionStmt) and launch_of(stmt) is not None:
+            body, state = self.visit(stmt.body, state)
+            new = ir.RegionStmt(
+                stmt.op,
+                stmt.args,
+                stmt.body_params,
+                stmt.attrs,
+                _seq(body),
+                stmt.result_vars,
+                stmt.loc,
+            )
+            return [new], state
+        return self.leaf(stmt, state)
+
+
+def _seq(stmts):
+    return stmts[0] if len(stmts) == 1 else ir.SeqStmt(stmts)
+
+
+def insert_sync(body, thread_var):
+    """Insert the barriers (see the module docstring); returns the new body."""
+    out, _ = _Inserter(thread_var).visit(body, _State())
+    return _seq(out)

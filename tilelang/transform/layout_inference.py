@@ -1,0 +1,353 @@
+"""LayoutInference (CUDA): give every fragment tensor and every ``T.Parallel`` nest a Fragment.
+
+Assumes: a traced tilelang kernel (tile ops as ``Evaluate(Call(tl.*))``, ``T.Parallel``
+nests as perfectly nested serial Fors annotated ``tl.parallel``, fragments allocated
+with scope ``local.fragment``) and the block's thread count.
+
+Guarantees: ``InferResult.layouts`` maps every fragment Var to a Fragment and
+``InferResult.loops`` maps every parallel nest (its outermost For) to a Fragment over
+the nest's iteration space, such that for every fragment access ``F[idx]`` in a nest
+the thread running iteration ``x`` owns ``F[idx(x)]``. Conflicts raise a CompileError
+naming the buffer(s) and the user's line.
+
+Levels (upstream TileLang's): "strict" (gemm fixes its accumulator), "common"
+(reduce, fragment copies, loops touching a fragment with a known layout propagate),
+"free" (one unconstrained loop at a time gets ``make_parallel_fragment`` with 16-byte
+vectors where its global/shared accesses are contiguous). Fragments that are never
+constrained get a default: fully replicated when they are used outside parallel loops
+(serial code sees all of them), ``make_parallel_fragment`` otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm_ffi
+from tvm_tirx import ir
+
+from .. import errors
+from ..backends.cuda.context import LayoutInferContext
+from ..layout import Fragment, make_parallel_fragment
+from ..layout import _expr as E
+from ..layout.fragment import _thread_splits
+from ..ops.registry import layout_rule_for, tile_op_of
+from .thread_utils import _bits, is_fragment, is_global, is_shared
+
+
+# --------------------------------------------------------------------------- helpers
+def project_fragment(frag: Fragment, keep: list[int], extra_shape=()) -> Fragment:
+    """The fragment of a tensor indexed by the ``keep`` axes of ``frag``'s space.
+
+    Each element ``y`` is held by every thread that holds some ``frag`` element whose
+    kept coordinates are ``y`` (replicated over the dropped axes). ``extra_shape``
+    appends free axes held whole by each of those threads (e.g. the K axis of a gemm
+    A operand staged per row).
+    """
+    shape = frag.get_input_shape()
+    fvars = frag._vars
+    dropped = [a for a in range(len(shape)) if a not in keep]
+    splits = _thread_splits(frag.thread, frag._thread_ranges())
+    digits = []  # (var, lower, extent) that the thread uses from dropped axes / rep
+    drop_keys = {E.key(fvars[a]) for a in dropped}
+    for var, lower, extent in splits:
+        if E.key(var) in drop_keys or E.key(var) == E.key(frag._rep):
+            digits.append((var, lower, extent))
+    replicate = 1
+    for _, _, ext in digits:
+        replicate *= ext
+    new_shape = [shape[a] for a in keep] + list(extra_shape)
+
+    def thread_fn(*args):
+        ys = args[: len(keep)]
+        rep = args[-1] if replicate > 1 else None
+        mapping = {E.key(fvars[a]): y for a, y in zip(keep, ys)}
+        for a in dropped:
+            mapping[E.key(fvars[a])] = E.as_expr(0)
+        mapping[E.key(frag._rep)] = E.as_expr(0)
+        stride = 1
+        for var, lower, ext in digits:
+            d = (rep // stride) % ext if rep is not None else E.as_expr(0)
+            k = E.key(var)
+            mapping[k] = mapping[k] + d * lower if k in mapping else d * lower
+            stride *= ext
+        return E.substitute(frag.thread, mapping)
+
+    return Fragment(new_shape, forward_thread_fn=thread_fn, replicate=replicate)
+
+
+def replicated_fragment(shape, threads: int) -> Fragment:
+    """Every thread holds every element."""
+    n = int(E.prod(shape))
+
+    def index(*idx):
+        flat = E.as_expr(0)
+        for v, e in zip(idx, shape):
+            flat = flat * e + v
+        return flat if n > 1 else E.as_expr(0)
+
+    return Fragment(
+        shape, forward_thread_fn=lambda *a: a[-1], replicate=threads, forward_index_fn=index
+    )
+
+
+def same_threads(a: Fragment, b: Fragment) -> bool:
+    try:
+        return a.is_equal(b, skip_index=True)
+    except Exception:  # noqa: BLE001 - symbolic comparison failed: compare tables
+        pass
+    try:
+        import numpy as np
+
+        ta, tb = a.thread_table(), b.thread_table()
+        return ta.shape == tb.shape and bool(np.all(np.sort(ta, 0) == np.sort(tb, 0)))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@dataclass
+class ParallelNest:
+    """A perfectly nested ``T.Parallel`` loop nest."""
+
+    root: ir.For
+    vars: list
+    extents: list
+    body: ir.Stmt
+    accesses: list = field(default_factory=list)  # (tensor Var, indices)
+
+    @property
+    def loc(self):
+        return self.root.loc
+
+
+def _int(x):
+    return E.as_const_int(x)
+
+
+def parallel_nest(stmt) -> ParallelNest | None:
+    if not _is_parallel(stmt):
+        return None
+    vars_, extents, s = [], [], stmt
+    while _is_parallel(s):
+        if _int(s.begin) != 0 or _int(s.end) is None:
+            raise errors.compile_error(
+                "T.Parallel on CUDA needs static extents starting at 0", s.loc
+            )
+        vars_.append(s.var)
+        extents.append(_int(s.end))
+        s = s.body
+        while isinstance(s, ir.SeqStmt) and len(s.seq) == 1:
+            s = s.seq[0]
+    nest = ParallelNest(stmt, vars_, extents, s)
+    seen = []
+
+    def visit_load(x):
+        seen.append((x.source, list(x.indices), False))
+
+    def visit_store(x):
+        seen.append((x.dest, list(x.indices), True))
+
+    tvm_ffi.structural_walk(s, [(ir.TensorLoad, visit_load), (ir.TensorStore, visit_store)])
+    nest.accesses = seen
+    return nest
+
+
+def _is_parallel(s) -> bool:
+    return isinstance(s, ir.For) and s.annotations is not None and "tl.parallel" in s.annotations
+
+
+@dataclass
+class InferResult:
+    layouts: dict  # fragment Var -> Fragment  (use get())
+    loops: dict  # chandle of nest root For -> Fragment
+    nests: list  # ParallelNest in program order
+
+    def get(self, var):
+        for k, v in self.layouts.items():
+            if k.same_as(var):
+                return v
+        return None
+
+
+# --------------------------------------------------------------------------- the pass
+class _Inference:
+    def __init__(self, func, threads: int, arch: str, annotations=None):
+        self.threads, self.arch = threads, arch
+        self.layout_map: dict = {}
+        self.ops, self.nests, self.fragments, self.serial_frags = [], [], [], []
+        self.loop_layouts: dict = {}
+        self._collect(func.body, in_nest=False)
+        for var, layout in (annotations or {}).items():
+            self._set(var, layout, None, "T.annotate_layout")
+
+    def _collect(self, stmt, in_nest):
+        nest = parallel_nest(stmt) if not in_nest else None
+        if nest is not None:
+            self.nests.append(nest)
+            self._collect(nest.body, in_nest=True)
+            return
+        found = tile_op_of(stmt)
+        if found is not None:
+            self.ops.append(found)
+            return
+        if isinstance(stmt, ir.Bind):
+            var = stmt.var
+            if is_fragment(var):
+                self.fragments.append(var)
+        if isinstance(stmt, ir.TensorStore | ir.Bind | ir.Evaluate | ir.If | ir.While):
+            if not in_nest:
+                for t in _fragments_in(stmt, shallow=True):
+                    self.serial_frags.append(t)
+        for child in _children(stmt):
+            self._collect(child, in_nest)
+
+    # --- bookkeeping
+    def get(self, var):
+        for k, v in self.layout_map.items():
+            if k.same_as(var):
+                return v
+        return None
+
+    def _set(self, var, layout, loc, who) -> bool:
+        old = self.get(var)
+        if old is None:
+            self.layout_map[var] = layout
+            return True
+        if not same_threads(old, layout):
+            raise errors.compile_error(
+                f"layout conflict for {var.name}: {who} needs {layout!r} but it already has "
+                f"{old!r}",
+                loc,
+            )
+        return False
+
+    # --- rules
+    def run_ops(self, level) -> bool:
+        changed = False
+        for op, call in self.ops:
+            rule = layout_rule_for(op, "cuda") or layout_rule_for(op, "cuda_fallback")
+            if rule is None:
+                continue
+            ctx = LayoutInferContext(self.threads, self.arch, level, self.layout_map)
+            for var, layout in (rule(op.view(call), ctx) or {}).items():
+                changed |= self._set(var, layout, call.loc, f"T.{op.name}")
+        return changed
+
+    def run_loop(self, nest: ParallelNest) -> bool:
+        key = nest.root.__chandle__()
+        changed = False
+        loop = self.loop_layouts.get(key)
+        if loop is None:
+            for tensor, idx, _ in nest.accesses:
+                if is_fragment(tensor) and self._exact(idx, nest) and self.get(tensor):
+                    loop = self.get(tensor)
+                    self.loop_layouts[key] = loop
+                    changed = True
+                    break
+        if loop is None:
+            return changed
+        for tensor, idx, _ in nest.accesses:
+            if not is_fragment(tensor):
+                continue
+            keep = self._axes(idx, nest)
+            if keep is None:
+                continue
+            want = loop if keep == list(range(len(nest.vars))) else project_fragment(loop, keep)
+            if len(keep) != len(tensor.ty.shape):
+                continue
+            old = self.get(tensor)
+            if old is None:
+                self.layout_map[tensor] = want
+                changed = True
+            elif not same_threads(old, want):
+                raise errors.compile_error(
+                    f"layout conflict: {tensor.name} is accessed in a T.Parallel loop whose "
+                    f"layout is {loop!r}, but {tensor.name} already has {old!r}",
+                    nest.loc,
+                )
+        return changed
+
+    def free_loop(self, nest: ParallelNest) -> None:
+        total = int(E.prod(nest.extents))
+        inner = nest.vars[-1]
+        bytes_ = []
+        for tensor, idx, _ in nest.accesses:
+            if (is_global(tensor) or is_shared(tensor)) and idx and idx[-1].same_as(inner):
+                bytes_.append(max(1, _bits(tensor) // 8))
+        vec = 16 // max(bytes_) if bytes_ else 1
+        while vec > 1 and (nest.extents[-1] % vec or total // vec < self.threads):
+            vec //= 2
+        self.loop_layouts[nest.root.__chandle__()] = make_parallel_fragment(
+            nest.extents, self.threads, vec
+        )
+
+    @staticmethod
+    def _exact(idx, nest) -> bool:
+        return len(idx) == len(nest.vars) and all(
+            isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(idx, nest.vars)
+        )
+
+    @staticmethod
+    def _axes(idx, nest):
+        keep = []
+        for i in idx:
+            pos = [k for k, v in enumerate(nest.vars) if isinstance(i, ir.Var) and i.same_as(v)]
+            if not pos or pos[0] in keep:
+                return None
+            keep.append(pos[0])
+        return keep if keep == sorted(keep) else None
+
+    def run(self) -> InferResult:
+        self.run_ops("strict")
+        while True:
+            while self.run_ops("common") | any([self.run_loop(n) for n in self.nests]):
+                pass
+            pending = [n for n in self.nests if n.root.__chandle__() not in self.loop_layouts]
+            if pending:
+                self.free_loop(pending[0])
+                continue
+            if self.run_ops("free"):
+                continue
+            missing = [f for f in self.fragments if self.get(f) is None]
+            if not missing:
+                break
+            var = missing[0]
+            shape = [int(s) for s in var.ty.shape]
+            serial = any(var.same_as(s) for s in self.serial_frags)
+            layout = (
+                replicated_fragment(shape, self.threads)
+                if serial
+                else make_parallel_fragment(shape, self.threads, 1)
+            )
+            self.layout_map[var] = layout
+        return InferResult(self.layout_map, self.loop_layouts, self.nests)
+
+
+def _children(stmt):
+    if isinstance(stmt, ir.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, ir.For | ir.While | ir.RegionStmt):
+        return [stmt.body]
+    if isinstance(stmt, ir.If):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    return []
+
+
+def _fragments_in(stmt, shallow=False):
+    if shallow and isinstance(stmt, ir.If | ir.While):
+        node = stmt.condition
+    else:
+        node = stmt
+    out = []
+
+    def visit(x):
+        src = x.source if isinstance(x, ir.TensorLoad) else x.dest
+        if is_fragment(src):
+            out.append(src)
+
+    tvm_ffi.structural_walk(node, [(ir.TensorLoad, visit), (ir.TensorStore, visit)])
+    return out
+
+
+def infer_layouts(func, threads: int, arch: str, annotations=None) -> InferResult:
+    """Run layout inference over a traced function (see the module docstring)."""
+    return _Inference(func, threads, arch, annotations).run()

@@ -1,0 +1,83 @@
+"""LowerParallel (CUDA): partition each ``T.Parallel`` nest over the threads by its layout.
+
+Assumes: ``layout_inference`` gave the nest (keyed by its outermost For) a Fragment ``L``
+over the iteration space; the thread variable and thread count of the block.
+
+Guarantees: the nest is replaced by ``for l in range(L.local_size)`` (unrolled when
+small) in which thread ``t`` runs iteration ``L^-1(l, t)``; threads beyond
+``L``'s thread span do nothing; global stores outside their tensor are skipped and
+global loads outside it read zero (tails, dynamic shapes). Fragment accesses are
+still logical (``lower_fragments`` maps them to registers).
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm_tirx import ir
+
+from ..ops.bounds import in_bounds
+from ..ops.irb import seq
+from .stmt import StmtMutator, substitute
+from .thread_utils import for_, fragment_points, is_global
+
+UNROLL_LIMIT = 64
+
+
+def guard_globals(stmt, ctx, loop_ranges):
+    """Skip out-of-range global stores and zero out-of-range global loads in ``stmt``."""
+    from tvm_tirx import tirx as _tirx
+
+    def load(x):
+        if not is_global(x.source):
+            return x
+        pred = in_bounds(x.source, list(x.indices), ctx, loop_ranges)
+        if pred is None:
+            return x
+        return _tirx.if_then_else(pred, x, ir.const(0, str(x.source.ty.dtype)))
+
+    def store(x):
+        if not is_global(x.dest):
+            return x
+        pred = in_bounds(x.dest, list(x.indices), ctx, loop_ranges)
+        return x if pred is None else ir.If(pred, x, None)
+
+    return tvm_ffi.structural_map(stmt, [(ir.TensorLoad, load), (ir.TensorStore, store)])
+
+
+class LowerParallel(StmtMutator):
+    def __init__(self, loops: dict, thread_var, threads: int):
+        super().__init__("cuda")
+        self.loops, self.thread_var, self.threads = loops, thread_var, threads
+        self.count = 0
+
+    def visit_For(self, stmt, ctx):
+        layout = self.loops.get(stmt.__chandle__())
+        if layout is None:
+            return super().visit_For(stmt, ctx)
+        vars_, s = [], stmt
+        while (
+            isinstance(s, ir.For) and s.annotations is not None and "tl.parallel" in s.annotations
+        ):
+            vars_.append(s.var)
+            s = s.body
+            while isinstance(s, ir.SeqStmt) and len(s.seq) == 1:
+                s = s.seq[0]
+        self.count += 1
+        lvar = ir.Var(f"pl{self.count}", "int32")
+        t = self.thread_var
+        points = fragment_points(layout, lvar, t)
+        inner = ctx.with_range(lvar, 0, layout.get_local_size())
+        points = [inner.simplify(p) for p in points[: len(vars_)]]
+        body = substitute(s, dict(zip(vars_, points)))
+        body = self.body(body, inner)
+        body = guard_globals(body, inner, {})
+        span = layout.get_thread_size()
+        if span < self.threads:
+            body = ir.If(t < span, body, None)
+        n = layout.get_local_size()
+        kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
+        return seq([for_(lvar, n, body, kind, loc=stmt.loc)])
+
+
+def lower_parallel(body, loops, thread_var, threads, ctx):
+    return LowerParallel(loops, thread_var, threads)(body, ctx)

@@ -1,0 +1,99 @@
+"""Helpers shared by the CUDA passes: scopes, fresh allocations, fragment inversion.
+
+Nothing here rewrites a whole function; each helper is small and pure.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
+from tvm_tirx.tirx.tensor import TensorType
+
+from ..layout import _expr as E
+
+ALLOC_OP = "tirx.alloc_tensor"
+
+
+def scope_of(var) -> str:
+    return str(getattr(var.ty, "scope", ""))
+
+
+def is_fragment(var) -> bool:
+    return isinstance(var, ir.Var) and scope_of(var) == "local.fragment"
+
+
+def is_shared(var) -> bool:
+    return isinstance(var, ir.Var) and scope_of(var).startswith("shared")
+
+
+def is_global(var) -> bool:
+    return isinstance(var, ir.Var) and scope_of(var) == "global"
+
+
+def alloc(var) -> ir.Bind:
+    """``var = alloc_tensor()`` (with the empty attrs the CUDA codegen expects)."""
+    return ir.Bind(var, ir.Call(ALLOC_OP, [], attrs={}, ty_args=[var.ty], ty=var.ty))
+
+
+def new_tensor(name: str, shape, dtype: str, scope: str) -> ir.Var:
+    return ir.Var(name, TensorType(list(shape), dtype, scope=scope))
+
+
+def decl_view(var, base, byte_offset: int) -> ir.Bind:
+    """``var = decl_tensor(base.data + byte_offset)``: a typed view into ``base``'s storage."""
+    dtype, scope = str(var.ty.dtype), scope_of(base)
+    ptr = _tirx.ptr_byte_offset(base.data, byte_offset, ty=ir.PtrType(dtype, scope))
+    ty = TensorType(list(var.ty.shape), dtype, scope=scope)
+    return ir.Bind(var, ir.Call("tirx.decl_tensor", [ptr], ty_args=[ty], ty=ty))
+
+
+def i32(x):
+    return ir.const(int(x), "int32") if isinstance(x, int) else x
+
+
+def for_(var, extent, body, kind=None, loc=ir.UNKNOWN_LOC, annotations=None):
+    kind = ir.ForKind.DEFAULT if kind is None else kind
+    return ir.For(var, i32(0), i32(extent), i32(1), kind, body, annotations, loc)
+
+
+def sync_threads() -> ir.Evaluate:
+    return ir.Evaluate(_tirx.call_extern("__syncthreads", ty="void"))
+
+
+def is_sync(stmt) -> bool:
+    if not isinstance(stmt, ir.Evaluate) or not isinstance(stmt.value, ir.Call):
+        return False
+    call = stmt.value
+    if getattr(call.op, "name", "") == "tirx.call_extern":
+        return str(call.args[0].value) == "__syncthreads"
+    return getattr(call.op, "name", "") == "tl.sync_threads"
+
+
+def collect_vars(node, pred) -> list:
+    """Distinct Vars in ``node`` satisfying ``pred`` (tensor Vars included)."""
+    seen, out = set(), []
+
+    def visit(v):
+        h = v.__chandle__()
+        if h not in seen and pred(v):
+            seen.add(h)
+            out.append(v)
+
+    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
+    return out
+
+
+def fragment_points(frag, local_var, thread_var):
+    """Logical indices (and replica) of local slot ``local_var`` in thread ``thread_var``.
+
+    Returns the list of expressions ``(*logical, rep)`` from the fragment's inverse.
+    """
+    inv = frag.inverse()
+    mapping = {E.key(v): x for v, x in zip(inv.get_forward_vars(), [local_var, thread_var])}
+    return [E.substitute(e, mapping) for e in inv.index]
+
+
+def _bits(var) -> int:
+    """Bits per element of a tensor Var."""
+    return tvm_ffi.dtype(str(var.ty.dtype)).bits
