@@ -63,13 +63,21 @@ def _param_type(name, annotation, func):
     )
 
 
+def _is_dtype_name(text: str) -> bool:
+    try:
+        dtypes.canonical(text)
+    except TypeError:
+        return False
+    return True
+
+
 def _annotated_params(func, namespace) -> list[inspect.Parameter]:
     """``func``'s parameters with their annotations as Python evaluated them at definition
     (in the enclosing scope); string annotations (``from __future__ import annotations``)
     are evaluated now in ``namespace`` (globals, the defining scope's locals, closure)."""
     params = []
     for p in inspect.signature(func).parameters.values():
-        if isinstance(p.annotation, str):
+        if type(p.annotation) is str and not _is_dtype_name(p.annotation):
             try:
                 p = p.replace(annotation=eval(p.annotation, namespace))  # noqa: S307
             except Exception as err:  # noqa: BLE001 - name the annotation and parameter
