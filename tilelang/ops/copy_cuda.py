@@ -18,6 +18,7 @@ from ..transform.thread_utils import (
     _bits,
     for_,
     fragment_points,
+    physical,
     is_fragment,
     is_global,
 )
@@ -115,8 +116,9 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
     pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
     other_idx = other_view.index({o: pts[f] for f, o in zip(fa, oa)})
     other_idx = [inner.simplify(i) for i in other_idx]
+    phys = physical(other_view.tensor, other_idx, inner)
     if to_frag:
-        value = ir.TensorLoad(other_view.tensor, other_idx)
+        value = ir.TensorLoad(other_view.tensor, phys)
         pred = in_bounds(other_view.tensor, other_idx, inner, {})
         body = store(local, [lvar], value, loc=loc)
         if pred is not None:
@@ -130,7 +132,7 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
             )
     else:
         value = ir.TensorLoad(local, [lvar])
-        body = (op or store)(other_view.tensor, other_idx, value)
+        body = (op or store)(other_view.tensor, phys, value)
         pred = in_bounds(other_view.tensor, other_idx, inner, {})
         if pred is not None:
             body = ir.If(pred, body, None)
@@ -174,12 +176,14 @@ def lower_copy_cuda(v, ctx):
             from tvm_tirx import tirx as _tirx
 
             pred = _tirx.all(*preds) if len(preds) > 1 else preds[0]
-        return store(dst.tensor, d_idx, ir.TensorLoad(src.tensor, s_idx), loc=v.loc), pred
+        s_phys, d_phys = physical(src.tensor, s_idx, inner), physical(dst.tensor, d_idx, inner)
+        return store(dst.tensor, d_phys, ir.TensorLoad(src.tensor, s_phys), loc=v.loc), pred
 
     zero = None
     if is_global(src.tensor) and not is_global(dst.tensor):
 
         def zero(offsets):
-            return store(dst.tensor, dst.index(dict(zip(da, offsets))), ir.const(0, dst.dtype))
+            idx = physical(dst.tensor, dst.index(dict(zip(da, offsets))), ctx)
+            return store(dst.tensor, idx, ir.const(0, dst.dtype))
 
     return cooperative_loop([(src, sa), (dst, da)], extents, ctx, body, zero_fill=zero, loc=v.loc)

@@ -97,3 +97,11 @@ def fragment_points(frag, local_var, thread_var):
 def _bits(var) -> int:
     """Bits per element of a tensor Var."""
     return tvm_ffi.dtype(str(var.ty.dtype)).bits
+
+
+def physical(var, indices, ctx):
+    """Indices of ``var[indices]`` after its shared-memory Layout (a swizzle), if it has one."""
+    layout = ctx.get_layout(var) if is_shared(var) else None
+    if layout is None:
+        return list(indices)
+    return [ctx.simplify(e) for e in layout.map_forward_index(list(indices))]

@@ -2,9 +2,9 @@
 
     trace
       ─► layout_inference      every fragment and T.Parallel nest gets a Fragment
+      ─► pipeline_planning     (if present: cp.async software pipelining of T.Pipelined)
       ─► lower_parallel        T.Parallel nests partitioned over threads by their layout
       ─► lower tile ops        tl.copy/fill/reduce/gemm/... by their ("op", "cuda") rules
-      ─► pipeline_planning     (if present: cp.async software pipelining of T.Pipelined)
       ─► lower_fragments       fragments -> per-thread register arrays
       ─► insert_sync           __syncthreads where shared memory is handed between threads
       ─► plan_shared_memory    all shared tiles in one shared.dyn buffer (offsets, reuse)
@@ -31,7 +31,7 @@ from ...transform.lower_fragments import lower_fragments
 from ...transform.lower_parallel import lower_parallel
 from ...transform.plan_shared_memory import plan_shared_memory
 from ...transform.stmt import StmtMutator, launch_of
-from ...transform.thread_utils import new_tensor
+from ...transform.thread_utils import is_fragment, new_tensor
 from .context import CudaLowerContext
 
 
@@ -121,6 +121,8 @@ def lower(func, target=None, pass_configs=None):
     info = infer_layouts(func, threads, arch, _layout_annotations(func))
     locals_ = {}
     for var, frag in info.layouts.items():
+        if not is_fragment(var):
+            continue
         locals_[var] = new_tensor(
             f"{var.name}_local", [frag.get_local_size()], str(var.ty.dtype), "local"
         )
@@ -135,12 +137,12 @@ def lower(func, target=None, pass_configs=None):
         locals_,
         [],
     )
+    if importlib.util.find_spec("tilelang.transform.pipeline_planning") is not None:
+        planning = importlib.import_module("tilelang.transform.pipeline_planning")
+        func = planning.plan_pipelines(func, ctx)  # tile level, after layout inference
     body = lower_parallel(func.body, info.loops, tvar, threads, ctx)
     body = _LowerTileOpsCuda("cuda")(body, ctx)
     func = func.with_body(body)
-    if importlib.util.find_spec("tilelang.transform.pipeline_planning") is not None:
-        planning = importlib.import_module("tilelang.transform.pipeline_planning")
-        func = planning.plan_pipelines(func, ctx)
     body = lower_fragments(func.body, info.layouts, locals_, ctx)
     if ctx.extra_allocs:
         _, inner = _launches(body)
