@@ -43,6 +43,7 @@ from tilelang.backends.cuda import (
     CorruptArtifactError,
     CudaArtifact,
     CudaBuildError,
+    CudaRuntimeError,
     build_cuda,
     load_kernel,
 )
@@ -221,6 +222,15 @@ def test_corrupt_artifact_is_rejected(vadd_artifact, tmp_path, damage):
         CudaArtifact.load(out)
     with pytest.raises(CorruptArtifactError):
         load_kernel(out)
+
+
+def test_load_kernel_without_cuda_runtime_says_why(vadd_artifact):
+    import tvm_ffi
+
+    if tvm_ffi.get_global_func("ffi.Module.load_from_bytes.cuda", allow_missing=True):
+        pytest.skip("TIRx's CUDA runtime is loaded on this machine")
+    with pytest.raises(CudaRuntimeError, match="libcuda"):
+        load_kernel(vadd_artifact)
 
 
 def test_save_into_a_file_path_fails(vadd_artifact, tmp_path):
