@@ -14,6 +14,7 @@ collective statements). Guarantees: no ``launch_thread`` region remains.
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm_tirx import ir
 
 from ... import errors
@@ -69,8 +70,20 @@ def _split_threads(stmt, tvars):
     raise errors.compile_error(
         "the CPU backend cannot run a tile op under a condition or loop that depends on the "
         "thread index",
-        getattr(stmt, "loc", None),
+        _tile_op_loc(stmt),
     )
+
+
+def _tile_op_loc(stmt):
+    """The source location of the first tile op inside ``stmt`` (If/For frames carry none)."""
+    found = []
+
+    def visit(x):
+        if not found and isinstance(x, ir.Evaluate) and tile_op_of(x) is not None:
+            found.append(x.value.loc)
+
+    tvm_ffi.structural_walk(stmt, visit)
+    return found[0] if found else getattr(stmt, "loc", None)
 
 
 def lower_threads(body):
