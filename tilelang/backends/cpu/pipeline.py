@@ -17,6 +17,8 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from ...ops import tile_op_of
+from ...ops.debug import uses_device_assert
+from ...transform.instrument import on_body, run_stages
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.stmt import StmtMutator, contains
@@ -49,15 +51,20 @@ def _uses_atomics(body) -> bool:
 
 
 def lower(func, pass_configs=None):
-    """The kernel as plain TIRx loops over blocks, ready for TIRx's own pipeline."""
-    body = func.body
-    parallel = not _uses_atomics(body)
-    body = lower_threads(body)
-    body = legalize_safe_memory_access(body, "cpu")
-    body = LowerTileOps("cpu")(body)
-    body = _StripScheduleHints("cpu")(body)
-    body = lower_blocks(body, parallel=parallel)
-    return func.with_body(body)
+    """The kernel as plain TIRx loops over blocks, ready for TIRx's own pipeline.
+
+    Named stages (dumped/timed by ``tilelang.transform.instrument``). Blocks run serially
+    when the kernel uses atomics or ``T.device_assert`` (a failed assert must reach the caller).
+    """
+    parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body))
+    stages = [
+        ("lower_threads", on_body(lower_threads)),
+        ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
+        ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
+        ("strip_schedule_hints", on_body(_StripScheduleHints("cpu"))),
+        ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
+    ]
+    return run_stages(func, stages, pass_configs)
 
 
 def build(func, pass_configs=None, out_dir=None):
