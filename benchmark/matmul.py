@@ -89,7 +89,7 @@ def main():
             b = torch.randn(size, size, dtype=tdt, device="cuda")
             c = torch.empty(size, size, dtype=torch.float32, device="cuda")
             flops = 2.0 * size**3
-            t_torch = time_ms(lambda: torch.matmul(a, b), args.iters)
+            t_torch = time_ms(lambda a=a, b=b: torch.matmul(a, b), args.iters)
             ref = (a.float() @ b.float()) if size <= 4096 else None
             torch_tflops = flops / t_torch / 1e9
             rows.append((size, dtype, "torch.matmul", "-", t_torch, torch_tflops, 1.0))
@@ -100,7 +100,7 @@ def main():
                     kern(a, b, c)
                     if ref is not None:
                         torch.testing.assert_close(c, ref, rtol=2e-2, atol=5e-1)
-                    t = time_ms(lambda kern=kern: kern(a, b, c), args.iters)
+                    t = time_ms(lambda kern=kern, a=a, b=b, c=c: kern(a, b, c), args.iters)
                     tflops = flops / t / 1e9
                     rows.append((size, dtype, name, how, t, tflops, tflops / torch_tflops))
                 except Exception as err:  # noqa: BLE001 - keep benchmarking the others

@@ -266,13 +266,13 @@ class _Planner(StmtMutator):
         k, begin, end = loop.var, loop.begin, loop.end
         rel = k - begin
 
-        def issue(k_value, stage):
+        def issue(k_value, stage, ictx=ctx):
             stmts = []
             for c in copies:
                 new = mapping[c.dst.tensor]
                 dst = RegionView(new, [stage, *c.dst.begins], [1, *c.dst.extents])
                 stmts += c.issue(
-                    ctx, self.tx, self.threads, self.pctx.get_layout(new), {k: k_value}, dst
+                    ictx, self.tx, self.threads, self.pctx.get_layout(new), {k: k_value}, dst
                 )
             return stmts
 
@@ -292,7 +292,9 @@ class _Planner(StmtMutator):
             prologue.append(cp_async_commit())
         ahead = k + (stages - 1)
         new_body = [cp_async_wait(stages - 2), sync_threads()]
-        new_body += guarded(ahead < end, issue(ahead, (rel + stages - 1) % stages))
+        # under the guard k + S-1 < end: source predicates can use the narrower range of k
+        inner = ctx.with_range(k, begin, end - begin - (stages - 1))
+        new_body += guarded(ahead < end, issue(ahead, (rel + stages - 1) % stages, inner))
         new_body += [cp_async_commit(), body_rest]
         return ir.SeqStmt([*prologue, _with_loop(loop, new_body), cp_async_wait(0)])
 
