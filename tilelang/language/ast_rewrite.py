@@ -16,6 +16,8 @@ source                 rewritten to
 ``break``/``continue`` ``if __tb.break_(): break`` (IR break inside IR loops)
 ``x = v``              ``x = __tb.bind("x", v, lambda: x)`` (stores into
                        ``T.alloc_var`` cells, names IR values)
+``a, b = v``           ``__tl_u0, __tl_u1 = v`` then ``a = __tb.bind("a", ...)``
+                       for each name
 ``a[i] = v``           ``__tb.setitem(a, i, v)``
 ``a[i] += v``          ``__tb.aug_setitem(a, i, "+", v)``
 =====================  ==========================================================
@@ -182,7 +184,23 @@ class _KernelRewriter(ast.NodeTransformer):
                     _call("setitem", self.visit(target.value), self.visit(target.slice), node.value)
                 )
                 return ast.fix_missing_locations(ast.copy_location(store, node))
+            if isinstance(target, ast.Tuple | ast.List) and all(
+                isinstance(e, ast.Name) for e in target.elts
+            ):
+                return self._unpack(target.elts, node)
         return node
+
+    def _unpack(self, names, node):
+        """``a, b = v``: unpack into temporaries, then bind each name as ``a = v0`` would."""
+        temps = [self._fresh("u") for _ in names]
+        unpack = ast.Assign(
+            targets=[ast.Tuple([ast.Name(t, ast.Store()) for t in temps], ast.Store())],
+            value=node.value,
+        )
+        out = [ast.fix_missing_locations(ast.copy_location(unpack, node))]
+        for name, temp in zip(names, temps):
+            out.append(self._bind(name.id, ast.Name(temp, ast.Load()), node))
+        return out
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
         if node.value is None or not isinstance(node.target, ast.Name):
