@@ -251,3 +251,57 @@ def test_runtime_if_around_tile_ops(randn, rng):
     out = runtime_branch_tile_ops(10, 8)(a, flags)
     ref = torch.where(flags[:, None] != 0, a, torch.full_like(a, -5.0))
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+def test_while_on_python_value_unrolls():
+    """``while k < 3`` on a Python int runs while tracing: three stores, no IR loop."""
+
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=1):
+            k = 0
+            while k < 3:
+                A[k] = k * 1.5
+                k += 1
+
+    kernel = tilelang.compile(main, target="cpu")
+    a = torch.full((8,), -1.0)
+    kernel(a)
+    assert a.tolist() == [0.0, 1.5, 3.0] + [-1.0] * 5
+    assert "while" not in kernel.get_kernel_source()
+
+
+def test_if_on_dynamic_dim():
+    """A condition on a T.dynamic size is decided at run time."""
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=1):
+            if M > 4:
+                A[0] = 1.0
+            else:
+                A[0] = 2.0
+
+    kernel = tilelang.compile(main, target="cpu")
+    big, small = torch.zeros(6), torch.zeros(3)
+    kernel(big)
+    kernel(small)
+    assert big[0].item() == 1.0 and small[0].item() == 2.0
+
+
+def test_range_with_runtime_start_and_step(rng):
+    @T.prim_func
+    def main(A: T.Tensor((32,), "int32"), B: T.Tensor((32,), "int32"), lo: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=1):
+            for i in range(lo[0], 32, 3):
+                B[i] = A[i] + 1
+
+    kernel = tilelang.compile(main, target="cpu")
+    a = torch.from_numpy(rng.integers(-9, 9, size=32).astype(np.int32))
+    for start in (0, 2, 31):
+        b = torch.zeros(32, dtype=torch.int32)
+        kernel(a, b, torch.tensor([start], dtype=torch.int32))
+        ref = torch.zeros(32, dtype=torch.int32)
+        ref[start::3] = a[start::3] + 1
+        assert torch.equal(b, ref)

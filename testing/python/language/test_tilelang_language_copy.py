@@ -264,3 +264,43 @@ def test_copy_into_shared_subtile(randn):
     out = copy_fragment_into_shared_slice(4, 6)(a)
     torch.testing.assert_close(out[4:], a, rtol=0, atol=0)
     assert torch.all(out[:4] == -1)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def copy_columns(B_, H, D):
+    """A column ``X[b, 0:H, d]`` (unit dims on both sides) into a 1-D tile, then into a row
+    of Y given by its start ``Y[b, d, 0]``: a per-batch transpose."""
+
+    @T.prim_func
+    def main(X: T.Tensor((B_, H, D), "float32"), Y: T.Tensor((B_, D, H), "float32")):
+        with T.Kernel(B_, threads=1) as b:
+            col = T.alloc_fragment((H,), "float32")
+            for d in T.serial(D):
+                T.copy(X[b, 0:H, d], col)
+                T.copy(col, Y[b, d, 0])
+
+    return main
+
+
+def test_copy_column_through_1d_tile(randn):
+    x = randn(2, 6, 5)
+    assert torch.equal(copy_columns(2, 6, 5)(x), x.transpose(1, 2).contiguous())
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def copy_row_start_to_1d(M, N):
+    """Tile start of a 2-D tensor ``A[i, 0]`` into a 1-D tile takes the extent (1, N)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(M, threads=1) as i:
+            row = T.alloc_fragment((N,), "float32")
+            T.copy(A[i, 0], row)
+            T.copy(row, B[M - 1 - i, 0])
+
+    return main
+
+
+def test_copy_row_start_to_1d(randn):
+    a = randn(4, 7)
+    assert torch.equal(copy_row_start_to_1d(4, 7)(a), a.flip(0))

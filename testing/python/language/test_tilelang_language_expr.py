@@ -191,3 +191,71 @@ def test_compare_store(rng):
     assert torch.equal(out[0], (a == 3).int())
     assert torch.equal(out[1], (a != 3).int())
     assert torch.equal(out[2], (a < 3).int())
+
+
+@tilelang.jit(out_idx=[1], target="cpu")
+def signed_int_ops(N, d):
+    """// and % on negative integers follow Python (floor) semantics; casts truncate."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((N,), "int32"), Out: T.Tensor((3, N), "int32"), F: T.Tensor((N,), "float32")
+    ):
+        with T.Kernel(1, threads=1):
+            for i in T.serial(N):
+                Out[0, i] = A[i] // d
+                Out[1, i] = A[i] % d
+                Out[2, i] = T.cast(F[i], "int32")
+
+    return main
+
+
+def test_signed_division_and_truncating_cast(rng, randn):
+    N, d = 64, 3
+    a = torch.from_numpy(rng.integers(-50, 50, size=N).astype(np.int32))
+    f = randn(N, scale=5.0)
+    out = signed_int_ops(N, d)(a, f)
+    assert torch.equal(out[0], torch.div(a, d, rounding_mode="floor"))
+    assert torch.equal(out[1], torch.remainder(a, d))
+    assert torch.equal(out[2], f.to(torch.int32))
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def double_it(N, dtype):
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                B[i] = A[i] + A[i]
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int8", "uint8", "int16", "int64"])
+def test_other_element_types(rng, dtype):
+    info = np.iinfo(dtype) if "int" in dtype else None
+    if info is not None:
+        a = rng.integers(info.min // 2, info.max // 2, size=40).astype(dtype)
+    else:
+        a = rng.standard_normal(40)
+    a = torch.from_numpy(a)
+    assert torch.equal(double_it(40, dtype)(a), a + a)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def masked_select(N):
+    @T.prim_func
+    def main(
+        A: T.Tensor((N,), "float32"), Mask: T.Tensor((N,), "bool"), B: T.Tensor((N,), "float32")
+    ):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                B[i] = T.if_then_else(Mask[i], A[i], -A[i])
+
+    return main
+
+
+def test_bool_tensor_mask(randn, rng):
+    a = randn(50)
+    mask = torch.from_numpy(rng.integers(0, 2, size=50).astype(bool))
+    assert torch.equal(masked_select(50)(a, mask), torch.where(mask, a, -a))
