@@ -5,7 +5,7 @@ nests as perfectly nested serial Fors annotated ``tl.parallel``, fragments alloc
 with scope ``local.fragment``) and the block's thread count.
 
 Guarantees: ``InferResult.layouts`` maps every fragment Var to a Fragment and
-``InferResult.loops`` maps every parallel nest (its outermost For) to a Fragment over
+``InferResult.loops`` maps every parallel nest (``loop_key`` of its outermost For) to a Fragment over
 the nest's iteration space, such that for every fragment access ``F[idx]`` in a nest
 the thread running iteration ``x`` owns ``F[idx(x)]``. Conflicts raise a CompileError
 naming the buffer(s) and the user's line.
@@ -118,6 +118,21 @@ class ParallelNest:
     def loc(self):
         return self.root.loc
 
+    @property
+    def key(self):
+        """The nest's identity: its outermost loop Var (passes may rebuild the For node)."""
+        return loop_key(self.root)
+
+
+def loop_key(for_stmt):
+    """Key of a parallel nest in ``InferResult.loops``: the handle of its outer loop Var.
+
+    Keyed by the Var, not the For node, because passes between layout inference and
+    ``lower_parallel`` (pipeline planning, any StmtMutator) rebuild For nodes but keep
+    their loop Vars.
+    """
+    return for_stmt.var.__chandle__()
+
 
 def _int(x):
     return E.as_const_int(x)
@@ -158,7 +173,7 @@ def _is_parallel(s) -> bool:
 @dataclass
 class InferResult:
     layouts: dict  # fragment Var -> Fragment  (use get())
-    loops: dict  # chandle of nest root For -> Fragment
+    loops: dict  # loop_key(nest root For) -> Fragment
     nests: list  # ParallelNest in program order
 
     def get(self, var):
@@ -233,7 +248,7 @@ class _Inference:
         return changed
 
     def run_loop(self, nest: ParallelNest) -> bool:
-        key = nest.root.__chandle__()
+        key = nest.key
         changed = False
         loop = self.loop_layouts.get(key)
         if loop is None:
@@ -276,9 +291,7 @@ class _Inference:
         vec = 16 // max(bytes_) if bytes_ else 1
         while vec > 1 and (nest.extents[-1] % vec or total // vec < self.threads):
             vec //= 2
-        self.loop_layouts[nest.root.__chandle__()] = make_parallel_fragment(
-            nest.extents, self.threads, vec
-        )
+        self.loop_layouts[nest.key] = make_parallel_fragment(nest.extents, self.threads, vec)
 
     @staticmethod
     def _exact(idx, nest) -> bool:
@@ -301,7 +314,7 @@ class _Inference:
         while True:
             while self.run_ops("common") | any([self.run_loop(n) for n in self.nests]):
                 pass
-            pending = [n for n in self.nests if n.root.__chandle__() not in self.loop_layouts]
+            pending = [n for n in self.nests if n.key not in self.loop_layouts]
             if pending:
                 self.free_loop(pending[0])
                 continue

@@ -15,8 +15,10 @@ from __future__ import annotations
 import tvm_ffi
 from tvm_tirx import ir
 
+from .. import errors
 from ..ops.bounds import in_bounds
 from ..ops.irb import seq
+from .layout_inference import loop_key
 from .stmt import StmtMutator, substitute
 from .thread_utils import for_, fragment_points, is_global
 
@@ -51,9 +53,15 @@ class LowerParallel(StmtMutator):
         self.count = 0
 
     def visit_For(self, stmt, ctx):
-        layout = self.loops.get(stmt.__chandle__())
-        if layout is None:
+        if stmt.annotations is None or "tl.parallel" not in stmt.annotations:
             return super().visit_For(stmt, ctx)
+        layout = self.loops.get(loop_key(stmt))
+        if layout is None:
+            raise errors.compile_error(
+                f"internal: T.Parallel loop over {stmt.var.name} has no inferred layout "
+                "(a pass rebuilt it with a new loop variable?)",
+                stmt.loc,
+            )
         vars_, s = [], stmt
         while (
             isinstance(s, ir.For) and s.annotations is not None and "tl.parallel" in s.annotations
