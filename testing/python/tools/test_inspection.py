@@ -1,0 +1,145 @@
+"""tilelang.lower stages, IR dumps, pass timing, ir_diff, and run_stages' contract."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import tilelang
+import tilelang.language as T
+from tilelang.tools import ir_diff
+from tilelang.transform.instrument import run_stages, session
+
+
+@pytest.fixture(autouse=True)
+def clean(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("TILELANG_DISABLE_CACHE", "TILELANG_DUMP_IR", "TILELANG_PASS_TIMING"):
+        monkeypatch.delenv(name, raising=False)
+    tilelang.cache.clear_cache()
+    yield
+    tilelang.cache.clear_cache()
+
+
+def plus_one(n=128, block=32):
+    @T.prim_func
+    def plus_one_kernel(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            tile = T.alloc_shared((block,), "float32")
+            T.copy(A[bx * block], tile)
+            for i in T.Parallel(block):
+                tile[i] = tile[i] + 1.0
+            T.copy(tile, B[bx * block])
+
+    return plus_one_kernel
+
+
+CPU_STAGES = [
+    "trace",
+    "lower_threads",
+    "legalize_safe_memory_access",
+    "lower_tile_ops",
+    "strip_schedule_hints",
+    "lower_blocks",
+]
+
+
+def test_lower_returns_every_stage():
+    lowered = tilelang.lower(plus_one(), target="cpu")
+    names = lowered.names()
+    assert names[: len(CPU_STAGES)] == CPU_STAGES
+    assert names[-1] == "source"
+    tirx = [n for n in names if lowered.origins[n] == "tirx"]
+    assert any(n.startswith("tirx.") for n in tirx)
+    assert "tl.copy" in lowered["trace"]
+    assert "tl.copy" in lowered["lower_threads"]
+    assert "tl.copy" not in lowered["lower_tile_ops"]
+    assert "blockIdx" not in lowered["lower_blocks"]
+    assert lowered.kernel_source == lowered.artifact.kernel_source
+    assert all(lowered.seconds[n] >= 0 for n in names)
+    assert "lower_tile_ops" in lowered.timing_table()
+    with pytest.raises(KeyError, match="no stage 'nope'"):
+        lowered.ir("nope")
+
+
+def test_diff_between_stages():
+    lowered = tilelang.lower(plus_one(), target="cpu")
+    diff = lowered.diff("lower_threads", "lower_tile_ops")
+    assert diff.startswith("--- lower_threads\n+++ lower_tile_ops\n")
+    assert any(line.startswith("-") and "tl.copy" in line for line in diff.splitlines())
+    assert ir_diff(lowered.ir("trace"), lowered.ir("trace")) == ""
+    assert ir_diff("a\nb\n", "a\nc\n", context=0) == "--- a\n+++ b\n@@ -2 +2 @@\n-b\n+c\n"
+
+
+def _dump_files(folder):
+    (kernel_dir,) = [p for p in folder.iterdir() if p.is_dir()]
+    assert kernel_dir.name.startswith("plus_one_kernel-")
+    return sorted(p.name for p in kernel_dir.iterdir())
+
+
+def test_dump_dir_env_var(tmp_path, monkeypatch):
+    folder = tmp_path / "dump"
+    monkeypatch.setenv("TILELANG_DUMP_IR", str(folder))
+    kernel = tilelang.compile(plus_one(), out_idx=[-1], target="cpu")
+    a = torch.randn(128)
+    torch.testing.assert_close(kernel(a), a + 1)
+    files = _dump_files(folder)
+    for k, name in enumerate(CPU_STAGES):
+        assert f"{k:03d}_{name}.py" in files
+    assert any(re.match(r"\d{3}_tirx\.", f) for f in files)
+    assert len(files) > len(CPU_STAGES) + 5
+    assert not (tmp_path / "cache" / "kernels").exists()  # observed builds skip the cache
+
+
+def test_dump_dir_pass_config(tmp_path):
+    folder = tmp_path / "dump2"
+    configs = {tilelang.PassConfigKey.TL_DUMP_IR_DIR: str(folder)}
+    tilelang.compile(plus_one(), out_idx=[-1], target="cpu", pass_configs=configs)
+    files = _dump_files(folder)
+    assert files[0] == "000_trace.py" and "003_lower_tile_ops.py" in files
+    text = (next(folder.iterdir()) / "003_lower_tile_ops.py").read_text()
+    assert text.startswith("# stage 3: lower_tile_ops (tilelang)")
+    assert "tl.copy" not in text
+
+
+def test_pass_timing_table(capfd, monkeypatch):
+    monkeypatch.setenv("TILELANG_PASS_TIMING", "1")
+    tilelang.compile(plus_one(), out_idx=[-1], target="cpu")
+    err = capfd.readouterr().err
+    assert "tilelang pass timing: plus_one_kernel-" in err
+    for name in CPU_STAGES[1:] + ["other (codegen, link, load)", "wall"]:
+        assert name in err
+
+
+def test_pass_timing_config_overrides_env(capfd, monkeypatch):
+    monkeypatch.setenv("TILELANG_PASS_TIMING", "1")
+    configs = {"tl.pass_profile": False}
+    tilelang.compile(plus_one(), out_idx=[-1], target="cpu", pass_configs=configs)
+    assert "pass timing" not in capfd.readouterr().err
+
+
+def test_run_stages_contract():
+    func = plus_one()
+    assert run_stages(func, [("same", lambda f: f)]) is func
+    with pytest.raises(TypeError, match="stage 'broken' returned None"):
+        run_stages(func, [("broken", lambda f: None)])
+    with pytest.raises(TypeError, match=r"expected \(name, fn\) pairs"):
+        run_stages(func, [lambda f: f])
+
+    def fail(f):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom") as info:
+        run_stages(func, [("exploding", fail)])
+    assert "(in pipeline stage 'exploding')" in info.value.__notes__
+
+
+def test_session_records_stage_ir():
+    func = plus_one()
+    with session(record=True, func=func) as sess:
+        out = run_stages(func, [("noop", lambda f: f), ("again", lambda f: f)])
+    assert out is func
+    assert [r.name for r in sess.records] == ["trace", "noop", "again"]
+    assert sess.records[1].ir is func
