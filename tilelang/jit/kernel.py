@@ -49,7 +49,7 @@ class JITKernel:
             pass_configs=self.pass_configs,
             compile_flags=self.compile_flags,
         )
-        self.torch_function = self.backend.load(self.artifact)
+        self._fn = None  # loaded on first call: compiling needs no GPU, running does
         self._outputs = OutputAllocator(self.params, self.out_idx)
         self._n_inputs = len(self.params) - len(self.out_idx)
         self._name = (
@@ -59,8 +59,17 @@ class JITKernel:
         )
 
     # -- calling ------------------------------------------------------------
+    @property
+    def torch_function(self):
+        """The loaded packed function (loads the artifact on first use)."""
+        if self._fn is None:
+            self._fn = self.backend.load(self.artifact)
+        return self._fn
+
     def __call__(self, *args):
-        fn = self.torch_function
+        fn = self._fn
+        if fn is None:
+            fn = self.torch_function
         if not self.out_idx:
             self._launch(fn, args, args)
             return None

@@ -27,16 +27,35 @@ from .thread_utils import is_shared, is_sync, sync_threads
 class _State:
     reads: set = field(default_factory=set)
     writes: set = field(default_factory=set)
+    async_writes: set = field(default_factory=set)  # (buffer, leaf) pairs written by cp.async
 
     def merge(self, other):
-        return _State(self.reads | other.reads, self.writes | other.writes)
+        return _State(
+            self.reads | other.reads,
+            self.writes | other.writes,
+            self.async_writes | other.async_writes,
+        )
 
     def copy(self):
-        return _State(set(self.reads), set(self.writes))
+        return _State(set(self.reads), set(self.writes), set(self.async_writes))
+
+
+# Extern device helpers whose shared-memory operands only read, or whose writes are
+# asynchronous copies that never overlap another async copy of the same tile op.
+_READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix",)
+_ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs",)
+
+
+def _extern_name(call) -> str:
+    if not call.args:
+        return ""
+    head = call.args[0]
+    return str(head.value) if isinstance(head, ir.StringImm) else ""
 
 
 def _accesses(stmt):
-    reads, writes = set(), set()
+    """(reads, writes, async_writes): handles of the shared tensors a statement touches."""
+    reads, writes, async_writes = set(), set(), set()
 
     def load(x):
         if is_shared(x.source):
@@ -47,25 +66,53 @@ def _accesses(stmt):
             writes.add(x.dest.__chandle__())
 
     def call(x):
-        if getattr(x.op, "name", "") in ("tirx.call_extern", "tirx.call_intrin"):
+        # Pre-order: an extern call's pointer operands (address_of(buf[...])) are classified
+        # here and not descended into, so taking an address is not mistaken for a read.
+        if getattr(x.op, "name", "") not in ("tirx.call_extern", "tirx.call_intrin"):
+            return None
+        name = _extern_name(x)
+        if name.startswith(_READ_ONLY_EXTERNS):
+            for arg in x.args[1:]:
+                reads.update(_shared_vars(arg))
+        elif name.startswith(_ASYNC_WRITE_EXTERNS) and len(x.args) >= 3:
+            async_writes.update(_shared_vars(x.args[1]))
+            for arg in x.args[2:]:
+                reads.update(_shared_vars(arg))
+        else:
             for arg in x.args:
                 for v in _shared_vars(arg):
                     reads.add(v)
                     writes.add(v)
+        return tvm_ffi.WalkResult.SKIP
 
-    tvm_ffi.structural_walk(stmt, [(ir.TensorLoad, load), (ir.TensorStore, store), (ir.Call, call)])
-    return reads, writes
+    tvm_ffi.structural_walk(
+        stmt, [(ir.TensorLoad, load), (ir.TensorStore, store), (ir.Call, call)], order="pre"
+    )
+    return reads, writes | async_writes, async_writes
 
 
 def _tag(bufs, leaf):
     return {(b, leaf) for b in bufs}
 
 
-def _conflict(reads, writes, state, leaf) -> bool:
-    """Whether accesses of ``leaf`` race with another statement's since the last barrier."""
+def _conflict(reads, writes, state, leaf, async_writes=frozenset()) -> bool:
+    """Whether accesses of ``leaf`` race with another statement's since the last barrier.
+
+    Asynchronous tile copies (cp.async, emitted only by software pipelining) neither
+    conflict with each other (each partitions its tile over the threads) nor make later
+    reads wait here: their data is consumed only after the pipeline's own
+    ``cp.async.wait_group`` + barrier. A later write over a buffer they read still does.
+    """
     w_prev = {b for b, who in state.writes if who != leaf or leaf is None}
     r_prev = {b for b, who in state.reads if who != leaf or leaf is None}
-    return bool((reads & w_prev) or (writes & r_prev) or (writes & w_prev))
+    sync_w_prev = {
+        b
+        for b, who in state.writes
+        if (who != leaf or leaf is None) and (b, who) not in state.async_writes
+    }
+    plain_writes = writes - async_writes
+    waw = (plain_writes & w_prev) or (async_writes & sync_w_prev)
+    return bool((reads & sync_w_prev) or (writes & r_prev) or waw)
 
 
 def _shared_vars(node):
@@ -101,12 +148,16 @@ class _Inserter:
     def leaf(self, stmt, state):
         if isinstance(stmt, ir.Bind) and not self.uniform(stmt.value):
             self.varying.add(stmt.var.__chandle__())
-        r, w = _accesses(stmt)
+        r, w, aw = _accesses(stmt)
         me = stmt.__chandle__()
-        if _conflict(r, w, state, me):
+        if _conflict(r, w, state, me, aw):
             self.count += 1
-            return [sync_threads(), stmt], _State(_tag(r, me), _tag(w, me))
-        return [stmt], _State(state.reads | _tag(r, me), state.writes | _tag(w, me))
+            return [sync_threads(), stmt], _State(_tag(r, me), _tag(w, me), _tag(aw, me))
+        return [stmt], _State(
+            state.reads | _tag(r, me),
+            state.writes | _tag(w, me),
+            state.async_writes | _tag(aw, me),
+        )
 
     def visit(self, stmt, state):
         """(list of statements, state after)."""
@@ -120,9 +171,9 @@ class _Inserter:
             return out, state
         if isinstance(stmt, ir.For) and self.uniform(stmt.begin) and self.uniform(stmt.end):
             saved = self.count
-            r, w = _accesses(stmt.body)
+            r, w, aw = _accesses(stmt.body)
             pre = []
-            if _conflict(r, w, state, None):
+            if _conflict(r, w, state, None, aw):
                 pre, state = [sync_threads()], _State()
                 saved += 1
             _, end = self.visit(stmt.body, _State())
