@@ -156,11 +156,11 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
     builder.state()
     src_r = to_region(_operand(src), what="T.cumsum src")
     dst_r = src_r if dst is None else to_region(_operand(dst), what="T.cumsum dst")
-    _emit(
-        _cumsum.CUMSUM.make(
-            src_r, dst_r, loc=builder.user_loc(), dim=int(dim), reverse=bool(reverse)
-        )
+    call = _cumsum.CUMSUM.make(
+        src_r, dst_r, loc=builder.user_loc(), dim=int(dim), reverse=bool(reverse)
     )
+    _cumsum.cumsum_axes(_cumsum.CUMSUM.view(call))  # early shape check, names the user's line
+    _emit(call)
 
 
 def _atomic_op(kind, dst, value, memory_order=None):
@@ -176,6 +176,8 @@ def _atomic_op(kind, dst, value, memory_order=None):
         value_r = to_region(value, region_extents(dst), what=f"T.atomic_{kind} value")
         dst_r = to_region(dst, region_extents(value_r), what=f"T.atomic_{kind} dst")
         operand = value_r
+        views = (_copy.RegionView.of(value_r), _copy.RegionView.of(dst_r))
+        _copy.matched_axes(*views, builder.user_loc(), op=f"T.atomic_{kind}")  # early check
     else:
         dst_r = to_region(dst, what=f"T.atomic_{kind} dst")
         operand = dtypes.convert(value, str(dst_r.source.ty.dtype))

@@ -10,21 +10,36 @@ from tvm_tirx import ir
 
 from .. import errors
 from . import irb
-from .region import RegionView
+from .region import RegionView, _const
 from .registry import TileOpDef, lower_rule
 
 CUMSUM = TileOpDef("cumsum", ("src", "dst"), {"dim": 0, "reverse": False})
 
 
-@lower_rule("cumsum", "cpu")
-def lower_cumsum_cpu(v, ctx):
+def cumsum_axes(v):
+    """(src view, dst view, scanned dim) with the shape checks done, or a CompileError."""
     src, dst = RegionView.of(v.src), RegionView.of(v.dst)
     rank = len(src.extents)
     if len(dst.extents) != rank:
         raise errors.compile_error("T.cumsum: src and dst must have the same rank", v.loc)
+    for es, ed in zip(src.extents, dst.extents):
+        cs, cd = _const(es), _const(ed)
+        if cs is not None and cd is not None and cs != cd:
+            raise errors.compile_error(
+                f"T.cumsum: {src.name}{list(src.extents)} and {dst.name}{list(dst.extents)} "
+                "have different shapes",
+                v.loc,
+            )
     dim = v.dim + rank if v.dim < 0 else v.dim
     if not 0 <= dim < rank:
         raise errors.compile_error(f"T.cumsum: dim {v.dim} out of range for {src.name}", v.loc)
+    return src, dst, dim
+
+
+@lower_rule("cumsum", "cpu")
+def lower_cumsum_cpu(v, ctx):
+    src, dst, dim = cumsum_axes(v)
+    rank = len(src.extents)
     kept = [a for a in range(rank) if a != dim]
     n = src.extents[dim]
 

@@ -123,3 +123,37 @@ def test_atomic_max_keeps_larger_initial_value(randn):
     mx, mn = torch.tensor([1e6]), torch.tensor([-1e6])
     atomic_extrema(100, 64, "float32")(a, mx, mn)
     assert mx.item() == 1e6 and mn.item() == -1e6
+
+
+@tilelang.jit(target="cpu")
+def atomic_rows(M, N, kind):
+    """Tile atomics into a row given by its start (Out[b % 2, 0]) or into a whole tensor."""
+    op = {"add": T.atomic_add, "max": T.atomic_max, "min": T.atomic_min}[kind]
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, N), "float32"),
+        Out: T.Tensor((2, N), "float32"),
+        All: T.Tensor((N,), "float32"),
+    ):
+        with T.Kernel(M, threads=1) as b:
+            row = T.alloc_fragment((N,), "float32")
+            T.copy(A[b, :], row)
+            op(Out[b % 2, 0], row)
+            op(All, row)
+
+    return main
+
+
+@pytest.mark.parametrize("kind", ["add", "max", "min"])
+def test_atomic_tile_forms(randn, kind):
+    M, N = 6, 8
+    a = randn(M, N)
+    init = {"add": 0.0, "max": -1e9, "min": 1e9}[kind]
+    out, all_ = torch.full((2, N), init), torch.full((N,), init)
+    atomic_rows(M, N, kind)(a, out, all_)
+    reduce = {"add": torch.sum, "max": torch.amax, "min": torch.amin}[kind]
+    ad = a.double()
+    torch.testing.assert_close(out.double()[0], reduce(ad[0::2], 0), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out.double()[1], reduce(ad[1::2], 0), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(all_.double(), reduce(ad, 0), rtol=1e-6, atol=1e-6)

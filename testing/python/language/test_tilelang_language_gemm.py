@@ -196,3 +196,66 @@ def test_gemm_fragment_operand(randn):
     a, b = randn(40, 16, dtype="float16"), randn(16, 24, dtype="float16")
     c = gemm_fragment_A(40, 24, 16, 16)(a, b)
     torch.testing.assert_close(c.double(), 2 * a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def gemm_staged_buffers(M, N, K, bK):
+    """Manual double buffering: 3-D shared tiles indexed by stage, A[k % 2, :, :] operands."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float32"),
+        B: T.Tensor((K, N), "float32"),
+        C: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(1, threads=128):
+            As = T.alloc_shared((2, M, bK), "float32")
+            Bs = T.alloc_shared((2, bK, N), "float32")
+            Cf = T.alloc_fragment((M, N), "float32")
+            T.clear(Cf)
+            for k in T.serial(T.ceildiv(K, bK)):
+                T.copy(A[0, k * bK], As[k % 2, :, :])
+                T.copy(B[k * bK, 0], Bs[k % 2, :, :])
+                T.gemm(As[k % 2, :, :], Bs[k % 2, :, :], Cf)
+            T.copy(Cf, C)
+
+    return main
+
+
+def test_gemm_stage_indexed_operands(randn):
+    a, b = randn(16, 40), randn(40, 24)
+    c = gemm_staged_buffers(16, 24, 40, 16)(a, b)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def gemm_subregions():
+    """Operands and accumulator given as slices of larger tiles."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((32, 16), "float32"),
+        B: T.Tensor((16, 32), "float32"),
+        C: T.Tensor((32, 32), "float32"),
+    ):
+        with T.Kernel(1, threads=128):
+            As = T.alloc_shared((32, 16), "float32")
+            Bs = T.alloc_shared((16, 32), "float32")
+            Cf = T.alloc_fragment((32, 32), "float32")
+            T.copy(A, As)
+            T.copy(B, Bs)
+            T.clear(Cf)
+            T.gemm(As[0:16, :], Bs[:, 16:32], Cf[16:32, 0:16])
+            T.gemm(As[16:32, 0:8], Bs[0:16, 0:16], Cf[0:8, 16:32], transpose_A=True)
+            T.copy(Cf, C)
+
+    return main
+
+
+def test_gemm_on_subregions(randn):
+    a, b = randn(32, 16), randn(16, 32)
+    ad, bd = a.double(), b.double()
+    ref = torch.zeros(32, 32, dtype=torch.float64)
+    ref[16:, :16] = ad[:16] @ bd[:, 16:]
+    ref[:8, 16:] = ad[16:, :8].T @ bd[:, :16]
+    torch.testing.assert_close(gemm_subregions()(a, b).double(), ref, rtol=1e-5, atol=1e-5)

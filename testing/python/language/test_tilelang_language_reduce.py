@@ -196,3 +196,35 @@ def test_cumsum_1d_per_block(randn):
     a = randn(N)
     ref = torch.cat([c.double().cumsum(0) for c in a.split(block)])
     torch.testing.assert_close(cumsum_1d_blocks(N, block)(a).double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@tilelang.jit(out_idx=[1, 2], target="cpu")
+def reduce_and_scan_3d(B_, H, D):
+    """3-D tiles: sum over the middle dimension; reverse prefix sum along it (float16 in,
+    float32 out)."""
+
+    @T.prim_func
+    def main(
+        X: T.Tensor((B_, H, D), "float16"),
+        S: T.Tensor((B_, D), "float32"),
+        C: T.Tensor((B_, H, D), "float32"),
+    ):
+        with T.Kernel(1, threads=32):
+            Xs = T.alloc_shared((B_, H, D), "float16")
+            R = T.alloc_fragment((B_, D), "float32")
+            Cs = T.alloc_shared((B_, H, D), "float32")
+            T.copy(X, Xs)
+            T.reduce_sum(Xs, R, dim=1)
+            T.cumsum(Xs, Cs, dim=1, reverse=True)
+            T.copy(R, S)
+            T.copy(Cs, C)
+
+    return main
+
+
+def test_reduce_and_cumsum_3d(randn):
+    x = randn(2, 5, 3, dtype="float16")
+    s, c = reduce_and_scan_3d(2, 5, 3)(x)
+    xd = x.double()
+    torch.testing.assert_close(s.double(), xd.sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(c.double(), _cumsum_ref(xd, 1, True), rtol=1e-5, atol=1e-5)
