@@ -12,14 +12,16 @@ naming the buffer(s) and the user's line.
 
 Levels (upstream TileLang's): "strict" (gemm fixes its accumulator), "common"
 (reduce, fragment copies, loops touching a fragment with a known layout propagate),
-"free" (one unconstrained loop at a time gets ``make_parallel_fragment`` with 16-byte
-vectors where its global/shared accesses are contiguous). Fragments that are never
+"free" (one unconstrained loop at a time gets ``default_fragment``: upstream's
+``make_parallel_fragment`` with 16-byte vectors where its global/shared accesses are
+contiguous, or a per-axis split when that one fuses axes). Fragments that are never
 constrained get a default: fully replicated when they are used outside parallel loops
 (serial code sees all of them), ``make_parallel_fragment`` otherwise.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import tvm_ffi
@@ -73,6 +75,57 @@ def project_fragment(frag: Fragment, keep: list[int], extra_shape=()) -> Fragmen
         return E.substitute(frag.thread, mapping)
 
     return Fragment(new_shape, forward_thread_fn=thread_fn, replicate=replicate)
+
+
+def _axis_fragment(shape, threads: int, vector: int) -> tuple[Fragment, int]:
+    """A fragment whose thread is a sum of per-axis splits, and the threads it spans.
+
+    From the innermost axis outwards, axis ``a`` (in units of ``vector`` elements on the
+    last axis) gets ``gcd(units, threads left)`` threads, consecutive units on consecutive
+    threads; the rest of each axis stays in the thread's registers.
+    """
+    left, parts, stride = threads, [], 1
+    for axis in range(len(shape) - 1, -1, -1):
+        unit = vector if axis == len(shape) - 1 else 1
+        count = math.gcd(shape[axis] // unit, left)
+        parts.append((axis, unit, count, stride))
+        stride *= count
+        left //= count
+
+    def thread_fn(*idx):
+        t = E.as_expr(0)
+        for axis, unit, count, st in parts:
+            if count > 1:
+                t = t + ((idx[axis] // unit) % count) * st
+        return t
+
+    return Fragment(shape, forward_thread_fn=thread_fn), stride
+
+
+def default_fragment(shape, threads: int, vector: int = 1) -> Fragment:
+    """``make_parallel_fragment`` unless its thread fuses axes that cannot be split again.
+
+    The flattened distribution (``(flat // vector) % threads``) is what upstream uses, but
+    when a row length is not a multiple of ``threads * vector`` (softmax over N = 1000) the
+    thread mixes row and column bits, so no fragment of a row-reduction result
+    (``project_fragment``) exists. Then the threads are split per axis instead
+    (:func:`_axis_fragment`), trying narrower vectors when that uses more threads.
+    """
+    shape = [int(s) for s in shape]
+    frag = make_parallel_fragment(shape, threads, vector)
+    try:
+        _thread_splits(frag.thread, frag._thread_ranges())
+        return frag
+    except ValueError:
+        pass
+    best, best_span, v = None, 0, vector
+    while v >= 1:
+        if shape[-1] % v == 0:
+            cand, span = _axis_fragment(shape, threads, v)
+            if span > best_span:
+                best, best_span = cand, span
+        v //= 2
+    return best
 
 
 def replicated_fragment(shape, threads: int) -> Fragment:
@@ -291,7 +344,7 @@ class _Inference:
         vec = 16 // max(bytes_) if bytes_ else 1
         while vec > 1 and (nest.extents[-1] % vec or total // vec < self.threads):
             vec //= 2
-        self.loop_layouts[nest.key] = make_parallel_fragment(nest.extents, self.threads, vec)
+        self.loop_layouts[nest.key] = default_fragment(nest.extents, self.threads, vec)
 
     @staticmethod
     def _exact(idx, nest) -> bool:
@@ -329,7 +382,7 @@ class _Inference:
             layout = (
                 replicated_fragment(shape, self.threads)
                 if serial
-                else make_parallel_fragment(shape, self.threads, 1)
+                else default_fragment(shape, self.threads, 1)
             )
             self.layout_map[var] = layout
         return InferResult(self.layout_map, self.loop_layouts, self.nests)
