@@ -100,8 +100,32 @@ def _bits(var) -> int:
 
 
 def physical(var, indices, ctx):
-    """Indices of ``var[indices]`` after its shared-memory Layout (a swizzle), if it has one."""
+    """Indices of ``var[indices]`` after its shared-memory Layout (a swizzle), if it has one.
+
+    A Layout's output space may have another rank than the tensor (the gemm swizzles map
+    ``[rows, cols]`` to ``[1, rows // 8, 512]``), so the output coordinates are flattened
+    row-major over the layout's output shape and split again over the tensor's own
+    shape: the element lands at the same storage offset the gemm lowering computes.
+    """
     layout = ctx.get_layout(var) if is_shared(var) else None
     if layout is None:
         return list(indices)
-    return [ctx.simplify(e) for e in layout.map_forward_index(list(indices))]
+    coords = [ctx.simplify(e) for e in layout.map_forward_index(list(indices))]
+    out_shape = [E.as_const_int(d) for d in layout.get_output_shape()]
+    shape = [E.as_const_int(d) for d in var.ty.shape]
+    if out_shape == shape:
+        return coords
+    if None in out_shape or None in shape or E.prod(out_shape) != E.prod(shape):
+        raise ValueError(
+            f"the layout of {var.name} maps {list(var.ty.shape)} to {out_shape}, which does "
+            "not have the tensor's size"
+        )
+    flat = None
+    for coord, extent in zip(coords, out_shape):
+        flat = coord if flat is None else flat * extent + coord
+    out = []
+    for extent in reversed(shape[1:]):
+        out.append(ctx.simplify(flat % extent))
+        flat = flat // extent
+    out.append(ctx.simplify(flat))
+    return list(reversed(out))
