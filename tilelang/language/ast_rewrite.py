@@ -18,6 +18,9 @@ source                 rewritten to
                        ``T.alloc_var`` cells, names IR values)
 ``a, b = v``           ``__tl_u0, __tl_u1 = v`` then ``a = __tb.bind("a", ...)``
                        for each name
+``a and b``, ``a or b`` ``__tb.and_(lambda: a, lambda: b)`` (Python semantics for
+                       Python values, an IR And/Or otherwise); likewise
+                       ``not a``, ``a if c else b`` and ``a < b < c``
 ``a[i] = v``           ``__tb.setitem(a, i, v)``
 ``a[i] += v``          ``__tb.aug_setitem(a, i, "+", v)``
 =====================  ==========================================================
@@ -95,6 +98,42 @@ class _KernelRewriter(ast.NodeTransformer):
 
     def visit_Lambda(self, node):
         return node  # expressions only: nothing to rewrite
+
+    # -- boolean expressions (run-time values cannot go through Python's and/or/not) --
+    @staticmethod
+    def _thunk(expr: ast.expr) -> ast.Lambda:
+        return ast.Lambda(ast.arguments([], [], None, [], [], None, []), expr)
+
+    def _lazy(self, method, node, *exprs):
+        call = _call(method, *(self._thunk(e) for e in exprs))
+        return ast.fix_missing_locations(ast.copy_location(call, node))
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        values = [self.visit(v) for v in node.values]
+        return self._lazy("and_" if isinstance(node.op, ast.And) else "or_", node, *values)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        node.operand = self.visit(node.operand)
+        if not isinstance(node.op, ast.Not):
+            return node
+        return ast.fix_missing_locations(ast.copy_location(_call("not_", node.operand), node))
+
+    def visit_IfExp(self, node: ast.IfExp):
+        call = _call(
+            "ifexp",
+            self.visit(node.test),
+            self._thunk(self.visit(node.body)),
+            self._thunk(self.visit(node.orelse)),
+        )
+        return ast.fix_missing_locations(ast.copy_location(call, node))
+
+    def visit_Compare(self, node: ast.Compare):
+        node = self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        operands = [node.left, *node.comparators]
+        pairs = [ast.Compare(operands[k], [op], [operands[k + 1]]) for k, op in enumerate(node.ops)]
+        return self._lazy("and_", node, *pairs)
 
     def _visit_body(self, body):
         out = []

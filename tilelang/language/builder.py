@@ -165,6 +165,28 @@ class LoopSpec:
         )
 
 
+def _enter_level(stack, begin, end, step, spec: LoopSpec, name):
+    """Open one loop level; a negative constant step (``range(n - 1, -1, -1)``) counts a
+    fresh variable up and binds the user's variable to ``begin + k * step``."""
+    neg = static_value(step) if step is not None else None
+    if neg is None or neg >= 0:
+        return unwrap(stack.enter_context(_frame_for(begin, end, step, spec)))
+    count = _ceildiv_py_or_ir(begin - end, -neg)
+    k = unwrap(stack.enter_context(_frame_for(0, count, None, spec)))
+    value = begin + k * neg
+    var = ir.Var(name or "v", value.ty)
+    _T.emit_(ir.Bind(var, value, loc=user_loc()))
+    return var
+
+
+def _ceildiv_py_or_ir(a, b: int):
+    if isinstance(a, int):
+        return max(0, -(-a // b))
+    from tvm_tirx import tirx as _tirx
+
+    return _tirx.ceildiv(a, ir.const(b, a.ty))
+
+
 def _frame_for(begin, end, step, spec: LoopSpec):
     ann = dict(spec.annotations)
     kwargs = {}
@@ -191,9 +213,10 @@ def for_(iterable, names: str):
             with contextlib.ExitStack() as stack:
                 name_list = [n.strip() for n in names.strip("()").split(",") if n.strip()]
                 for level, (begin, end, step) in enumerate(iterable.dims):
-                    var = unwrap(stack.enter_context(_frame_for(begin, end, step, iterable)))
-                    if level < len(name_list):
-                        name_value(name_list[level], var)
+                    name = name_list[level] if level < len(name_list) else None
+                    var = _enter_level(stack, begin, end, step, iterable, name)
+                    if name is not None:
+                        name_value(name, var)
                     vars_.append(var)
                 yield vars_[0] if len(vars_) == 1 else tuple(vars_)
         finally:
@@ -326,6 +349,67 @@ def if_(cond):
             cond = cond != ir.const(0, cond.ty)
         return _IRIf(cond)
     return _StaticIf(_py_truth(cond) if is_expr(cond) else bool(cond))
+
+
+# ---------------------------------------------------------------------------
+# Boolean expressions: ``and``/``or``/``not``/``x if c else y`` on run-time values
+# ---------------------------------------------------------------------------
+def _is_runtime(value) -> bool:
+    return is_expr(value) and static_value(value) is None
+
+
+def _as_bool(value):
+    if value.ty == ir.PrimType("bool"):
+        return value
+    return unwrap(value != ir.const(0, value.ty))
+
+
+def _logical(thunks, is_and: bool):
+    conds, last = [], None
+    for thunk in thunks:
+        value = unwrap(thunk())
+        if _is_runtime(value):
+            conds.append(_as_bool(value))
+            continue
+        truth = _py_truth(value)
+        if truth != is_and:  # decides the result: False for and, True for or
+            return value if not conds else truth
+        last = value
+    if not conds:
+        return last
+    from tvm_tirx import tirx as _tirx
+
+    return (_tirx.all if is_and else _tirx.any)(*conds) if len(conds) > 1 else conds[0]
+
+
+def and_(*thunks):
+    """Behind ``a and b``: Python's short-circuit on Python values, IR ``And`` otherwise."""
+    return _logical(thunks, True)
+
+
+def or_(*thunks):
+    """Behind ``a or b``: Python's short-circuit on Python values, IR ``Or`` otherwise."""
+    return _logical(thunks, False)
+
+
+def not_(value):
+    """Behind ``not a``."""
+    value = unwrap(value)
+    if _is_runtime(value):
+        from tvm_tirx import tirx as _tirx
+
+        return _tirx.Not(_as_bool(value))
+    return not _py_truth(value)
+
+
+def ifexp(cond, then_thunk, else_thunk):
+    """Behind ``a if c else b``: ``T.if_then_else`` for a run-time ``c``."""
+    cond = unwrap(cond)
+    if _is_runtime(cond):
+        from .math import if_then_else
+
+        return if_then_else(_as_bool(cond), unwrap(then_thunk()), unwrap(else_thunk()))
+    return then_thunk() if _py_truth(cond) else else_thunk()
 
 
 # ---------------------------------------------------------------------------

@@ -305,3 +305,134 @@ def test_range_with_runtime_start_and_step(rng):
         ref = torch.zeros(32, dtype=torch.int32)
         ref[start::3] = a[start::3] + 1
         assert torch.equal(b, ref)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def boolean_ops(N, enabled):
+    """and/or/not, chained comparisons and ``a if c else b`` on run-time values, mixed
+    with a Python bool."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                x = A[i]
+                if x > 0 and x < 1:
+                    B[i] = 1.0
+                elif x < -1 or x > 2:
+                    B[i] = 2.0
+                elif enabled and not (x > 0):
+                    B[i] = 3.0
+                elif -0.5 <= x < 0.25 or i == 0:
+                    B[i] = 4.0
+                else:
+                    B[i] = x * 10.0 if x > 1.5 else -x
+
+    return main
+
+
+def _boolean_ref(v, i, enabled):
+    if 0 < v < 1:
+        return 1.0
+    if v < -1 or v > 2:
+        return 2.0
+    if enabled and not v > 0:
+        return 3.0
+    if -0.5 <= v < 0.25 or i == 0:
+        return 4.0
+    return v * 10.0 if v > 1.5 else -v
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_boolean_operators(randn, enabled):
+    a = randn(200, scale=1.5)
+    ref = torch.tensor([_boolean_ref(v, i, enabled) for i, v in enumerate(a.tolist())])
+    torch.testing.assert_close(boolean_ops(200, enabled)(a), ref, rtol=1e-6, atol=1e-6)
+
+
+def test_while_with_compound_condition(rng):
+    """``while not found and i < n`` on alloc_var cells: index of the first 5 (or n)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((16,), "int32"), B: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=1):
+            found = T.alloc_var("bool", init=False)
+            i = T.alloc_var("int32", init=0)
+            while not found and i < 16:
+                if A[i] == 5:
+                    found = True
+                else:
+                    i += 1
+            B[0] = i
+
+    kernel = tilelang.compile(main, target="cpu")
+    for _ in range(3):
+        a = rng.integers(0, 8, size=16).astype(np.int32)
+        b = torch.zeros(1, dtype=torch.int32)
+        kernel(torch.from_numpy(a), b)
+        hits = np.flatnonzero(a == 5)
+        assert b.item() == (hits[0] if hits.size else 16)
+
+
+def test_python_boolean_values_keep_python_semantics():
+    """On Python values and/or/not/ternaries behave exactly as in Python while tracing."""
+    seen = {}
+
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=1):
+            seen["and"] = 0 and 5
+            seen["or"] = "" or "x"
+            seen["not"] = not []
+            seen["ifexp"] = "a" if 3 > 2 else "b"
+            seen["chain"] = 1 < 2 < 3 > 2
+            A[0] = 1.0
+
+    assert seen == {"and": 0, "or": "x", "not": True, "ifexp": "a", "chain": True}
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def reverse_loops(N):
+    """Negative steps: ``T.serial(N - 1, -1, -1)`` and ``range(N - 1, -1, -2)``."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), Out: T.Tensor((2, N), "float32")):
+        with T.Kernel(1, threads=1):
+            j = T.alloc_var("int32", init=0)
+            for i in T.serial(N - 1, -1, -1):
+                Out[0, j] = A[i]
+                j += 1
+            T.clear(Out[1, :])
+            for i in range(N - 1, -1, -2):
+                Out[1, i] = A[i]
+
+    return main
+
+
+@pytest.mark.parametrize("N", [8, 7])
+def test_negative_step_loops(randn, N):
+    a = randn(N)
+    out = reverse_loops(N)(a)
+    assert torch.equal(out[0], a.flip(0))
+    ref = torch.zeros(N)
+    idx = list(range(N - 1, -1, -2))
+    ref[idx] = a[idx]
+    assert torch.equal(out[1], ref)
+
+
+def test_negative_step_with_runtime_bounds(rng):
+    @T.prim_func
+    def main(A: T.Tensor((16,), "int32"), B: T.Tensor((16,), "int32"), n: T.int32):
+        with T.Kernel(1, threads=1):
+            for i in range(n - 1, 0, -3):
+                B[i] = A[i]
+
+    kernel = tilelang.compile(main, target="cpu")
+    a = torch.from_numpy(rng.integers(1, 9, size=16).astype(np.int32))
+    for n in (16, 5, 1, 0):
+        b = torch.zeros(16, dtype=torch.int32)
+        kernel(a, b, n)
+        ref = torch.zeros(16, dtype=torch.int32)
+        idx = list(range(n - 1, 0, -3))
+        ref[idx] = a[idx]
+        assert torch.equal(b, ref), n

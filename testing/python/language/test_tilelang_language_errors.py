@@ -189,7 +189,7 @@ def test_runtime_value_as_python_bool():
         def main(A: T.Tensor((8,), "float32")):
             with T.Kernel(1, threads=1):
                 flag = A[0] > 0
-                n = 3 if flag else 4  # mismatch
+                n = [3, 4][bool(flag)]  # mismatch
                 A[1] = n
 
         return main
