@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os as _os
 
-from . import language  # noqa: F401
+from . import cache, language, tools  # noqa: F401
 from .autotuner import autotune  # noqa: F401
 from .engine import lower  # noqa: F401
 from .errors import CompileError, KernelArgumentError, TileLangError, TraceError  # noqa: F401

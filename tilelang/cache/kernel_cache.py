@@ -33,7 +33,6 @@ bypassed so that the build really runs.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -44,6 +43,11 @@ import time
 import uuid
 import warnings
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: threads still exclude each other, processes may both build
+    fcntl = None
 
 FORMAT = 1
 ENTRY_FILE = "entry.json"
@@ -91,15 +95,13 @@ def clear_cache() -> None:
     root = get_cache_dir()
     for sub in ("kernels", "autotuner", "tmp"):
         shutil.rmtree(root / sub, ignore_errors=True)
-    with contextlib.suppress(Exception):
-        from .. import jit
+    from ..jit import _LOCK, _MEMORY_CACHE
 
-        with jit._LOCK:
-            jit._MEMORY_CACHE.clear()
-    with contextlib.suppress(Exception):
-        from ..autotuner import tuner
+    with _LOCK:
+        _MEMORY_CACHE.clear()
+    from ..autotuner.tuner import clear_memory_cache
 
-        tuner.clear_memory_cache()
+    clear_memory_cache()
 
 
 # --------------------------------------------------------------------------- key
@@ -275,10 +277,11 @@ class KernelCache:
                 raise CorruptEntry(f"{entry}: bad file entry {rel!r}")
             path = entry / rel
             try:
-                size = path.stat().st_size
+                good = path.stat().st_size == info.get("size")
+                good = good and _sha256_file(path) == info.get("sha256")
             except OSError as err:
-                raise CorruptEntry(f"{entry}: file {rel!r} is missing") from err
-            if size != info.get("size") or _sha256_file(path) != info.get("sha256"):
+                raise CorruptEntry(f"{entry}: file {rel!r} is unreadable: {err}") from err
+            if not good:
                 raise CorruptEntry(f"{entry}: file {rel!r} does not match its sha256")
         return entry / ARTIFACT_DIR
 
@@ -356,8 +359,8 @@ class KernelCache:
                 return
             try:
                 deadline = time.monotonic() + timeout
-                held = False
-                while True:
+                held = fcntl is None  # without flock only the thread lock applies
+                while not held:
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                         held = True
@@ -369,7 +372,7 @@ class KernelCache:
                 try:
                     yield held
                 finally:
-                    if held:
+                    if held and fcntl is not None:
                         fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
