@@ -18,15 +18,15 @@ from ..transform.thread_utils import (
     _bits,
     for_,
     fragment_points,
-    physical,
     is_fragment,
     is_global,
+    physical,
 )
 from .bounds import in_bounds
 from .copy import matched_axes
 from .irb import store
 from .region import RegionView
-from .registry import lower_rule
+from .registry import layout_rule, lower_rule
 
 
 def _static(extents, what, loc):
@@ -142,6 +142,24 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
     n = layout.get_local_size()
     kind = ir.ForKind.UNROLLED if n <= 64 else ir.ForKind.DEFAULT
     return for_(lvar, n, body, kind, loc=loc)
+
+
+@layout_rule("copy", "cuda")
+def copy_layout_cuda(v, ctx):
+    """A whole-fragment to whole-fragment copy gives the missing side the other's layout."""
+    if ctx.level == "strict":
+        return {}
+    src, dst = RegionView.of(v.src), RegionView.of(v.dst)
+    if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
+        return {}
+    if [E.as_const_int(d) for d in src.shape] != [E.as_const_int(d) for d in dst.shape]:
+        return {}
+    ls, ld = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
+    if ls is not None and ld is None:
+        return {dst.tensor: ls}
+    if ld is not None and ls is None:
+        return {src.tensor: ld}
+    return {}
 
 
 @lower_rule("copy", "cuda")
