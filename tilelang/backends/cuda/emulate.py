@@ -1,0 +1,457 @@
+"""A numpy emulator of the CUDA pipeline's thread-level IR (tests without a GPU).
+
+``emulate(lowered_func, *arrays)`` runs the function ``pipeline.lower`` returns on
+numpy arrays: blocks one after another, the threads of a block in lockstep as numpy
+vectors (one lane per thread), so ``__syncthreads`` is implicit and
+``__shfl_xor_sync`` is exact. It checks what a GPU would not report:
+
+- every index of an access by an active thread is inside its tensor (per dimension);
+- two threads never store different values to the same shared/global address in one
+  statement (a write race);
+- ``__syncthreads`` is never reached by only part of the block (divergent barrier);
+- reads of shared/local memory nobody wrote give NaN (floats are pre-filled with NaN).
+
+It covers the subset the tilelang CUDA lowerings emit for non-gemm kernels; anything
+else (``tl::`` helpers, mma, cp.async) raises :class:`EmulationError` naming it.
+Lockstep execution hides missing barriers; ``insert_sync`` is tested separately.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm_tirx import ir
+from tvm_tirx.ir.prim import expr as P
+
+from ...transform.stmt import launch_of
+
+
+class EmulationError(RuntimeError):
+    """The emulated kernel did something a correct CUDA kernel must not do."""
+
+
+_NP = {
+    "float16": np.float16,
+    "float32": np.float32,
+    "float64": np.float64,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+    "bool": np.bool_,
+}
+
+_BIN = {
+    P.Add: np.add,
+    P.Sub: np.subtract,
+    P.Mul: np.multiply,
+    P.Min: np.minimum,
+    P.Max: np.maximum,
+    P.FloorMod: np.mod,
+    P.BitwiseAnd: np.bitwise_and,
+    P.BitwiseOr: np.bitwise_or,
+    P.BitwiseXor: np.bitwise_xor,
+    P.LShift: np.left_shift,
+    P.RShift: np.right_shift,
+}
+_CMP = {
+    P.LT: np.less,
+    P.LE: np.less_equal,
+    P.GT: np.greater,
+    P.GE: np.greater_equal,
+    P.EQ: np.equal,
+    P.NE: np.not_equal,
+}
+_MATH = {
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "log": np.log,
+    "log2": np.log2,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "fabs": np.abs,
+    "abs": np.abs,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "expf": np.exp,
+    "exp2f": np.exp2,
+    "__expf": np.exp,
+    "logf": np.log,
+    "sqrtf": np.sqrt,
+    "rsqrtf": lambda x: 1 / np.sqrt(x),
+}
+
+
+def np_dtype(dtype) -> type:
+    """numpy type of a TIRx dtype string."""
+    name = str(dtype)
+    if name not in _NP:
+        raise EmulationError(f"the emulator has no numpy type for {name}")
+    return _NP[name]
+
+
+class _Buf:
+    """A tensor's storage: flat ``data`` (shared/global) or ``(threads, n)`` (local)."""
+
+    def __init__(self, name, data, shape, local):
+        self.name, self.data, self.shape, self.local = name, data, shape, local
+
+
+class _Machine:
+    def __init__(self, func, arrays, blocks=None):
+        self.func, self.env, self.bufs = func, {}, {}
+        self.lanes = 1
+        self.blocks = None if blocks is None else {tuple(b) for b in blocks}
+        self.block_index: dict = {}
+        for param, arr in zip(func.params, arrays):
+            self._bind_global(param, arr)
+
+    # ------------------------------------------------------------------ storage
+    def _bind_global(self, var, arr):
+        shape = list(arr.shape)
+        for dim, size in zip(var.ty.shape, shape):
+            if isinstance(dim, ir.Var):
+                self.env[dim.__chandle__()] = np.int64(size)
+        self.bufs[var.__chandle__()] = _Buf(var.name, arr.reshape(-1), var.ty.shape, False)
+
+    def _fresh(self, var):
+        dtype = np_dtype(var.ty.dtype)
+        shape = [int(self.scalar(s)) for s in var.ty.shape]
+        n = int(np.prod(shape)) if shape else 1
+        local = str(var.ty.scope).startswith("local")
+        size = (self.lanes, n) if local else (n,)
+        data = np.empty(size, dtype)
+        if np.issubdtype(dtype, np.floating):
+            data.fill(np.nan)
+        else:
+            data.fill(np.iinfo(dtype).max if dtype is not np.bool_ else 0)
+        self.bufs[var.__chandle__()] = _Buf(var.name, data, var.ty.shape, local)
+
+    def _view(self, var, call):
+        ptr = call.args[0]
+        if not (isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset"):
+            raise EmulationError(f"decl_tensor of {var.name}: unsupported pointer {ptr}")
+        data_ptr, offset = ptr.args
+        base = self.bufs[data_ptr.args[0].__chandle__()]
+        offset = int(self.scalar(offset))
+        dtype = np_dtype(var.ty.dtype)
+        n = int(np.prod([int(self.scalar(s)) for s in var.ty.shape]))
+        raw = base.data.view(np.uint8)
+        view = raw[offset : offset + n * np.dtype(dtype).itemsize].view(dtype)
+        if view.size != n:
+            raise EmulationError(f"{var.name} does not fit in {base.name} at byte {offset}")
+        if np.issubdtype(dtype, np.floating):
+            view.fill(np.nan)
+        self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local)
+
+    def buf(self, var) -> _Buf:
+        b = self.bufs.get(var.__chandle__())
+        if b is None:
+            raise EmulationError(f"tensor {var.name} is used before it is allocated")
+        return b
+
+    def flat(self, b, indices, mask, what):
+        idx = [
+            np.broadcast_to(np.asarray(self.eval(i, mask), np.int64), (self.lanes,))
+            for i in indices
+        ]
+        shape = [int(self.scalar(s)) for s in b.shape]
+        if len(idx) != len(shape):
+            raise EmulationError(f"{what} {b.name}: {len(idx)} indices for {len(shape)} dims")
+        active = np.broadcast_to(mask, (self.lanes,))
+        flat = np.zeros(self.lanes, np.int64)
+        for axis, (i, size) in enumerate(zip(idx, shape)):
+            bad = active & ((i < 0) | (i >= size))
+            if bad.any():
+                t = int(np.argmax(bad))
+                raise EmulationError(
+                    f"{what} {b.name}: thread {t} (block {self.block_index}) index "
+                    f"{[int(x[t]) for x in idx]} is outside shape {shape} (axis {axis})"
+                )
+            flat = flat * size + i
+        return np.where(active, flat, 0), active
+
+    # ------------------------------------------------------------------ expressions
+    def scalar(self, e):
+        v = self.eval(e, True)
+        arr = np.asarray(v)
+        if arr.ndim and not np.all(arr == arr.flat[0]):
+            raise EmulationError(f"{e} must be the same in every thread")
+        return arr.flat[0] if arr.ndim else arr[()]
+
+    def eval(self, e, mask):
+        if isinstance(e, int | float | bool | np.generic | np.ndarray):
+            return e
+        if isinstance(e, ir.IntImm):
+            return np.asarray(e.value, np_dtype(e.ty)) if str(e.ty) in _NP else e.value
+        if isinstance(e, ir.FloatImm):
+            return np.asarray(e.value, np_dtype(e.ty))
+        if isinstance(e, ir.Var):
+            h = e.__chandle__()
+            if h not in self.env:
+                raise EmulationError(f"variable {e.name} has no value")
+            return self.env[h]
+        if isinstance(e, ir.TensorLoad):
+            b = self.buf(e.source)
+            flat, active = self.flat(b, e.indices, mask, "load from")
+            if b.local:
+                return b.data[np.arange(self.lanes), flat]
+            return b.data[flat]
+        with np.errstate(all="ignore"):
+            return self._eval_op(e, mask)
+
+    def _eval_op(self, e, mask):
+        t = type(e)
+        if t in _BIN:
+            out = _BIN[t](self.eval(e.a, mask), self.eval(e.b, mask))
+            return self._as(out, e.ty)
+        if t in _CMP:
+            return _CMP[t](self.eval(e.a, mask), self.eval(e.b, mask))
+        if t in (P.FloorDiv, P.Div, P.Mod):
+            a, b = self.eval(e.a, mask), self.eval(e.b, mask)
+            if np.issubdtype(np_dtype(e.ty), np.floating):
+                out = a / b if t is not P.Mod else np.fmod(a, b)
+            elif t is P.FloorDiv:
+                out = np.floor_divide(a, np.where(b == 0, 1, b))
+            elif t is P.Div:
+                q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
+                out = np.where((np.asarray(a) < 0) ^ (np.asarray(b) < 0), -q, q)
+            else:
+                out = np.fmod(a, np.where(b == 0, 1, b))
+            return self._as(out, e.ty)
+        if t is P.And:
+            return np.logical_and(self.eval(e.a, mask), self.eval(e.b, mask))
+        if t is P.Or:
+            return np.logical_or(self.eval(e.a, mask), self.eval(e.b, mask))
+        if t is P.Not:
+            return np.logical_not(self.eval(e.a, mask))
+        if t is P.Cast:
+            return np.asarray(self.eval(e.value, mask)).astype(np_dtype(e.ty))
+        if t is P.Select:
+            c = self.eval(e.condition, mask)
+            return np.where(c, self.eval(e.true_value, mask), self.eval(e.false_value, mask))
+        if t is P.Let:
+            self.env[e.var.__chandle__()] = self.eval(e.value, mask)
+            return self.eval(e.body, mask)
+        if isinstance(e, ir.Call):
+            return self._call(e, mask)
+        raise EmulationError(f"the emulator does not handle {t.__name__}: {e}")
+
+    @staticmethod
+    def _as(value, ty):
+        name = str(ty)
+        return np.asarray(value).astype(_NP[name]) if name in _NP else value
+
+    def _call(self, e, mask):
+        name = e.op.name
+        if name in ("tirx.if_then_else", "prim.if_then_else"):
+            c = self.eval(e.args[0], mask)
+            a = self.eval(e.args[1], np.logical_and(mask, c))
+            b = self.eval(e.args[2], np.logical_and(mask, np.logical_not(c)))
+            return self._as(np.where(c, a, b), e.ty)
+        if name in ("tirx.call_extern", "tirx.call_pure_extern"):
+            return self._extern(str(e.args[0].value), e.args[1:], e, mask)
+        short = name.split(".")[-1]
+        if short in _MATH:
+            return self._as(_MATH[short](self.eval(e.args[0], mask)), e.ty)
+        if short == "pow":
+            return self._as(np.power(self.eval(e.args[0], mask), self.eval(e.args[1], mask)), e.ty)
+        raise EmulationError(f"the emulator does not handle the call {name}")
+
+    def _extern(self, fname, args, e, mask):
+        if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync"):
+            value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,))
+            k = int(self.scalar(args[2]))
+            width = int(self.scalar(args[3])) if len(args) > 3 else 32
+            lane = np.arange(self.lanes)
+            if fname == "__shfl_xor_sync":
+                src = lane ^ k
+            elif fname == "__shfl_sync":
+                src = (lane - lane % width) + np.broadcast_to(np.asarray(k), lane.shape) % width
+            else:
+                src = np.where(lane % width + k < width, lane + k, lane)
+            return value[src]
+        if fname in _MATH:
+            return self._as(_MATH[fname](self.eval(args[0], mask)), e.ty)
+        if fname in ("atomicAdd", "atomicMax", "atomicMin"):
+            return self._atomic(fname, args, mask)
+        if fname.startswith("tl::cp_async_gs"):
+            return self._cp_async(fname, args, mask)
+        if fname.startswith(("tl::cp_async_commit", "tl::cp_async_wait")):
+            return None  # copies are done synchronously
+        raise EmulationError(f"the emulator does not handle the extern call {fname}")
+
+    def _pointer(self, e, mask):
+        """(buffer, flat element offset per thread) of a pointer expression."""
+        if isinstance(e, ir.Call) and e.op.name == "tirx.address_of":
+            b = self.buf(e.args[0].source)
+            flat, _ = self.flat(b, e.args[0].indices, mask, "address of")
+            return b, flat
+        if isinstance(e, ir.Call) and e.op.name == "tirx.ptr_byte_offset":
+            b, flat = self._pointer(e.args[0], mask)
+            size = b.data.dtype.itemsize
+            nbytes = np.broadcast_to(np.asarray(self.eval(e.args[1], mask), np.int64), flat.shape)
+            if np.any(nbytes % size):
+                raise EmulationError(f"byte offset into {b.name} is not a multiple of {size}")
+            return b, flat + nbytes // size
+        raise EmulationError(f"the emulator does not handle the pointer {e}")
+
+    def _cp_async(self, fname, args, mask):
+        """``tl::cp_async_gs[_conditional]<N>(smem, gmem[, pred])``, done at once."""
+        nbytes = int(fname[fname.index("<") + 1 : fname.index(">")])
+        sb, sflat = self._pointer(args[0], mask)
+        active = np.broadcast_to(mask, (self.lanes,))
+        pred = active
+        if "conditional" in fname:
+            pred = active & np.broadcast_to(self.eval(args[2], mask), (self.lanes,))
+        gb, gflat = self._pointer(args[1], pred)
+        n = nbytes // sb.data.dtype.itemsize
+        for t in np.nonzero(active)[0]:
+            dst = slice(int(sflat[t]), int(sflat[t]) + n)
+            if sflat[t] + n > sb.data.size:
+                raise EmulationError(f"{fname}: thread {t} writes past {sb.name}")
+            if pred[t]:
+                if gflat[t] + n > gb.data.size:
+                    raise EmulationError(f"{fname}: thread {t} reads past {gb.name}")
+                sb.data[dst] = gb.data[int(gflat[t]) : int(gflat[t]) + n]
+            else:
+                sb.data[dst] = 0
+        return None
+
+    def _atomic(self, fname, args, mask):
+        addr = args[0]
+        if not (isinstance(addr, ir.Call) and addr.op.name == "tirx.address_of"):
+            raise EmulationError(f"{fname}: unsupported address {addr}")
+        load = addr.args[0]
+        b = self.buf(load.source)
+        flat, active = self.flat(b, load.indices, mask, fname)
+        value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,)).astype(b.data.dtype)
+        old = b.data[flat].copy()
+        ufunc = {"atomicAdd": np.add, "atomicMax": np.maximum, "atomicMin": np.minimum}[fname]
+        ufunc.at(b.data, flat[active], value[active])
+        return old
+
+    # ------------------------------------------------------------------ statements
+    def run(self, stmt, mask):
+        method = getattr(self, "_run_" + type(stmt).__name__, None)
+        if method is None:
+            raise EmulationError(f"the emulator does not handle {type(stmt).__name__}")
+        method(stmt, mask)
+
+    def _run_SeqStmt(self, stmt, mask):
+        for s in stmt.seq:
+            self.run(s, mask)
+
+    def _run_RegionStmt(self, stmt, mask):
+        launch = launch_of(stmt)
+        if launch is None:
+            raise EmulationError(f"the emulator does not handle region {stmt.op}")
+        tag, extent, var = launch
+        n = int(self.scalar(extent))
+        if tag.startswith("threadIdx"):
+            self.lanes = n
+            self.env[var.__chandle__()] = np.arange(n, dtype=np.int32)
+            self.run(stmt.body, np.ones(n, bool))
+            return
+        for i in range(n):
+            self.block_index[tag] = i
+            if self.blocks is not None and not self._block_wanted(tag):
+                continue
+            self.env[var.__chandle__()] = np.int32(i)
+            self.run(stmt.body, mask)
+
+    def _block_wanted(self, tag):
+        if "blockIdx.z" not in self.block_index and tag != "blockIdx.z":
+            return True  # decided at the innermost block launch
+        key = tuple(self.block_index.get(f"blockIdx.{a}", 0) for a in "xyz")
+        return any(key[: len(b)] == b[: len(key)] for b in self.blocks)
+
+    def _run_Bind(self, stmt, mask):
+        value = stmt.value
+        if isinstance(value, ir.Call) and value.op.name == "tirx.alloc_tensor":
+            self._fresh(stmt.var)
+        elif isinstance(value, ir.Call) and value.op.name == "tirx.decl_tensor":
+            self._view(stmt.var, value)
+        else:
+            self.env[stmt.var.__chandle__()] = self.eval(value, mask)
+
+    def _run_For(self, stmt, mask):
+        begin, end = int(self.scalar(stmt.begin)), int(self.scalar(stmt.end))
+        step = int(self.scalar(stmt.step)) if stmt.step is not None else 1
+        for i in range(begin, end, step):
+            self.env[stmt.var.__chandle__()] = np.int32(i)
+            self.run(stmt.body, mask)
+
+    def _run_While(self, stmt, mask):
+        while bool(self.scalar(stmt.condition)):
+            self.run(stmt.body, mask)
+
+    def _run_If(self, stmt, mask):
+        c = np.broadcast_to(self.eval(stmt.condition, mask), (self.lanes,))
+        then = np.logical_and(mask, c)
+        if then.any():
+            self.run(stmt.then_case, then)
+        other = np.logical_and(mask, np.logical_not(c))
+        if stmt.else_case is not None and other.any():
+            self.run(stmt.else_case, other)
+
+    def _run_Evaluate(self, stmt, mask):
+        v = stmt.value
+        if isinstance(v, ir.Call) and v.op.name == "tirx.call_extern":
+            fname = str(v.args[0].value)
+            if fname == "__syncthreads":
+                if not np.all(mask):
+                    raise EmulationError(
+                        f"__syncthreads reached by only part of block {self.block_index}"
+                    )
+                return
+        if isinstance(v, ir.IntImm):
+            return
+        self.eval(v, mask)
+
+    def _run_AssertStmt(self, stmt, mask):
+        c = np.broadcast_to(self.eval(stmt.condition, mask), (self.lanes,))
+        if not np.all(c[np.broadcast_to(mask, (self.lanes,))]):
+            raise EmulationError(f"assertion failed: {stmt.message}")
+
+    def _run_TensorStore(self, stmt, mask):
+        b = self.buf(stmt.dest)
+        flat, active = self.flat(b, stmt.indices, mask, "store to")
+        value = np.broadcast_to(self.eval(stmt.value, mask), (self.lanes,)).astype(b.data.dtype)
+        if b.local:
+            rows = np.nonzero(active)[0]
+            b.data[rows, flat[rows]] = value[rows]
+            return
+        addr, val = flat[active], value[active]
+        if addr.size > 1:
+            order = np.argsort(addr, kind="stable")
+            a, v = addr[order], val[order]
+            dup = a[1:] == a[:-1]
+            differ = dup & ~((v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1])))
+            if np.issubdtype(v.dtype, np.floating) and differ.any():
+                k = int(np.argmax(differ))
+                raise EmulationError(
+                    f"write race on {b.name}[flat {int(a[k])}] in block {self.block_index}"
+                )
+        b.data[addr] = val
+
+
+def emulate(func, *arrays, blocks=None):
+    """Run the lowered CUDA ``func`` on numpy ``arrays`` (modified in place; also returned).
+
+    ``blocks``: optional list of (bx[, by[, bz]]) block indices to run (default: all).
+    """
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    if len(arrays) != len(func.params):
+        raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
+    m = _Machine(func, arrays, blocks)
+    m.run(func.body, True)
+    return arrays
+
+
+__all__ = ["EmulationError", "emulate", "np_dtype"]
