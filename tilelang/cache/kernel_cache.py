@@ -124,20 +124,18 @@ def source_fingerprint() -> str:
     """sha256 of tilelang's Python sources and device headers (computed once per process)."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
-        package = Path(__file__).resolve().parents[1]
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        templates = os.path.join(os.path.dirname(package), "src", "tl_templates")
         digest = hashlib.sha256()
-        roots = [(package, (".py",)), (package.parent / "src" / "tl_templates", (".h", ".cuh"))]
-        for base, suffixes in roots:
-            if not base.is_dir():
-                continue
+        for base, suffixes in ((package, (".py",)), (templates, (".h", ".cuh"))):
             for dirpath, dirnames, filenames in os.walk(base):
                 dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
                 for name in sorted(filenames):
                     if name.endswith(suffixes):
-                        path = Path(dirpath) / name
-                        digest.update(str(path.relative_to(base)).encode() + b"\0")
-                        with contextlib.suppress(OSError):
-                            digest.update(path.read_bytes())
+                        path = os.path.join(dirpath, name)
+                        digest.update(os.path.relpath(path, base).encode() + b"\0")
+                        with contextlib.suppress(OSError), open(path, "rb") as handle:
+                            digest.update(handle.read())
         _FINGERPRINT = digest.hexdigest()
     return _FINGERPRINT
 
