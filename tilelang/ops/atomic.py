@@ -11,6 +11,7 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from . import irb
+from .bounds import guarded_load, guarded_store
 from .copy import matched_axes
 from .region import RegionView
 from .registry import TileOpDef, lower_rule
@@ -32,7 +33,10 @@ def apply(kind, old, value):
 
 @lower_rule("atomic", "cpu")
 def lower_atomic_cpu(v, ctx):
-    """Plain read-modify-write: the CPU backend runs blocks of atomic kernels one after another."""
+    """Plain read-modify-write: the CPU backend runs blocks of atomic kernels one after another.
+
+    A tile update is guarded like ``T.copy``: elements outside a global tensor are skipped.
+    """
     dst = RegionView.of(v.dst)
     if not v.value_is_region:
         old = ir.TensorLoad(dst.tensor, dst.begins)
@@ -42,8 +46,11 @@ def lower_atomic_cpu(v, ctx):
     sa, da, extents = matched_axes(src, dst, v.loc, op=f"T.atomic_{v.kind}")
 
     def body(vars_):
+        ranges = {var: (0, e) for var, e in zip(vars_, extents)}
         d_idx = dst.index(dict(zip(da, vars_)))
-        value = ir.TensorLoad(src.tensor, src.index(dict(zip(sa, vars_)))).astype(dst.dtype)
-        return irb.store(dst.tensor, d_idx, apply(v.kind, ir.TensorLoad(dst.tensor, d_idx), value))
+        s_idx = src.index(dict(zip(sa, vars_)))
+        value = guarded_load(src.tensor, s_idx, ctx, ranges).astype(dst.dtype)
+        new = apply(v.kind, ir.TensorLoad(dst.tensor, d_idx), value)
+        return guarded_store(dst.tensor, d_idx, new, ctx, ranges, loc=v.loc)
 
     return irb.loop_nest(extents, body, loc=v.loc)

@@ -259,3 +259,28 @@ def test_bool_tensor_mask(randn, rng):
     a = randn(50)
     mask = torch.from_numpy(rng.integers(0, 2, size=50).astype(bool))
     assert torch.equal(masked_select(50)(a, mask), torch.where(mask, a, -a))
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def bit_ops(N):
+    """Python bit operators on run-time integers and the T.* bitwise helpers."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "int32"), B: T.Tensor((7, N), "int32")):
+        with T.Kernel(1, threads=1):
+            for i in T.serial(N):
+                B[0, i] = A[i] & 0xF
+                B[1, i] = A[i] | 0x100
+                B[2, i] = A[i] ^ 0x55
+                B[3, i] = A[i] << 2
+                B[4, i] = A[i] >> 1
+                B[5, i] = T.bitwise_and(T.shift_right(A[i], 4), 7)
+                B[6, i] = T.bitwise_xor(T.bitwise_or(A[i], 1), 3)
+
+    return main
+
+
+def test_bit_ops(rng):
+    a = torch.from_numpy(rng.integers(0, 1 << 16, size=24).astype(np.int32))
+    ref = torch.stack([a & 15, a | 256, a ^ 0x55, a << 2, a >> 1, (a >> 4) & 7, (a | 1) ^ 3])
+    assert torch.equal(bit_ops(24)(a), ref)

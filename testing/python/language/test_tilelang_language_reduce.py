@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -228,3 +229,33 @@ def test_reduce_and_cumsum_3d(randn):
     xd = x.double()
     torch.testing.assert_close(s.double(), xd.sum(1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(c.double(), _cumsum_ref(xd, 1, True), rtol=1e-5, atol=1e-5)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def reduce_bits(M, N):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "int32"), B: T.Tensor((3, M), "int32")):
+        with T.Kernel(1, threads=32):
+            F = T.alloc_fragment((M, N), "int32")
+            R = T.alloc_fragment((M,), "int32")
+            T.copy(A, F)
+            T.reduce_bitand(F, R, dim=1)
+            T.copy(R, B[0, :])
+            T.reduce_bitor(F, R, dim=1)
+            T.copy(R, B[1, :])
+            T.reduce_bitxor(F, R, dim=1)
+            T.copy(R, B[2, :])
+
+    return main
+
+
+def test_reduce_bitwise(rng):
+    import functools
+    import operator
+
+    a = rng.integers(0, 1 << 20, size=(5, 8)).astype(np.int32)
+    a[:, :4] |= 0x30  # keep some common bits so bitand is not always 0
+    out = reduce_bits(5, 8)(torch.from_numpy(a))
+    ops = (operator.and_, operator.or_, operator.xor)
+    ref = [[functools.reduce(op, row.tolist()) for row in a] for op in ops]
+    assert out.tolist() == ref

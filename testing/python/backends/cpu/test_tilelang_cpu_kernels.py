@@ -254,3 +254,123 @@ def test_histogram(rng, N):
     hist = torch.zeros(bins, dtype=torch.int32)
     histogram_shared(N, bins, 128)(torch.from_numpy(vals), hist)
     assert hist.tolist() == np.bincount(vals, minlength=bins).tolist()
+
+
+# -- split-K GEMM ------------------------------------------------------------------------
+@tilelang.jit(target="cpu")
+def matmul_split_k(M, N, K, bM, bN, bK, split):
+    """Each z-block multiplies one K slice and atomically adds its C tile (tails skipped)."""
+    k_per = K // split
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        C: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), split, threads=128) as (bx, by, bz):
+            As = T.alloc_shared((bM, bK), "float16")
+            Bs = T.alloc_shared((bK, bN), "float16")
+            Cf = T.alloc_fragment((bM, bN), "float32")
+            T.clear(Cf)
+            for k in T.Pipelined(T.ceildiv(k_per, bK), num_stages=2):
+                T.copy(A[by * bM, bz * k_per + k * bK], As)
+                T.copy(B[bz * k_per + k * bK, bx * bN], Bs)
+                T.gemm(As, Bs, Cf)
+            for i, j in T.Parallel(bM, bN):
+                Cf[i, j] += 1.0  # nonzero even in the tail rows: out-of-bounds adds would show
+            T.atomic_add(C[by * bM, bx * bN], Cf)
+
+    return main
+
+
+@pytest.mark.parametrize("M,N", [(64, 64), (50, 40)])
+def test_gemm_split_k_atomic(randn, M, N):
+    K, split = 96, 3
+    a, b = randn(M, K, dtype="float16"), randn(K, N, dtype="float16")
+    storage = torch.full((M + 16, N), 5.0)  # rows after C hold a sentinel
+    c = storage[:M]
+    c.zero_()
+    matmul_split_k(M, N, K, 32, 32, 16, split)(a, b, c)
+    ref = a.double() @ b.double() + split
+    torch.testing.assert_close(c.double(), ref, rtol=1e-5, atol=1e-4)
+    assert torch.all(storage[M:] == 5.0), "atomic_add wrote past the end of C"
+
+
+# -- attention ---------------------------------------------------------------------------
+@tilelang.jit(out_idx=-1, target="cpu")
+def attention(B_, H, S, D, bM, bN, is_causal):
+    """FlashAttention forward (BSHD): Q K^T by gemm(transpose_B), online softmax, P V."""
+    scale = (1.0 / D) ** 0.5 * 1.44269504  # log2(e) / sqrt(D)
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor((B_, S, H, D), "float16"),
+        K: T.Tensor((B_, S, H, D), "float16"),
+        V: T.Tensor((B_, S, H, D), "float16"),
+        O: T.Tensor((B_, S, H, D), "float16"),
+    ):
+        with T.Kernel(T.ceildiv(S, bM), H, B_, threads=128) as (bx, by, bz):
+            Qs = T.alloc_shared((bM, D), "float16")
+            Ks = T.alloc_shared((bN, D), "float16")
+            Vs = T.alloc_shared((bN, D), "float16")
+            acc_s = T.alloc_fragment((bM, bN), "float32")
+            acc_p = T.alloc_fragment((bM, bN), "float16")
+            acc_o = T.alloc_fragment((bM, D), "float32")
+            m = T.alloc_fragment((bM,), "float32")
+            m_prev = T.alloc_fragment((bM,), "float32")
+            rescale = T.alloc_fragment((bM,), "float32")
+            row_sum = T.alloc_fragment((bM,), "float32")
+            l = T.alloc_fragment((bM,), "float32")
+            T.copy(Q[bz, bx * bM : (bx + 1) * bM, by, :], Qs)
+            T.clear(acc_o)
+            T.clear(l)
+            T.fill(m, -T.infinity("float32"))
+            loop_end = (
+                T.min(T.ceildiv(S, bN), T.ceildiv((bx + 1) * bM, bN))
+                if is_causal
+                else T.ceildiv(S, bN)
+            )
+            for k in T.Pipelined(loop_end, num_stages=1):
+                T.copy(K[bz, k * bN : (k + 1) * bN, by, :], Ks)
+                for i, j in T.Parallel(bM, bN):
+                    if is_causal:
+                        acc_s[i, j] = T.if_then_else(
+                            bx * bM + i >= k * bN + j, 0, -T.infinity("float32")
+                        )
+                    else:
+                        acc_s[i, j] = T.if_then_else(k * bN + j < S, 0, -T.infinity("float32"))
+                T.gemm(Qs, Ks, acc_s, transpose_B=True)
+                T.copy(m, m_prev)
+                T.reduce_max(acc_s, m, dim=1, clear=False)
+                for i in T.Parallel(bM):
+                    rescale[i] = T.exp2((m_prev[i] - m[i]) * scale)
+                for i, j in T.Parallel(bM, bN):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m[i] * scale)
+                T.reduce_sum(acc_s, row_sum, dim=1)
+                for i in T.Parallel(bM):
+                    l[i] = l[i] * rescale[i] + row_sum[i]
+                for i, j in T.Parallel(bM, D):
+                    acc_o[i, j] *= rescale[i]
+                T.copy(acc_s, acc_p)
+                T.copy(V[bz, k * bN : (k + 1) * bN, by, :], Vs)
+                T.gemm(acc_p, Vs, acc_o)
+            for i, j in T.Parallel(bM, D):
+                acc_o[i, j] /= l[i]
+            T.copy(acc_o, O[bz, bx * bM : (bx + 1) * bM, by, :])
+
+    return main
+
+
+@pytest.mark.parametrize("S", [64, 40])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_flash_attention(randn, S, is_causal):
+    B_, H, D = 1, 2, 16
+    q, k, v = (randn(B_, S, H, D, dtype="float16") for _ in range(3))
+    out = attention(B_, H, S, D, 16, 16, is_causal)(q, k, v)
+    qd, kd, vd = (x.double().transpose(1, 2) for x in (q, k, v))
+    scores = qd @ kd.transpose(-1, -2) / D**0.5
+    if is_causal:
+        scores = scores.masked_fill(torch.ones(S, S).triu(1).bool(), float("-inf"))
+    ref = (torch.softmax(scores, -1) @ vd).transpose(1, 2)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2)
