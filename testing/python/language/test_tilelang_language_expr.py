@@ -3,6 +3,8 @@ T.infinity, T.cast, T.ceildiv, comparisons, integer arithmetic."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -21,6 +23,15 @@ UNARY = {
     "abs": (T.abs, np.abs, "any"),
     "sigmoid": (T.sigmoid, lambda x: 1.0 / (1.0 + np.exp(-x)), "any"),
     "floor": (T.floor, np.floor, "any"),
+    "ceil": (T.ceil, np.ceil, "any"),
+    "trunc": (T.trunc, np.trunc, "any"),
+    "round": (T.round, np.round, "any"),  # half to even, as numpy
+    "erf": (T.erf, np.vectorize(math.erf), "any"),
+    "sin": (T.sin, np.sin, "any"),
+    "cos": (T.cos, np.cos, "any"),
+    "log1p": (T.log1p, np.log1p, "positive"),
+    "log10": (T.log10, np.log10, "positive"),
+    "exp10": (T.exp10, lambda x: 10.0**x, "positive"),
 }
 
 
@@ -38,14 +49,15 @@ def unary(N, name, dtype):
 
 
 @pytest.mark.parametrize("name", list(UNARY))
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_unary_math(rng, name, dtype):
     _, ref_fn, domain = UNARY[name]
     x = rng.uniform(0.05, 4.0, 64) if domain == "positive" else rng.uniform(-4.0, 4.0, 64)
     a = torch.from_numpy(x).to(getattr(torch, dtype))
     out = unary(64, name, dtype)(a)
     ref = ref_fn(a.double().numpy())
-    tol = 2e-6 if dtype == "float32" else 2e-3
+    # one rounding of the result to the element type
+    tol = {"float32": 2e-6, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
     np.testing.assert_allclose(out.double().numpy(), ref, rtol=tol, atol=tol)
 
 

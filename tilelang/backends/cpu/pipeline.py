@@ -1,6 +1,7 @@
 """The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
 
-    trace ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints ─► lower_blocks
+    trace ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
+          ─► legalize_half_math ─► lower_blocks
           ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
 
 Blocks run as a parallel loop over cores (serial when the kernel uses atomics);
@@ -22,6 +23,7 @@ from ...transform.instrument import on_body, run_stages
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.stmt import StmtMutator, contains
+from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 
 TARGET = {"kind": "llvm"}
@@ -62,6 +64,7 @@ def lower(func, pass_configs=None):
         ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
         ("strip_schedule_hints", on_body(_StripScheduleHints("cpu"))),
+        ("legalize_half_math", on_body(legalize_half_math)),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
     ]
     return run_stages(func, stages, pass_configs)
