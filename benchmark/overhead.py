@@ -30,6 +30,9 @@ import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
+REPO = os.path.dirname(os.path.dirname(HERE))  # measure this checkout, not an installed copy
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
 
 
 def readme_gemm(target):
@@ -157,6 +160,7 @@ def measure(target: str, runs: int, repeats: int, inner: int) -> dict:
     results = {}
     env = dict(os.environ)
     env.pop("TILELANG_DISABLE_CACHE", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="tilelang_overhead_") as tmp:
         env["TILELANG_CACHE_DIR"] = os.path.join(tmp, "cache0")
         results["import_tilelang"] = statistics.median(

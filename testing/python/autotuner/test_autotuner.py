@@ -16,6 +16,7 @@ import tilelang
 from tilelang.autotuner import AutoTuner, set_autotune_inputs
 
 HERE = Path(__file__).resolve().parent
+REPO = str(Path(tilelang.__file__).resolve().parents[1])  # subprocesses test this tilelang
 sys.path.insert(0, str(HERE))
 import tl_autotune_kernels as kernels  # noqa: E402
 
@@ -125,7 +126,7 @@ def test_autotune_record_is_reused_by_another_process(cache_dir):
     script = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {str(HERE)!r})
+        sys.path[:0] = [{REPO!r}, {str(HERE)!r}]
         import tl_autotune_kernels as kernels
         result = kernels.tuned([{SLOW!r}, {FAST!r}]).tune(16384)
         print("RESULT", result.from_disk, result.config["work"])

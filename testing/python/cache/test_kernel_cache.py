@@ -18,6 +18,7 @@ from tilelang.backends.cpu import CpuArtifact, CpuBackend
 from tilelang.cache import kernel_cache
 
 HERE = Path(__file__).resolve().parent
+REPO = str(Path(tilelang.__file__).resolve().parents[1])
 sys.path.insert(0, str(HERE))
 import tl_cache_kernels as kernels  # noqa: E402
 
@@ -89,7 +90,7 @@ def test_hit_in_process_loads_without_building(cache_dir, build_count):
 _SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    sys.path.insert(0, {here!r})
+    sys.path[:0] = [{repo!r}, {here!r}]  # the tilelang under test, not an installed copy
     import tilelang, torch
     from tilelang.backends.cpu import CpuBackend
     import tl_cache_kernels as kernels
@@ -119,7 +120,7 @@ _SCRIPT = textwrap.dedent(
 def _spawn(cache_dir: Path, barrier: str = "") -> subprocess.Popen:
     env = dict(os.environ, TILELANG_CACHE_DIR=str(cache_dir))
     env.pop("TILELANG_DISABLE_CACHE", None)
-    script = _SCRIPT.format(here=str(HERE), barrier=barrier)
+    script = _SCRIPT.format(here=str(HERE), repo=REPO, barrier=barrier)
     return subprocess.Popen(
         [sys.executable, "-c", script],
         env=env,
