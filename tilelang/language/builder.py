@@ -166,14 +166,18 @@ class LoopSpec:
 
 
 def _enter_level(stack, begin, end, step, spec: LoopSpec, name):
-    """Open one loop level; a negative constant step (``range(n - 1, -1, -1)``) counts a
-    fresh variable up and binds the user's variable to ``begin + k * step``."""
-    neg = static_value(step) if step is not None else None
-    if neg is None or neg >= 0:
+    """Open one loop level. A constant step other than 1 (``range(n - 1, -1, -1)``,
+    ``T.unroll(0, n, 4)``) counts a fresh variable up by 1 and binds the user's variable
+    to ``begin + k * step``: TIRx loops count up, and its unroller ignores steps."""
+    const = static_value(step) if step is not None else None
+    if const is None or const == 1:
         return unwrap(stack.enter_context(_frame_for(begin, end, step, spec)))
-    count = _ceildiv_py_or_ir(begin - end, -neg)
+    if const == 0:
+        raise errors.TraceError("loop step must not be zero")
+    span = (end - begin) if const > 0 else (begin - end)
+    count = _ceildiv_py_or_ir(span, abs(const))
     k = unwrap(stack.enter_context(_frame_for(0, count, None, spec)))
-    value = begin + k * neg
+    value = begin + k * const
     var = ir.Var(name or "v", value.ty)
     _T.emit_(ir.Bind(var, value, loc=user_loc()))
     return var

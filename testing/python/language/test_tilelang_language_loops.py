@@ -220,3 +220,36 @@ def test_continue_and_break(randn):
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def stepped_loops(N):
+    """Steps other than 1 follow Python's range for every loop kind."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), Out: T.Tensor((4, N), "float32")):
+        with T.Kernel(1, threads=1):
+            T.clear(Out)
+            for i in T.unroll(0, N, 3):
+                Out[0, i] = A[i]
+            for i in T.serial(1, N, 4):
+                Out[1, i] = A[i]
+            for i in range(2, N, 5):
+                Out[2, i] = A[i]
+            for i in T.unroll(N - 1, 0, -2):
+                Out[3, i] = A[i]
+
+    return main
+
+
+@pytest.mark.parametrize("N", [12, 13])
+def test_stepped_loops(randn, N):
+    a = randn(N)
+    out = stepped_loops(N)(a)
+    for row, rng_ in enumerate(
+        [range(0, N, 3), range(1, N, 4), range(2, N, 5), range(N - 1, 0, -2)]
+    ):
+        ref = torch.zeros(N)
+        idx = list(rng_)
+        ref[idx] = a[idx]
+        assert torch.equal(out[row], ref), (row, rng_)
