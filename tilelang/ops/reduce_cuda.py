@@ -108,9 +108,16 @@ def lower_reduce_cuda(v, ctx):
         span = {0}
         for g in warps:
             span |= {s ^ g for s in span}
-        total = ir.TensorLoad(ws, [t])
-        for o in sorted(span - {0}):
-            total = combine(merge, total, ir.TensorLoad(ws, [t ^ o]))
+        # every thread of a group combines the partials in the same absolute order, so
+        # all replicas of a row hold bit-identical results (float + is not associative)
+        group_bits = 0
+        for g in warps:
+            group_bits |= g
+        base = t - (t & group_bits)
+        order = sorted(span)
+        total = ir.TensorLoad(ws, [base + order[0]])
+        for o in order[1:]:
+            total = combine(merge, total, ir.TensorLoad(ws, [base + o]))
         body.append(store(red, [ld2], total))
     if body:
         stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
