@@ -369,7 +369,9 @@ class _Inference:
                 pass
             pending = [n for n in self.nests if n.key not in self.loop_layouts]
             if pending:
-                self.free_loop(pending[0])
+                # the largest loop first: small loops (per-row scalars) then adapt to the
+                # layouts it fixes instead of forcing a replicated layout on shared fragments
+                self.free_loop(max(pending, key=lambda n: int(E.prod(n.extents))))
                 continue
             if self.run_ops("free"):
                 continue
