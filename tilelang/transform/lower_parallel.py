@@ -19,7 +19,7 @@ from .. import errors
 from ..ops.bounds import in_bounds
 from ..ops.irb import seq
 from .layout_inference import loop_key
-from .stmt import StmtMutator, substitute
+from .stmt import StmtMutator, contains, substitute
 from .thread_utils import for_, fragment_points, is_global
 
 UNROLL_LIMIT = 64
@@ -44,6 +44,19 @@ def guard_globals(stmt, ctx, loop_ranges):
         return x if pred is None else ir.If(pred, x, None)
 
     return tvm_ffi.structural_map(stmt, [(ir.TensorLoad, load), (ir.TensorStore, store)])
+
+
+def _has_atomic(stmt) -> bool:
+    """Whether ``stmt`` contains a ``T.atomic_*`` tile op."""
+    from ..ops.registry import tile_op_of
+
+    def is_atomic(x):
+        if not isinstance(x, ir.Evaluate):
+            return False
+        found = tile_op_of(x)
+        return found is not None and found[0].name == "atomic"
+
+    return contains(stmt, is_atomic)
 
 
 class LowerParallel(StmtMutator):
@@ -79,6 +92,9 @@ class LowerParallel(StmtMutator):
         body = substitute(s, dict(zip(vars_, points)))
         body = self.body(body, inner)
         body = guard_globals(body, inner, {})
+        if layout.get_replicate() > 1 and _has_atomic(s):
+            # replicas run the same iteration: an atomic would be applied once per replica
+            body = ir.If(inner.simplify(fragment_points(layout, lvar, t)[-1]) == 0, body, None)
         span = layout.get_thread_size()
         if span < self.threads:
             body = ir.If(t < span, body, None)

@@ -87,6 +87,16 @@ _MATH = {
 }
 
 
+ATOMICS = {
+    "atomicAdd": np.add,
+    "atomicMax": np.maximum,
+    "atomicMin": np.minimum,
+    "tl::AtomicAdd": np.add,
+    "tl::AtomicMax": np.maximum,
+    "tl::AtomicMin": np.minimum,
+}
+
+
 def np_dtype(dtype) -> type:
     """numpy type of a TIRx dtype string."""
     name = str(dtype)
@@ -278,7 +288,7 @@ class _Machine:
             return value[src]
         if fname in _MATH:
             return self._as(_MATH[fname](self.eval(args[0], mask)), e.ty)
-        if fname in ("atomicAdd", "atomicMax", "atomicMin"):
+        if fname in ATOMICS:
             return self._atomic(fname, args, mask)
         if fname.startswith("tl::cp_async_gs"):
             return self._cp_async(fname, args, mask)
@@ -332,7 +342,7 @@ class _Machine:
         flat, active = self.flat(b, load.indices, mask, fname)
         value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,)).astype(b.data.dtype)
         old = b.data[flat].copy()
-        ufunc = {"atomicAdd": np.add, "atomicMax": np.maximum, "atomicMin": np.minimum}[fname]
+        ufunc = ATOMICS[fname]
         ufunc.at(b.data, flat[active], value[active])
         return old
 

@@ -116,6 +116,8 @@ def lower(func, target=None, pass_configs=None):
     """The thread-level TIRx function for ``func`` (see the module docstring)."""
     import tilelang.ops  # noqa: F401 - registers the op rules
 
+    from ...ops import atomic_cuda, cumsum_cuda  # noqa: F401 - CUDA atomic/cumsum rules
+
     arch = (target or {}).get("arch", "sm_90a")
     tvar, threads = _thread_info(func)
     info = infer_layouts(func, threads, arch, _layout_annotations(func))
