@@ -36,20 +36,20 @@ def plus_one(n=128, block=32):
     return plus_one_kernel
 
 
-CPU_STAGES = [
-    "trace",
-    "lower_threads",
-    "legalize_safe_memory_access",
-    "lower_tile_ops",
-    "strip_schedule_hints",
-    "lower_blocks",
-]
+# stages the CPU pipeline must have, in this order (others may sit between them)
+CPU_STAGES = ["trace", "lower_threads", "lower_tile_ops", "lower_blocks"]
+
+
+def _tilelang_stages(lowered):
+    return [n for n in lowered.names() if lowered.origins[n] == "tilelang"]
 
 
 def test_lower_returns_every_stage():
     lowered = tilelang.lower(plus_one(), target="cpu")
     names = lowered.names()
-    assert names[: len(CPU_STAGES)] == CPU_STAGES
+    ours = _tilelang_stages(lowered)
+    assert names[: len(ours)] == ours  # tilelang's stages, then TIRx's passes
+    assert [n for n in ours if n in CPU_STAGES] == CPU_STAGES
     assert names[-1] == "source"
     tirx = [n for n in names if lowered.origins[n] == "tirx"]
     assert any(n.startswith("tirx.") for n in tirx)
@@ -86,10 +86,11 @@ def test_dump_dir_env_var(tmp_path, monkeypatch):
     a = torch.randn(128)
     torch.testing.assert_close(kernel(a), a + 1)
     files = _dump_files(folder)
-    for k, name in enumerate(CPU_STAGES):
+    ours = _tilelang_stages(tilelang.lower(plus_one(), target="cpu"))
+    for k, name in enumerate(ours):
         assert f"{k:03d}_{name}.py" in files
     assert any(re.match(r"\d{3}_tirx\.", f) for f in files)
-    assert len(files) > len(CPU_STAGES) + 5
+    assert len(files) > len(ours) + 5
     assert not (tmp_path / "cache" / "kernels").exists()  # observed builds skip the cache
 
 
@@ -98,9 +99,10 @@ def test_dump_dir_pass_config(tmp_path):
     configs = {tilelang.PassConfigKey.TL_DUMP_IR_DIR: str(folder)}
     tilelang.compile(plus_one(), out_idx=[-1], target="cpu", pass_configs=configs)
     files = _dump_files(folder)
-    assert files[0] == "000_trace.py" and "003_lower_tile_ops.py" in files
-    text = (next(folder.iterdir()) / "003_lower_tile_ops.py").read_text()
-    assert text.startswith("# stage 3: lower_tile_ops (tilelang)")
+    assert files[0] == "000_trace.py"
+    (name,) = [f for f in files if f.endswith("_lower_tile_ops.py")]
+    text = (next(folder.iterdir()) / name).read_text()
+    assert text.startswith(f"# stage {int(name[:3])}: lower_tile_ops (tilelang)")
     assert "tl.copy" not in text
 
 
