@@ -55,13 +55,16 @@ _AUG_OPS = {
 
 
 def _strip_annotations(node: ast.FunctionDef) -> None:
-    """Drop parameter/return annotations: Python already evaluated them on the original
-    function, in its enclosing scope, whose locals the rewritten code cannot see."""
+    """Drop parameter/return annotations and default values: Python already evaluated
+    them on the original function, in its enclosing scope, whose locals the rewritten
+    code cannot see (the caller copies ``__defaults__``/``__kwdefaults__`` over)."""
     a = node.args
     for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
         if arg is not None:
             arg.annotation = None
     node.returns = None
+    a.defaults = []
+    a.kw_defaults = [None] * len(a.kwonlyargs)
 
 
 def _tb(attr: str) -> ast.Attribute:

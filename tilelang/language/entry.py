@@ -46,8 +46,11 @@ class _Rewritten:
         namespace = dict(self.func.__globals__)
         namespace.update(_closure_values(self.func))
         namespace[BUILDER] = builder
-        exec(self.module_code, namespace)  # defines the rewritten function (annotations evaluated)
-        return namespace[self.func.__name__]
+        exec(self.module_code, namespace)  # defines the rewritten function
+        fn = namespace[self.func.__name__]
+        fn.__defaults__ = self.func.__defaults__  # evaluated in the defining scope
+        fn.__kwdefaults__ = self.func.__kwdefaults__
+        return fn
 
 
 def _param_type(name, annotation, func):

@@ -198,3 +198,31 @@ def test_get_tir_traces_without_compiling():
     func = factory.get_tir(7)
     assert [p.name for p in func.params] == ["A", "B"]
     assert "main" in func.script()
+
+
+def _macro_factory(N, scale):
+    """A macro whose annotations and defaults name the factory's locals only."""
+
+    @T.macro
+    def scaled(dst: T.SharedBuffer((N,), "float32"), src, n=N, *, s=scale):
+        for i in T.serial(n):
+            dst[i] = src[i] * s
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((2, N), "float32")):
+        with T.Kernel(1, threads=1):
+            S = T.alloc_shared((N,), "float32")
+            scaled(S, A)
+            T.copy(S, B[0, :])
+            scaled(S, A, N // 2, s=-1.0)
+            T.copy(S, B[1, :])
+
+    return main
+
+
+def test_macro_defaults_and_annotations_from_enclosing_scope(randn):
+    a = randn(8)
+    out = _compile(_macro_factory(8, 3.0), out_idx=-1)(a)
+    torch.testing.assert_close(out[0], a * 3, rtol=0, atol=0)
+    torch.testing.assert_close(out[1, :4], -a[:4], rtol=0, atol=0)
+    torch.testing.assert_close(out[1, 4:], a[4:] * 3, rtol=0, atol=0)
