@@ -91,7 +91,11 @@ def enable_cache() -> None:
 
 
 def clear_cache() -> None:
-    """Delete every cached kernel and autotuning result, on disk and in this process's memory."""
+    """Delete every cached kernel and autotuning result, on disk and in this process's memory.
+
+    In memory this clears ``tilelang.compile``'s cache and the autotuner's results; a
+    ``@tilelang.jit`` factory keeps the kernels it already returned, per argument tuple.
+    """
     root = get_cache_dir()
     for sub in ("kernels", "autotuner", "tmp"):
         shutil.rmtree(root / sub, ignore_errors=True)

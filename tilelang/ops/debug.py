@@ -21,7 +21,8 @@ into a 32-byte stack buffer first and ``dprintf`` gets the string. A failed
 ``file:line`` and message (a TIRx ``AssertStmt``). An assertion failing inside a
 parallel task would be lost, so a kernel that uses ``device_assert`` runs its blocks one
 after another on the CPU (:func:`uses_device_assert` tells the pipeline). Both ops are
-block-level on the CPU: the value or condition must not depend on ``threadIdx``.
+block-level on the CPU: a value or condition that depends on ``threadIdx`` is rejected
+(CompileError naming the line); CUDA has no lowering yet (``lowering_for`` says so).
 """
 
 from __future__ import annotations
