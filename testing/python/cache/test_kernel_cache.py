@@ -282,3 +282,25 @@ def test_cpu_artifact_round_trip(tmp_path):
     (tmp_path / "a" / "kernel.so").write_bytes(b"\0" * 10)
     with pytest.raises(ValueError, match="kernel.so"):
         CpuArtifact.load(tmp_path / "a")
+
+
+def test_cuda_artifact_is_cached_without_a_gpu(cache_dir, monkeypatch):
+    """CudaArtifact.save/load through the cache (compiling needs no GPU; running would)."""
+    from tilelang.backends.registry import get_backend
+
+    backend = type(get_backend("cuda"))
+    try:
+        first = tilelang.compile(kernels.add_one(), out_idx=[-1], target="cuda -arch=sm_80")
+    except Exception as err:  # noqa: BLE001 - no CUDA toolchain here
+        pytest.skip(f"cannot build for CUDA on this machine: {err}")
+    (entry,) = _entries(cache_dir)
+    assert (entry / "artifact" / "kernel.cu").is_file()
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the cached CUDA artifact should have been loaded")
+
+    monkeypatch.setattr(backend, "build", refuse)
+    _forget_memory()
+    again = tilelang.compile(kernels.add_one(), out_idx=[-1], target="cuda -arch=sm_80")
+    assert again.artifact == first.artifact
+    assert again.get_kernel_source() == first.get_kernel_source()
