@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import zlib
 
 import numpy as np
 import pytest
+
+# A kernel cache private to this test session: tests that patch lowering rules must never be
+# served a kernel an earlier run (or another checkout) stored under the same key.
+os.environ.setdefault("TILELANG_CACHE_DIR", tempfile.mkdtemp(prefix="tilelang-test-cache-"))
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
 from .. import errors
-from . import builder
+from . import builder, dtypes
 
 
 def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True):
@@ -47,7 +47,7 @@ def evaluate(value):
 
 
 def call_extern(dtype, name, *args):
-    """A call to a device function by name."""
+    """A call to a device function by name: ``T.call_extern("float32", "my_fn", x)`` (upstream order)."""
     from tvm_tirx import tirx as _tirx
 
-    return _tirx.call_extern(dtype, name, *args)
+    return _tirx.call_extern(name, *args, ty=dtypes.canonical(dtype) if dtype != "handle" else dtype)
