@@ -15,6 +15,7 @@ from .. import errors
 from . import builder, dtypes
 from .ast_rewrite import BUILDER, rewrite_function
 from .proxy import TensorAnnotation
+from .scope_check import check_scopes
 
 
 def _closure_values(func) -> dict:
@@ -113,7 +114,9 @@ def trace(func, name: str | None = None, outer_locals: dict | None = None) -> ir
                     )
                 args.append(_T.arg_(p.name, _param_type(p.name, p.annotation, func)))
             fn(*args)
-    return ib.get()
+    traced = ib.get()
+    check_scopes(traced)
+    return traced
 
 
 def prim_func(func=None, *, private=False, check_well_formed=False):

@@ -360,3 +360,43 @@ def test_fill_of_non_tensor_and_bad_allocation():
         alloc_kernel()
     assert_names_line(info.value, line_of(alloc_kernel, "# mismatch"))
     assert "(0, 8)" in str(info.value)
+
+
+def test_value_bound_in_branch_used_after():
+    """A run-time value bound inside an IR if/else is scoped to it: using it after the
+    branch is reported at the use and the binding, with the T.alloc_var fix."""
+
+    def kernel():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=1):
+                if A[3] > 0:
+                    x = A[0]
+                else:
+                    x = A[1]  # bound
+                B[0] = x  # mismatch
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError) as info:
+        kernel()
+    assert_names_line(info.value, line_of(kernel, "# mismatch"))
+    assert f"{THIS_FILE}:{line_of(kernel, '# bound')}" in str(info.value)
+    assert "'x'" in str(info.value) and "T.alloc_var" in str(info.value)
+
+
+def test_value_bound_in_loop_used_after():
+    def kernel():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=1):
+                for i in T.serial(4):
+                    last = A[i]
+                B[0] = last  # mismatch
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError) as info:
+        kernel()
+    assert_names_line(info.value, line_of(kernel, "# mismatch"))
+    assert "'last'" in str(info.value)
