@@ -21,6 +21,17 @@ def _dtype_name(x) -> str:
     return text[len("torch.") :] if text.startswith("torch.") else text
 
 
+def _scalar_fits(dtype: str, value) -> bool:
+    """Whether a Python scalar can be passed as a ``dtype`` parameter."""
+    if dtype == "bool":
+        return isinstance(value, bool | int)
+    if dtype.startswith(("int", "uint")):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if dtype.startswith(("float", "bfloat")):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return True
+
+
 def problems(params: list[ParamInfo], args, kernel_name: str, device_kind: str) -> list[str]:
     """Human-readable reasons why ``args`` do not fit ``params`` (empty when they fit)."""
     out = []
@@ -32,6 +43,10 @@ def problems(params: list[ParamInfo], args, kernel_name: str, device_kind: str) 
         if not p.is_tensor:
             if _tensor_like(a):
                 out.append(f"argument {p.name!r}: expected a scalar {p.dtype}, got a tensor")
+            elif not _scalar_fits(p.dtype, a):
+                out.append(
+                    f"argument {p.name!r}: expected a scalar {p.dtype}, got {type(a).__name__} {a!r}"
+                )
             continue
         if not _tensor_like(a):
             out.append(f"argument {p.name!r}: expected a tensor, got {type(a).__name__}")

@@ -196,11 +196,6 @@ def test_per_thread_code_runs_for_every_thread():
     torch.testing.assert_close(b, a * 2 + torch.arange(64).float(), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tilelang/jit/checks.py does not check scalar argument types; the tvm-ffi "
-    "message names only the position (argument #1) and not the value given",
-)
 def test_wrong_scalar_type_names_argument():
     @T.prim_func
     def main(A: T.Tensor((4,), "float32"), n: T.int32):
