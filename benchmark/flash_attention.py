@@ -1,0 +1,67 @@
+"""FlashAttention forward: the upstream-style example kernel vs torch SDPA on the same inputs.
+
+    python benchmark/flash_attention.py [--batch 4] [--heads 16] [--seq 4096] [--dim 128]
+
+CUDA events, median of ``--iters`` runs after warm-up; TFLOP/s counts 4*b*h*s*s*d (half of it
+for causal) and the ratio is ours over torch's time inverted (higher is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
+
+from example_mha_fwd_bshd import flashattn  # noqa: E402
+
+from tilelang.profiler import bench  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--iters", type=int, default=30)
+    args = parser.parse_args()
+    b, h, s, d = args.batch, args.heads, args.seq, args.dim
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{'causal':>7} {'config':>22} {'ms':>9} {'TFLOP/s':>9} {'torch ms':>9} {'ratio':>6}")
+    for causal in (False, True):
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        ref_fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
+        ref = ref_fn().transpose(1, 2)
+        t_ref = bench(ref_fn, warmup=10, rep=args.iters, device="cuda")
+        flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        for bm, bn, stages, threads in ((128, 128, 2, 256), (128, 64, 2, 128), (64, 64, 1, 128)):
+            label = f"{bm}x{bn}/{threads}t/{stages}s"
+            try:
+                kernel = flashattn(
+                    b, h, s, d, causal, block_M=bm, block_N=bn, num_stages=stages, threads=threads
+                )
+                out = kernel(q, k, v)
+                err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                if not err < 1e-2:
+                    print(f"{str(causal):>7} {label:>22}  wrong result (rel err {err:.3g})")
+                    continue
+                t = bench(lambda: kernel(q, k, v), warmup=10, rep=args.iters, device="cuda")  # noqa: B023
+                print(
+                    f"{str(causal):>7} {label:>22} {t:9.3f} {flops / t / 1e9:9.1f} {t_ref:9.3f} {t_ref / t:6.2f}"
+                )
+            except Exception as err:  # noqa: BLE001 - report and go on to the next config
+                print(
+                    f"{str(causal):>7} {label:>22}  failed: {type(err).__name__}: {str(err)[:120]}"
+                )
+
+
+if __name__ == "__main__":
+    main()
