@@ -38,7 +38,7 @@ def main():
     for causal in (False, True):
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-        ref_fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
+        ref_fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731, B023
         ref = ref_fn().transpose(1, 2)
         t_ref = bench(ref_fn, warmup=10, rep=args.iters, device="cuda")
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
