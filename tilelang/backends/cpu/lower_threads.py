@@ -19,7 +19,8 @@ from tvm_tirx import ir
 
 from ... import errors
 from ...ops import tile_op_of
-from ...transform.stmt import alloc_of, contains, launch_of, uses_any
+from ...transform.stmt import alloc_of, contains, launch_of, substitute, uses_any
+from .privatize import privatize
 
 
 def _is_collective(stmt) -> bool:
@@ -27,10 +28,14 @@ def _is_collective(stmt) -> bool:
 
 
 def _thread_loop(stmts, tvars):
+    """``for tx in range(T): stmts`` with fresh loop variables (TIRx wants each loop
+    variable bound once, and a block may need several thread loops)."""
     body = stmts[0] if len(stmts) == 1 else ir.SeqStmt(stmts)
+    fresh = {var: ir.Var(var.name, var.ty) for var, _ in tvars}
+    body = substitute(body, fresh)
     for var, extent in reversed(tvars):
         body = ir.For(
-            var, ir.const(0, "int32"), extent, ir.const(1, "int32"), ir.ForKind.DEFAULT, body
+            fresh[var], ir.const(0, "int32"), extent, ir.const(1, "int32"), ir.ForKind.DEFAULT, body
         )
     return body
 
@@ -100,7 +105,7 @@ def lower_threads(body):
                     break
                 tvars.append((nested[2], nested[1]))
                 inner = inner.body
-            return _split_threads(inner, tvars)
+            return _split_threads(privatize(inner, tvars), tvars)
         return ir.RegionStmt(
             body.op, body.args, body.body_params, body.attrs, inner, body.result_vars, body.loc
         )
