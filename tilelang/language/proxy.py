@@ -40,21 +40,41 @@ class TensorAnnotation:
         raise TypeError("write T.Tensor((M, N), dtype), not T.Tensor[...]")
 
 
-def Tensor(shape, dtype="float32", strides=None, scope="global"):  # noqa: N802 - upstream API
-    """Annotation of a tensor parameter: ``A: T.Tensor((M, K), "float16")``."""
-    return TensorAnnotation(
+def Tensor(shape, dtype="float32", data=None, strides=None, scope="global"):  # noqa: N802
+    """Annotation of a tensor parameter: ``A: T.Tensor((M, K), "float16")``.
+
+    Inside a kernel, ``T.Tensor(shape, dtype, A.data)`` (upstream's signature) is a view
+    of ``A``'s memory with another shape, e.g. ``(KH * KW * C, F)`` over a 4-D weight.
+    """
+    annotation = TensorAnnotation(
         _shape(shape), dtypes.canonical(dtype), None if strides is None else _shape(strides), scope
     )
+    return annotation if data is None else _view(annotation, data)
 
 
-def Buffer(shape, dtype="float32", strides=None, scope="global"):  # noqa: N802
+def _view(annotation, data):
+    from . import builder
+
+    if not isinstance(data, ir.Expr):
+        raise TypeError(
+            f"T.Tensor(shape, dtype, data): data must be a tensor's pointer (A.data), got "
+            f"{data!r}; pass strides by keyword (strides=...)"
+        )
+    builder.state()
+    ty = annotation.ir_type()
+    var = ir.Var("v", ty)  # 'v': renamed to the user's name by the assignment
+    _T.emit_(ir.Bind(var, _T.decl_tensor(data, ty_args=[ty]), loc=builder.user_loc()))
+    return var
+
+
+def Buffer(shape, dtype="float32", data=None, strides=None, scope="global"):  # noqa: N802
     """Alias of :func:`Tensor` (upstream's older spelling)."""
-    return Tensor(shape, dtype, strides, scope)
+    return Tensor(shape, dtype, data, strides, scope)
 
 
 def StridedTensor(shape, strides, dtype="float32"):  # noqa: N802
     """A tensor parameter with explicit element strides (a non-contiguous view)."""
-    return Tensor(shape, dtype, strides)
+    return Tensor(shape, dtype, strides=strides)
 
 
 def dynamic(name: str, dtype: str = "int32"):

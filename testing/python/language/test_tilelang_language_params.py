@@ -189,3 +189,32 @@ def test_scalar_param_in_shape_logic(rng):
     ref = torch.zeros(64, dtype=torch.int32)
     ref[:20] = a[10:30] * 2
     assert torch.equal(b, ref)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def reshaped_views(M, N):
+    """``T.Tensor(shape, dtype, A.data)``: a 1-D view of a 2-D input and a 2-D view of a
+    1-D output (upstream's flat-view idiom)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M * N,), "float32")):
+        with T.Kernel(1, threads=32):
+            A_flat = T.Tensor((M * N,), "float32", A.data)
+            B_2d = T.Tensor((N, M), "float32", B.data)
+            for i in T.Parallel(M * N):
+                B[i] = A_flat[i] * 2.0
+            for i, j in T.Parallel(N, M):
+                B_2d[i, j] = B_2d[i, j] + 1.0
+
+    return main
+
+
+def test_tensor_views_of_parameters(randn):
+    a = randn(3, 5)
+    out = reshaped_views(3, 5)(a)
+    torch.testing.assert_close(out, a.reshape(-1) * 2 + 1, rtol=0, atol=0)
+
+
+def test_tensor_positional_strides_rejected():
+    with pytest.raises(TypeError, match="strides="):
+        T.Tensor((4, 4), "float32", (4, 1))

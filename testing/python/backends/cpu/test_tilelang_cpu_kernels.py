@@ -374,3 +374,60 @@ def test_flash_attention(randn, S, is_causal):
         scores = scores.masked_fill(torch.ones(S, S).triu(1).bool(), float("-inf"))
     ref = (torch.softmax(scores, -1) @ vd).transpose(1, 2)
     torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2)
+
+
+# -- convolution -------------------------------------------------------------------------
+@tilelang.jit(out_idx=-1, target="cpu")
+def conv2d_nhwc(N, C, H, W, F, K, S, D, P, bM, bN, bK):
+    """Implicit-GEMM convolution (upstream's example): im2col in a T.Parallel with an
+    and-ed bounds test, the weights and output through flat T.Tensor views."""
+    OH = (H + 2 * P - D * (K - 1) - 1) // S + 1
+    OW = (W + 2 * P - D * (K - 1) - 1) // S + 1
+    dtype = "float16"
+
+    @T.prim_func
+    def main(
+        data: T.Tensor((N, H, W, C), dtype),
+        kernel: T.Tensor((K, K, C, F), dtype),
+        out: T.Tensor((N, OH, OW, F), dtype),
+    ):
+        with T.Kernel(T.ceildiv(F, bN), T.ceildiv(N * OH * OW, bM), threads=128) as (bx, by):
+            data_shared = T.alloc_shared((bM, bK), dtype)
+            kernel_shared = T.alloc_shared((bK, bN), dtype)
+            out_local = T.alloc_fragment((bM, bN), "float32")
+            kernel_flat = T.Tensor((K * K * C, F), dtype, kernel.data)
+            out_flat = T.Tensor((N * OH * OW, F), dtype, out.data)
+            T.clear(out_local)
+            for k_iter in T.Pipelined(T.ceildiv(K * K * C, bK), num_stages=2):
+                for i, j in T.Parallel(bM, bK):
+                    k = k_iter * bK + j
+                    m = by * bM + i
+                    access_h = m % (OH * OW) // OW * S + k // (K * C) * D - P
+                    access_w = m % OW * S + k // C % K * D - P
+                    in_bound = (
+                        (access_h >= 0) and (access_w >= 0) and (access_h < H) and (access_w < W)
+                    )
+                    data_shared[i, j] = T.if_then_else(
+                        in_bound, data[m // (OH * OW), access_h, access_w, k % C], 0
+                    )
+                T.copy(kernel_flat[k_iter * bK, bx * bN], kernel_shared)
+                T.gemm(data_shared, kernel_shared, out_local)
+            T.copy(out_local, out_flat[by * bM, bx * bN])
+
+    return main
+
+
+@pytest.mark.parametrize("S,D,P", [(1, 1, 1), (2, 1, 0), (1, 2, 2)])
+def test_conv2d_implicit_gemm(randn, S, D, P):
+    N, C, H, W, F, K = 2, 8, 9, 9, 16, 3
+    x, w = randn(N, H, W, C, dtype="float16"), randn(K, K, C, F, dtype="float16")
+    out = conv2d_nhwc(N, C, H, W, F, K, S, D, P, 32, 16, 16)(x, w)
+    ref = torch.nn.functional.conv2d(
+        x.double().permute(0, 3, 1, 2),
+        w.double().permute(3, 2, 0, 1),
+        stride=S,
+        padding=P,
+        dilation=D,
+    ).permute(0, 2, 3, 1)
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out.double(), ref, rtol=2e-3, atol=2e-2)
