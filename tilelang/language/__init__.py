@@ -32,9 +32,20 @@ from .kernel import (
     get_thread_bindings,
     get_thread_extent,
 )
-from .loops import Parallel, Persistent, Pipelined, grid, serial, unroll, vectorized
+from .loops import (
+    Parallel,
+    Persistent,
+    Pipelined,
+    grid,
+    loop_break,
+    serial,
+    unroll,
+    vectorized,
+)
 from .math import (
+    Cast,
     abs,
+    address_of,
     all_of,
     any_of,
     bitwise_and,
@@ -66,6 +77,7 @@ from .math import (
     min,
     min_value,
     pow,
+    reinterpret,
     round,
     rsqrt,
     shift_left,
@@ -110,3 +122,4 @@ from .tileop import (
     reduce_min,
     reduce_sum,
 )
+from .views import reshape, view

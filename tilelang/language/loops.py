@@ -66,3 +66,17 @@ def grid(*extents):
 def Persistent(*args, **kwargs):  # noqa: N802
     """Not supported by this backend set yet."""
     raise errors.TraceError("T.Persistent is not supported yet")
+
+
+def loop_break():
+    """Leave the innermost run-time loop (upstream's call form of ``break``)."""
+    from tvm_tirx.script import tirx as _T
+
+    from . import builder
+
+    st = builder.state()
+    if not st.loops or not st.loops[-1].is_ir:
+        raise errors.TraceError(
+            "T.loop_break() must be inside a run-time loop (range, T.serial, T.Pipelined, while)"
+        )
+    _T.break_()

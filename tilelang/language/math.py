@@ -118,6 +118,21 @@ def cast(value, dtype):
     return dtypes.convert(value, dtypes.canonical(dtype))
 
 
+def Cast(dtype, value):  # noqa: N802 - TVMScript's spelling
+    """``value`` converted to ``dtype`` (argument order of TVMScript's ``T.Cast``)."""
+    return cast(value, dtype)
+
+
+def reinterpret(dtype, value):
+    """The bits of ``value`` read as ``dtype`` (same width), e.g. float32 <-> int32."""
+    return _tirx.reinterpret(_expr(value), ty=dtypes.canonical(dtype))
+
+
+def address_of(load):
+    """The address of a tensor element ``A[i]`` (for ``T.call_extern``)."""
+    return _tirx.address_of(load)
+
+
 def ceildiv(a, b):
     """``ceil(a / b)`` for integers (Python ints stay Python ints)."""
     if isinstance(a, int) and isinstance(b, int):

@@ -4,6 +4,7 @@ values, local/var storage, multi-dimensional threads, scheduling hints and index
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import tilelang
@@ -226,3 +227,86 @@ def test_macro_defaults_and_annotations_from_enclosing_scope(randn):
     torch.testing.assert_close(out[0], a * 3, rtol=0, atol=0)
     torch.testing.assert_close(out[1, :4], -a[:4], rtol=0, atol=0)
     torch.testing.assert_close(out[1, 4:], a[4:] * 3, rtol=0, atol=0)
+
+
+def test_reshape_and_view_of_tiles(randn):
+    """T.reshape of a shared tile and T.view of a fragment as another element type."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((4, 8), "float32"),
+        B: T.Tensor((8, 4), "float32"),
+        Bits: T.Tensor((4, 8), "int32"),
+    ):
+        with T.Kernel(1, threads=32):
+            S = T.alloc_shared((4, 8), "float32")
+            T.copy(A, S)
+            S2 = T.reshape(S, (8, 4))
+            T.copy(S2, B)
+            F = T.alloc_fragment((4, 8), "float32")
+            T.copy(A, F)
+            Fi = T.view(F, dtype="int32")
+            T.copy(Fi, Bits)
+
+    a = randn(4, 8)
+    b, bits = torch.zeros(8, 4), torch.zeros(4, 8, dtype=torch.int32)
+    _compile(main)(a, b, bits)
+    assert torch.equal(b, a.reshape(8, 4))
+    assert torch.equal(bits, a.view(torch.int32))
+
+
+def test_view_size_mismatch():
+    @T.macro
+    def bad(S):
+        T.view(S, (3, 3))  # mismatch
+
+    def kernel():
+        @T.prim_func
+        def main(A: T.Tensor((4, 8), "float32")):
+            with T.Kernel(1, threads=1):
+                S = T.alloc_shared((4, 8), "float32")
+                bad(S)
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError, match="different sizes"):
+        kernel()
+
+
+def test_loop_break_cast_reinterpret(randn):
+    """T.loop_break, T.Cast (TVMScript order) and T.reinterpret."""
+
+    @T.prim_func
+    def main(A: T.Tensor((16,), "float32"), B: T.Tensor((3,), "int32")):
+        with T.Kernel(1, threads=1):
+            n = T.alloc_var("int32", init=0)
+            for i in T.serial(16):
+                if A[i] < 0:
+                    T.loop_break()
+                n += 1
+            B[0] = n
+            B[1] = T.Cast("int32", A[0] * 100.0)
+            B[2] = T.reinterpret("int32", A[1])
+
+    a = randn(16)
+    b = torch.zeros(3, dtype=torch.int32)
+    _compile(main)(a, b)
+    negative = (a < 0).nonzero()
+    assert b[0].item() == (negative[0].item() if len(negative) else 16)
+    assert b[1].item() == int(a[0].item() * 100.0)
+    assert b[2].item() == a[1:2].view(torch.int32).item()
+
+
+def test_loop_break_outside_runtime_loop():
+    def kernel():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=1):
+                for i in [0, 1]:
+                    T.loop_break()
+                    A[i] = 1.0
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError, match="run-time loop"):
+        kernel()
