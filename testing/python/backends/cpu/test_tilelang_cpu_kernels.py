@@ -431,3 +431,37 @@ def test_conv2d_implicit_gemm(randn, S, D, P):
     ).permute(0, 2, 3, 1)
     assert out.shape == ref.shape
     torch.testing.assert_close(out.double(), ref, rtol=2e-3, atol=2e-2)
+
+
+@tilelang.jit(out_idx=-1, target="cpu")
+def matmul_dynamic_mnk(bM, bN, bK):
+    """M, N and K all symbolic: the K loop count and every tile's tails come from the call."""
+    M, N, K = T.dynamic("m"), T.dynamic("n"), T.dynamic("k")
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        C: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            As = T.alloc_shared((bM, bK), "float16")
+            Bs = T.alloc_shared((bK, bN), "float16")
+            Cf = T.alloc_fragment((bM, bN), "float32")
+            T.clear(Cf)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=2):
+                T.copy(A[by * bM, k * bK], As)
+                T.copy(B[k * bK, bx * bN], Bs)
+                T.gemm(As, Bs, Cf)
+            T.copy(Cf, C[by * bM, bx * bN])
+
+    return main
+
+
+def test_gemm_dynamic_mnk(randn):
+    kernel = matmul_dynamic_mnk(32, 32, 16)
+    for M, N, K in [(1, 1, 1), (33, 17, 45), (64, 64, 64), (100, 3, 200)]:
+        a, b = randn(M, K, dtype="float16"), randn(K, N, dtype="float16")
+        c = kernel(a, b)
+        assert c.shape == (M, N)
+        torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-4)
