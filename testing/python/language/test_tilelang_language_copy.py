@@ -304,3 +304,27 @@ def copy_row_start_to_1d(M, N):
 def test_copy_row_start_to_1d(randn):
     a = randn(4, 7)
     assert torch.equal(copy_row_start_to_1d(4, 7)(a), a.flip(0))
+
+
+@tilelang.jit(target="cpu")
+def stencil_halo(N, block):
+    """Tiles with a one-element halo: the first block starts at -1 (reads zero before the
+    start, and past the end of the last block)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=1) as bx:
+            S = T.alloc_shared((block + 2,), "float32")
+            T.copy(A[bx * block - 1], S)
+            for i in T.Parallel(block):
+                B[bx * block + i] = S[i] + S[i + 1] + S[i + 2]
+
+    return main
+
+
+@pytest.mark.parametrize("N", [12, 10])
+def test_copy_negative_start_halo(randn, N):
+    a, b = randn(N), torch.zeros(N)
+    stencil_halo(N, 4)(a, b)
+    ref = torch.nn.functional.pad(a.double(), (1, 1)).unfold(0, 3, 1).sum(1)
+    torch.testing.assert_close(b.double(), ref, rtol=1e-6, atol=1e-6)
