@@ -2,7 +2,10 @@
 
 - ``lower_threads``: a block's threads run one after another. Tile-level code
   (tile ops, ``T.Parallel`` loops, everything not naming ``threadIdx``) runs once
-  per block; statements that name a thread index run inside a loop over that index.
+  per block; statements that name a thread index run inside a loop over that index
+  (a fresh loop per group of such statements). Per-thread state (locals written by
+  thread-dependent code, values kept across barriers) first gets one copy per
+  thread (``privatize.py``).
 - ``lower_blocks``: the grid becomes one loop over all blocks, parallel across
   cores unless the kernel uses atomics (then serial, which makes them exact).
 On-chip tensors (shared, fragment, var) keep their scopes: inside the block
