@@ -16,6 +16,9 @@ Lowering (``@lower_rule("gemm", "cuda")``)
     ``ldmatrix.x4``, ``.trans`` when B is stored (K, N)) into registers, then issues one
     ``mma.sync.m16n8k16`` per (m16, n8) tile, accumulating into ``ctx.local_of(C)``.
 
+On sm_90a the registered rules (``infer_gemm_layout_dispatch`` / ``lower_gemm_dispatch`` at
+the end of this file) send gemms that fit a warpgroup to ``gemm_wgmma.py`` instead.
+
 Register order (the accumulator fragment): within the warp, C tile ``(mi, ni)`` (16x8,
 row-major over the warp's ``tm x tn`` tiles) holds registers ``4 * (mi * tn + ni) + r``
 with ``r`` the PTX ``c0..c3``. A fragment: tile ``(mi, ki)`` holds ``8 * (mi * tk + ki)
@@ -163,7 +166,6 @@ def _threads_of(ctx) -> int:
     return int(ctx.threads)
 
 
-@layout_rule("gemm", "cuda")
 def infer_gemm_layout_cuda(v, ctx):
     """C: mma accumulator fragment; register A: mma A fragment; shared A/B: swizzled."""
     plan = GemmPlan(v, _threads_of(ctx))
@@ -249,7 +251,6 @@ def _check_layout(ctx, tensor, expected, what, loc):
         )
 
 
-@lower_rule("gemm", "cuda")
 def lower_gemm_cuda(v, ctx):
     """ldmatrix + mma.sync.m16n8k16 (see the module docstring)."""
     plan = GemmPlan(v, _threads_of(ctx))
@@ -325,4 +326,39 @@ def lower_gemm_cuda(v, ctx):
     return irb.seq(stmts)
 
 
-__all__ = ["GemmPlan", "infer_gemm_layout_cuda", "lower_gemm_cuda", "warp_partition"]
+# ---------------------------------------------------------------------------------------
+# sm_90a dispatch (wgmma). The registered ("gemm", "cuda") rules use the wgmma path of
+# gemm_wgmma.py when wgmma_plan_for() accepts the gemm (sm_90a, fp16/bf16 A and B in shared
+# memory, a warpgroup-compatible tile, layouts known so far compatible), else the mma.sync
+# rules above; those stay callable directly (gemm_cuda_standalone, the mma emulation tests).
+# ---------------------------------------------------------------------------------------
+@layout_rule("gemm", "cuda")
+def infer_gemm_layout_dispatch(v, ctx):
+    """wgmma layouts on sm_90a when the gemm fits, else :func:`infer_gemm_layout_cuda`."""
+    from .gemm_wgmma import infer_gemm_layout_wgmma, wgmma_plan_for
+
+    plan = wgmma_plan_for(v, ctx)
+    if plan is not None:
+        return infer_gemm_layout_wgmma(plan, ctx)
+    return infer_gemm_layout_cuda(v, ctx)
+
+
+@lower_rule("gemm", "cuda")
+def lower_gemm_dispatch(v, ctx):
+    """wgmma when the layouts the rule chose are the wgmma ones, else :func:`lower_gemm_cuda`."""
+    from .gemm_wgmma import lower_gemm_wgmma, wgmma_plan_for
+
+    plan = wgmma_plan_for(v, ctx, require_known=True)
+    if plan is not None:
+        return lower_gemm_wgmma(v, ctx, plan)
+    return lower_gemm_cuda(v, ctx)
+
+
+__all__ = [
+    "GemmPlan",
+    "infer_gemm_layout_cuda",
+    "infer_gemm_layout_dispatch",
+    "lower_gemm_cuda",
+    "lower_gemm_dispatch",
+    "warp_partition",
+]

@@ -42,7 +42,8 @@ class _State:
 
 # Extern device helpers whose shared-memory operands only read, or whose writes are
 # asynchronous copies that never overlap another async copy of the same tile op.
-_READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix",)
+# (tl::wgmma_m64n*: wgmma.mma_async only reads its shared A/B tiles, via the descriptors.)
+_READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n")
 _ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs",)
 
 

@@ -26,6 +26,24 @@ provably aligned), with each destination shared tile used only inside the loop:
   every thread finished iteration k-1, whose stage is the one refilled. ``S == 1``:
   issue, commit, wait 0, barrier, body, barrier (no overlap).
 
+wgmma gemms (sm_90a, ``tilelang/ops/gemm_wgmma.py``) in the loop body read the tiles
+through the async proxy, so the steady state becomes ``wait_group; fence.proxy.async;
+__syncthreads()`` (each thread fences its own completed cp.async writes before the
+barrier); a wgmma gemm whose A and B are pipelined tiles not touched before it in the body
+is marked ``tl_wgmma_fenced`` (it then skips its own fence). With ``S >= 3`` and a single
+top-level wgmma gemm whose accumulator nothing else in the body touches, one wgmma group
+stays in flight across iterations: the gemm waits for ``wgmma.wait_group 1`` (attribute
+``tl_wgmma_in_flight``), ``wait_group 0`` follows the loop, and the copies run ``S - 2``
+iterations ahead instead of ``S - 1`` (the stage refilled at iteration k was read by the
+wgmma of iteration k-2, which every warpgroup completed before the barrier)::
+
+      loop k:   cp.async.wait_group S-3; fence.proxy.async; __syncthreads()
+                issue(k + S-2) -> stage (k-begin+S-2) % S (guarded); commit
+                gemm (wgmma ... commit; wait_group 1)
+      after:    cp.async.wait_group 0; wgmma.wait_group 0
+
+``WGMMA_IN_FLIGHT = False`` (module attribute) turns the in-flight schedule off.
+
 Guarantees: the results of the loop are those of the original loop. ``order``/``stage``/
 ``group`` annotations are accepted and ignored (the schedule above is always valid).
 Loops that do not match are left unchanged (their copies lower synchronously).
@@ -41,11 +59,21 @@ from ..layout.swizzle import dtype_bits
 from ..ops import tile_op_of
 from ..ops.context import LowerContext
 from ..ops.copy import COPY, matched_axes
+from ..ops.gemm import GEMM
 from ..ops.gemm_cuda import shared_ptr
+from ..ops.gemm_wgmma import (
+    ATTR_FENCED,
+    ATTR_IN_FLIGHT,
+    lowers_to_wgmma,
+    wgmma_drain,
+    wgmma_plan_for,
+)
 from ..ops.region import RegionView, _const
 from .stmt import StmtMutator, alloc_of, launch_of, substitute
 
 VEC_BYTES = 16
+#: Keep one wgmma group in flight across iterations of a pipelined loop (see module doc).
+WGMMA_IN_FLIGHT = True
 
 
 def make_alloc(var) -> ir.Bind:
@@ -59,6 +87,10 @@ def _call(name, *args):
 
 def sync_threads():
     return _call("__syncthreads")
+
+
+def fence_proxy_async():
+    return _call("tl::fence_proxy_async_shared")
 
 
 def cp_async_commit():
@@ -265,6 +297,9 @@ class _Planner(StmtMutator):
         self.replaced.update(mapping)
         k, begin, end = loop.var, loop.begin, loop.end
         rel = k - begin
+        rest, wgmma, in_flight = self._mark_wgmma(rest, tiles, stages)
+        ahead = stages - 2 if in_flight is not None else stages - 1
+        fence = [fence_proxy_async()] if wgmma else []
 
         def issue(k_value, stage, ictx=ctx):
             stmts = []
@@ -284,19 +319,89 @@ class _Planner(StmtMutator):
         body_rest = _restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
         if stages == 1:
             new_body = [*issue(k, ir.const(0, "int32")), cp_async_commit(), cp_async_wait(0)]
-            new_body += [sync_threads(), body_rest, sync_threads()]
+            new_body += [*fence, sync_threads(), body_rest, sync_threads()]
             return _with_loop(loop, new_body)
         prologue = []
-        for s in range(stages - 1):
+        for s in range(ahead):
             prologue += guarded(begin + s < end, issue(begin + s, ir.const(s, "int32")))
             prologue.append(cp_async_commit())
-        ahead = k + (stages - 1)
-        new_body = [cp_async_wait(stages - 2), sync_threads()]
-        # under the guard k + S-1 < end: source predicates can use the narrower range of k
-        inner = ctx.with_range(k, begin, end - begin - (stages - 1))
-        new_body += guarded(ahead < end, issue(ahead, (rel + stages - 1) % stages, inner))
+        k_ahead = k + ahead
+        new_body = [cp_async_wait(ahead - 1), *fence, sync_threads()]
+        # under the guard k + ahead < end: source predicates can use the narrower range of k
+        inner = ctx.with_range(k, begin, end - begin - ahead)
+        new_body += guarded(k_ahead < end, issue(k_ahead, (rel + ahead) % stages, inner))
         new_body += [cp_async_commit(), body_rest]
-        return ir.SeqStmt([*prologue, _with_loop(loop, new_body), cp_async_wait(0)])
+        after = [cp_async_wait(0)]
+        if in_flight is not None:
+            after += wgmma_drain(self.pctx, in_flight)
+        return ir.SeqStmt([*prologue, _with_loop(loop, new_body), *after])
+
+    def _mark_wgmma(self, rest, tiles, stages):
+        """(rest with wgmma gemms marked, whether any is wgmma, the in-flight plan or None)."""
+        found = []  # plans of every wgmma gemm in the body, nested ones included
+
+        def visit(node):
+            op = tile_op_of(node)
+            if op is not None and op[0].name == "gemm":
+                view = GEMM.view(op[1])
+                if lowers_to_wgmma(view, self.pctx):
+                    found.append(wgmma_plan_for(view, self.pctx, require_known=True))
+
+        tvm_ffi.structural_walk(ir.SeqStmt(list(rest)), [(ir.Evaluate, visit)])
+        if not found:
+            return rest, False, None
+        top = [(i, s) for i, s in enumerate(rest) if _wgmma_plan_of(s, self.pctx) is not None]
+        in_flight = None
+        out = list(rest)
+        for i, s in top:
+            plan = _wgmma_plan_of(s, self.pctx)
+            attrs = {}
+            a, b = plan.A.tensor, plan.B.tensor
+            before = rest[:i]
+            if (
+                any(a.same_as(t) for t in tiles)
+                and any(b.same_as(t) for t in tiles)
+                and not any(_uses(x, a) or _uses(x, b) for x in before)
+            ):
+                attrs[ATTR_FENCED] = True
+            others = rest[:i] + rest[i + 1 :]
+            if (
+                WGMMA_IN_FLIGHT
+                and stages >= 3
+                and len(found) == 1
+                and not any(_uses(x, plan.c.tensor) for x in others)
+                and _has_local(self.pctx, plan.c.tensor)
+            ):
+                attrs[ATTR_IN_FLIGHT] = True
+                in_flight = plan
+            if attrs:
+                out[i] = _with_attrs(s, attrs)
+        return out, True, in_flight
+
+
+def _has_local(pctx, tensor) -> bool:
+    """Whether the fragment ``tensor`` already has its local array (needed for the drain)."""
+    try:
+        pctx.local_of(tensor)
+    except (AttributeError, KeyError):
+        return False
+    return True
+
+
+def _wgmma_plan_of(stmt, pctx):
+    op = tile_op_of(stmt)
+    if op is None or op[0].name != "gemm":
+        return None
+    view = GEMM.view(op[1])
+    return wgmma_plan_for(view, pctx, require_known=True) if lowers_to_wgmma(view, pctx) else None
+
+
+def _with_attrs(stmt, extra):
+    """The tile-op statement ``stmt`` with ``extra`` added to its call attributes."""
+    call = stmt.value
+    attrs = dict(call.attrs.items()) if call.attrs is not None else {}
+    attrs.update(extra)
+    return ir.Evaluate(ir.Call(call.op.name, list(call.args), attrs=attrs, ty="void", loc=call.loc))
 
 
 def _with_loop(loop, stmts):

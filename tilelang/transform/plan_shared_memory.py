@@ -39,6 +39,23 @@ def smem_limit(arch: str) -> int:
     return LIMITS.get(base, 48 * 1024)
 
 
+def _tile_alignment(size: int) -> int:
+    """Byte alignment of a tile: the largest power of two dividing its size, 16 to 1024.
+
+    A swizzled tile (8 rows of 32/64/128 bytes per swizzle atom, so a multiple of 256/512/
+    1024 bytes) then starts on its swizzle period, which wgmma descriptors (and TMA) need:
+    the hardware applies the swizzle to absolute shared addresses (tilelang/ops/gemm_wgmma.py).
+    """
+    align = ALIGN
+    while align < 1024 and size % (2 * align) == 0:
+        align *= 2
+    return align
+
+
+def _round_up(x: int, align: int) -> int:
+    return (x + align - 1) // align * align
+
+
 def _bytes(var) -> int:
     n = E.as_const_int(E.prod(list(var.ty.shape)))
     if n is None:
@@ -99,6 +116,7 @@ def plan_shared_memory(body, arch: str = "sm_90a"):
     for var in order:
         first, last = uses[var.__chandle__()]
         size = (_bytes(var) + ALIGN - 1) // ALIGN * ALIGN
+        align = _tile_alignment(size)
         busy = sorted(
             (o, o + sz, pl) for (_, o, sz, f, pl) in placed if not (pl < first or last < f)
         )
@@ -106,7 +124,7 @@ def plan_shared_memory(body, arch: str = "sm_90a"):
         for lo, hi, _ in busy:
             if offset + size <= lo:
                 break
-            offset = max(offset, hi)
+            offset = _round_up(max(offset, hi), align)
         for v2, o2, sz2, f2, l2 in placed:
             overlap = offset < o2 + sz2 and o2 < offset + size
             if overlap and l2 < first:

@@ -68,6 +68,7 @@ HEADER_ORDER = (
     "reduce.h",
     "atomic.h",
     "threadblock_swizzle.h",
+    "wgmma.h",  # sm_90a wgmma wrappers used by tilelang/ops/gemm_wgmma.py (guarded per arch)
 )
 SOURCE_FILE = "kernel.cu"
 HOST_SOURCE_FILE = "host.c"
