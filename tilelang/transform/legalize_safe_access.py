@@ -5,8 +5,8 @@ when the problem size is not a tile multiple (or is dynamic). As upstream
 TileLang does, such a store is skipped and such a load reads zero.
 
 Assumes: parallel loops carry the ``tl.parallel`` annotation (the frontend's
-``T.Parallel``). Guarantees: every global TensorStore/TensorLoad inside one is
-in bounds or guarded; accesses the analyzer proves in bounds are left alone.
+``T.Parallel``). Guarantees: every global TensorStore/TensorLoad inside one (in stored values,
+bindings and ``if`` conditions) is in bounds or guarded; accesses the analyzer proves in bounds are left alone.
 """
 
 from __future__ import annotations
@@ -54,6 +54,13 @@ class LegalizeSafeMemoryAccess(StmtMutator):
         store = ir.TensorStore(stmt.dest, list(stmt.indices), value, stmt.loc)
         pred = in_bounds(stmt.dest, list(stmt.indices), ctx, {})
         return store if pred is None else ir.If(pred, store, None, stmt.loc)
+
+    def visit_If(self, stmt, ctx):
+        out = super().visit_If(stmt, ctx)
+        if self.depth == 0:
+            return out
+        cond = self._guard_loads(out.condition, ctx)
+        return ir.If(cond, out.then_case, out.else_case, out.loc)
 
     def visit_Bind(self, stmt, ctx):
         if self.depth == 0:
