@@ -28,10 +28,8 @@ def _emit(call: ir.Call) -> None:
 
 
 def _operand(value):
-    value = builder.unwrap(value)
-    if builder.is_var_cell(value):
-        return value
-    return value
+    """An operand as the IR value it carries (IRBuilder receipts unwrapped)."""
+    return builder.unwrap(value)
 
 
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, loop_layout=None):
