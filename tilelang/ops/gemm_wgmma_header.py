@@ -47,23 +47,25 @@ _PROLOGUE = r"""// Copyright (c) tilelang contributors. Licensed under the MIT l
 //        accumulators: with w = warp in the warpgroup, g = lane / 4, t = lane % 4,
 //        d[i] holds row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2.
 //
-// Everything but fence_proxy_async_shared needs the sm_90a target (compute_90a); on other
-// targets the helpers compile to a trap (the gemm lowering only emits them for sm_90a).
+// Everything but fence_proxy_async_shared needs the sm_90a target (compute_90a); the gemm
+// lowering only emits these calls for sm_90a.
 #ifndef TL_TEMPLATES_CUDA_WGMMA_H_
 #define TL_TEMPLATES_CUDA_WGMMA_H_
 
 #include "common.h"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TL_WGMMA_ENABLED 1
-#endif
-
-#if defined(TL_WGMMA_ENABLED)
+// The instructions are emitted for the sm_90 family (ptxas accepts them for sm_90a only);
+// on other device targets an instantiated wrapper is a compile error (a dependent
+// static_assert), the non-template helpers trap; the host pass sees no-ops.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
 #define TL_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#define TL_WGMMA_REQUIRE_SM90A(K) static_assert(true, "")
 #elif defined(__CUDA_ARCH__)
 #define TL_WGMMA_ASM(...) __trap()
+#define TL_WGMMA_REQUIRE_SM90A(K) static_assert((K) != (K), "wgmma needs the sm_90a target")
 #else
 #define TL_WGMMA_ASM(...) ((void)0)
+#define TL_WGMMA_REQUIRE_SM90A(K) static_assert(true, "")
 #endif
 
 namespace tl {
@@ -81,6 +83,7 @@ TL_DEVICE void wgmma_commit() { TL_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n
 template <int N>
 TL_DEVICE void wgmma_wait() {
   static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes 0..7");
+  TL_WGMMA_REQUIRE_SM90A(N);
   TL_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
@@ -107,6 +110,7 @@ _EPILOGUE = r"""
 }  // namespace tl
 
 #undef TL_WGMMA_ASM
+#undef TL_WGMMA_REQUIRE_SM90A
 
 #endif  // TL_TEMPLATES_CUDA_WGMMA_H_
 """
@@ -128,6 +132,7 @@ def _wrapper(n: int) -> str:
         f"template <bool kBF16, int kTransA, int kTransB>\n"
         f"TL_DEVICE void wgmma_m64n{n}k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, "
         f"int scale_d) {{\n"
+        f"  TL_WGMMA_REQUIRE_SM90A(kTransA);\n"
         f'  if constexpr (kBF16) {{\n    TL_WGMMA_BODY_{n}("bf16");\n  }} else {{\n'
         f'    TL_WGMMA_BODY_{n}("f16");\n  }}\n}}\n'
         f"#undef TL_WGMMA_BODY_{n}\n"

@@ -28,23 +28,25 @@
 //        accumulators: with w = warp in the warpgroup, g = lane / 4, t = lane % 4,
 //        d[i] holds row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2.
 //
-// Everything but fence_proxy_async_shared needs the sm_90a target (compute_90a); on other
-// targets the helpers compile to a trap (the gemm lowering only emits them for sm_90a).
+// Everything but fence_proxy_async_shared needs the sm_90a target (compute_90a); the gemm
+// lowering only emits these calls for sm_90a.
 #ifndef TL_TEMPLATES_CUDA_WGMMA_H_
 #define TL_TEMPLATES_CUDA_WGMMA_H_
 
 #include "common.h"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TL_WGMMA_ENABLED 1
-#endif
-
-#if defined(TL_WGMMA_ENABLED)
+// The instructions are emitted for the sm_90 family (ptxas accepts them for sm_90a only);
+// on other device targets an instantiated wrapper is a compile error (a dependent
+// static_assert), the non-template helpers trap; the host pass sees no-ops.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
 #define TL_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#define TL_WGMMA_REQUIRE_SM90A(K) static_assert(true, "")
 #elif defined(__CUDA_ARCH__)
 #define TL_WGMMA_ASM(...) __trap()
+#define TL_WGMMA_REQUIRE_SM90A(K) static_assert((K) != (K), "wgmma needs the sm_90a target")
 #else
 #define TL_WGMMA_ASM(...) ((void)0)
+#define TL_WGMMA_REQUIRE_SM90A(K) static_assert(true, "")
 #endif
 
 namespace tl {
@@ -62,6 +64,7 @@ TL_DEVICE void wgmma_commit() { TL_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n
 template <int N>
 TL_DEVICE void wgmma_wait() {
   static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes 0..7");
+  TL_WGMMA_REQUIRE_SM90A(N);
   TL_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
@@ -92,6 +95,7 @@ TL_DEVICE uint64_t wgmma_desc(const void* smem_ptr) {
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n8k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_8("bf16");
   } else {
@@ -109,6 +113,7 @@ TL_DEVICE void wgmma_m64n8k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n16k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_16("bf16");
   } else {
@@ -126,6 +131,7 @@ TL_DEVICE void wgmma_m64n16k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, in
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n24k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_24("bf16");
   } else {
@@ -143,6 +149,7 @@ TL_DEVICE void wgmma_m64n24k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, in
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n32k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_32("bf16");
   } else {
@@ -160,6 +167,7 @@ TL_DEVICE void wgmma_m64n32k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, in
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n48k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_48("bf16");
   } else {
@@ -177,6 +185,7 @@ TL_DEVICE void wgmma_m64n48k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, in
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n64k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_64("bf16");
   } else {
@@ -194,6 +203,7 @@ TL_DEVICE void wgmma_m64n64k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, in
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n96k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_96("bf16");
   } else {
@@ -211,6 +221,7 @@ TL_DEVICE void wgmma_m64n96k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, in
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n128k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_128("bf16");
   } else {
@@ -228,6 +239,7 @@ TL_DEVICE void wgmma_m64n128k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, i
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n192k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_192("bf16");
   } else {
@@ -245,6 +257,7 @@ TL_DEVICE void wgmma_m64n192k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, i
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
 template <bool kBF16, int kTransA, int kTransB>
 TL_DEVICE void wgmma_m64n256k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransA);
   if constexpr (kBF16) {
     TL_WGMMA_BODY_256("bf16");
   } else {
@@ -256,5 +269,6 @@ TL_DEVICE void wgmma_m64n256k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, i
 }  // namespace tl
 
 #undef TL_WGMMA_ASM
+#undef TL_WGMMA_REQUIRE_SM90A
 
 #endif  // TL_TEMPLATES_CUDA_WGMMA_H_
