@@ -11,16 +11,26 @@
 from __future__ import annotations
 
 from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
 
 from .. import errors
 from ..layout import _expr as E
+from ..transform.lower_parallel import UNROLL_LIMIT
+from ..transform.stmt import substitute
 from ..transform.thread_utils import (
     _bits,
+    alloc,
     for_,
     fragment_points,
     is_fragment,
     is_global,
     physical,
+)
+from ..transform.vectorize import (
+    lanes_for,
+    split_lanes,
+    vectorize_lanes,
+    with_fallback,
 )
 from .bounds import in_bounds
 from .copy import matched_axes
@@ -69,6 +79,12 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
     """All threads share the tile: ``body_fn(offsets)`` per element (vectorized innermost).
 
     ``pairs`` is [(view, axes)] for the operands whose contiguity decides the vector width.
+    ``body_fn(offsets, ctx)`` returns (statement, guard of its global accesses or None);
+    the statement's global accesses are unguarded. With vectors of ``vec > 1`` elements
+    the lane statement goes through ``transform/vectorize.py`` (one 16-byte access per
+    vector; local arrays go to ``ctx.extra_allocs``); the scalar form, used when it
+    cannot or at run time when global base pointers are misaligned, runs the lanes one by
+    one under the guard of the first (vectors are wholly inside or outside a tensor).
     """
     t, threads = ctx.thread_var, ctx.threads
     total = int(E.prod(extents))
@@ -87,61 +103,91 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
     _, pred_body = body_fn(offsets, inner)  # vectors are aligned: the first element decides
     offsets_v = offsets[:-1] + [offsets[-1] + v] if vec > 1 else offsets
     stmt, _ = body_fn(offsets_v, inner)
-    kind = ir.ForKind.VECTORIZED if vec > 1 else ir.ForKind.DEFAULT
-    body = for_(v, vec, stmt, kind) if vec > 1 else stmt
+    body = for_(v, vec, stmt, ir.ForKind.UNROLLED) if vec > 1 else stmt
     if pred_body is not None:
         other = None
         if zero_fill is not None:
             v2 = ir.Var(f"{name}_z", "int32")
             zstmt = zero_fill(offsets[:-1] + [offsets[-1] + v2])
-            other = for_(v2, vec, zstmt, kind) if vec > 1 else zero_fill(offsets)
+            other = for_(v2, vec, zstmt, ir.ForKind.UNROLLED) if vec > 1 else zero_fill(offsets)
         body = ir.If(pred_body, body, other)
-    if n_vec % threads:
-        body = ir.If(vi < n_vec, body, None)
-    kind = ir.ForKind.UNROLLED if iters <= 16 else ir.ForKind.DEFAULT
-    return for_(it, iters, body, kind, loc=loc or ir.UNKNOWN_LOC)
+    site = vectorize_lanes(stmt, v, vec, inner) if vec > 1 else None
+    vector = None
+    if site is not None and site.lanes is None:  # a plain copy: no lanes left
+        ctx.extra_allocs.extend(alloc(x) for x in site.allocs)
+        vector = site.stmt(v, vec, loc=loc)
+    elif site is not None:
+        ctx.extra_allocs.extend(alloc(x) for x in site.allocs)
+        guard = (lambda x: ir.If(pred_body, x, None)) if pred_body is not None else None
+        vector = site.stmt(v, vec, guard=guard, loc=loc)
+
+    def loop(body, var):
+        if n_vec % threads:
+            body = ir.If(vi < n_vec, body, None)
+        body = substitute(body, {it: var}) if var is not it else body
+        kind = ir.ForKind.UNROLLED if iters <= 16 else ir.ForKind.DEFAULT
+        return for_(var, iters, body, kind, loc=loc or ir.UNKNOWN_LOC)
+
+    if vector is None:
+        return loop(body, it)
+    return with_fallback(site, loop(vector, it), loop(body, ir.Var(f"{name}_is", "int32")))
 
 
 def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=None, op=None):
-    """Each thread moves its own fragment elements to/from ``other_view``."""
+    """Each thread moves its own fragment elements to/from ``other_view``.
+
+    When the layout gives a thread runs of consecutive elements along ``other_view``'s last axis,
+    a vector form (``transform/vectorize.py``) moves each run with one access.
+    """
     layout = ctx.get_layout(frag_view.tensor)
     local = ctx.local_of(frag_view.tensor)
     for b in frag_view.begins:
         if E.as_const_int(b) != 0:
             raise errors.compile_error(
-                f"T.copy: only whole fragments are supported on CUDA ({frag_view.name})", loc
+                f"T.copy: only whole fragments are supported on CUDA ({frag_view.name})",
+                loc,
             )
     lvar = ir.Var("fl", "int32")
-    inner = ctx.with_range(lvar, 0, layout.get_local_size())
+    n = layout.get_local_size()
+    inner = ctx.with_range(lvar, 0, n)
     pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
-    other_idx = other_view.index({o: pts[f] for f, o in zip(fa, oa)})
-    other_idx = [inner.simplify(i) for i in other_idx]
-    phys = physical(other_view.tensor, other_idx, inner)
-    if to_frag:
-        value = ir.TensorLoad(other_view.tensor, phys)
-        pred = in_bounds(other_view.tensor, other_idx, inner, {})
-        body = store(local, [lvar], value, loc=loc)
-        if pred is not None:
-            from tvm_tirx import tirx as _tirx
 
-            body = store(
-                local,
-                [lvar],
-                _tirx.if_then_else(pred, value, ir.const(0, other_view.dtype)),
-                loc=loc,
-            )
-    else:
-        value = ir.TensorLoad(local, [lvar])
-        body = (op or store)(other_view.tensor, phys, value)
-        pred = in_bounds(other_view.tensor, other_idx, inner, {})
-        if pred is not None:
-            body = ir.If(pred, body, None)
+    def element(slot, points, where):
+        """(unguarded statement, bounds predicate) moving fragment slot ``slot``."""
+        other_idx = other_view.index({o: points[f] for f, o in zip(fa, oa)})
+        other_idx = [where.simplify(i) for i in other_idx]
+        phys = physical(other_view.tensor, other_idx, where)
+        pred = in_bounds(other_view.tensor, other_idx, where, {})
+        if to_frag:
+            return store(local, [slot], ir.TensorLoad(other_view.tensor, phys), loc=loc), pred
+        return (op or store)(other_view.tensor, phys, ir.TensorLoad(local, [slot])), pred
+
+    body, pred = element(lvar, pts, inner)
+    if pred is not None and to_frag:
+        body = store(
+            local,
+            [lvar],
+            _tirx.if_then_else(pred, body.value, ir.const(0, body.value.ty)),
+        )
+    elif pred is not None:
+        body = ir.If(pred, body, None)
+    kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
+    out = for_(lvar, n, body, kind, loc=loc)
+    split = None
+    if op is None:
+        split = split_lanes(pts, lvar, n, ctx, lanes_for([other_view.tensor]))
+    if split is not None:
+        vec, lo, v, vpts, vctx = split
+        lane, _ = element(lo * vec + v, vpts, vctx)
+        site = vectorize_lanes(lane, v, vec, vctx)
+        if site is not None:
+            ctx.extra_allocs.extend(alloc(x) for x in site.allocs)
+            vector = site.stmt(v, vec, loc=loc)
+            out = with_fallback(site, for_(lo, n // vec, vector, kind, loc=loc), out)
     span = layout.get_thread_size()
     if span < ctx.threads:
-        body = ir.If(ctx.thread_var < span, body, None)
-    n = layout.get_local_size()
-    kind = ir.ForKind.UNROLLED if n <= 64 else ir.ForKind.DEFAULT
-    return for_(lvar, n, body, kind, loc=loc)
+        out = ir.If(ctx.thread_var < span, out, None)
+    return out
 
 
 @layout_rule("copy", "cuda")
@@ -171,11 +217,14 @@ def lower_copy_cuda(v, ctx):
         ls, ld = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
         if not ls.is_equal(ld):
             raise errors.compile_error(
-                f"T.copy: fragments {src.name} and {dst.name} have different layouts", v.loc
+                f"T.copy: fragments {src.name} and {dst.name} have different layouts",
+                v.loc,
             )
         lvar = ir.Var("fl", "int32")
         body = store(
-            ctx.local_of(dst.tensor), [lvar], ir.TensorLoad(ctx.local_of(src.tensor), [lvar])
+            ctx.local_of(dst.tensor),
+            [lvar],
+            ir.TensorLoad(ctx.local_of(src.tensor), [lvar]),
         )
         return for_(lvar, ls.get_local_size(), body, ir.ForKind.UNROLLED, loc=v.loc)
     if sf:
@@ -187,14 +236,20 @@ def lower_copy_cuda(v, ctx):
     def body(offsets, inner):
         s_idx = [inner.simplify(i) for i in src.index(dict(zip(sa, offsets)))]
         d_idx = [inner.simplify(i) for i in dst.index(dict(zip(da, offsets)))]
-        preds = [in_bounds(src.tensor, s_idx, inner, {}), in_bounds(dst.tensor, d_idx, inner, {})]
+        preds = [
+            in_bounds(src.tensor, s_idx, inner, {}),
+            in_bounds(dst.tensor, d_idx, inner, {}),
+        ]
         preds = [p for p in preds if p is not None]
         pred = None
         if preds:
             from tvm_tirx import tirx as _tirx
 
             pred = _tirx.all(*preds) if len(preds) > 1 else preds[0]
-        s_phys, d_phys = physical(src.tensor, s_idx, inner), physical(dst.tensor, d_idx, inner)
+        s_phys, d_phys = (
+            physical(src.tensor, s_idx, inner),
+            physical(dst.tensor, d_idx, inner),
+        )
         return store(dst.tensor, d_phys, ir.TensorLoad(src.tensor, s_phys), loc=v.loc), pred
 
     zero = None

@@ -45,6 +45,9 @@ class _State:
 # (tl::wgmma_m64n*: wgmma.mma_async only reads its shared A/B tiles, via the descriptors.)
 _READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n")
 _ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs",)
+# Synchronous vector copies (transform/vectorize.py): the first operand is written, the
+# rest are read.
+_WRITE_FIRST_EXTERNS = ("tl::copy_vec", "tl::zero_vec")
 
 
 def _extern_name(call) -> str:
@@ -75,6 +78,10 @@ def _accesses(stmt):
         if name.startswith(_READ_ONLY_EXTERNS):
             for arg in x.args[1:]:
                 reads.update(_shared_vars(arg))
+        elif name.startswith(_WRITE_FIRST_EXTERNS) and len(x.args) >= 2:
+            writes.update(_shared_vars(x.args[1]))
+            for arg in x.args[2:]:
+                reads.update(_shared_vars(arg))
         elif name.startswith(_ASYNC_WRITE_EXTERNS) and len(x.args) >= 3:
             async_writes.update(_shared_vars(x.args[1]))
             for arg in x.args[2:]:
@@ -104,12 +111,11 @@ def _conflict(reads, writes, state, leaf, async_writes=frozenset()) -> bool:
     reads wait here: their data is consumed only after the pipeline's own
     ``cp.async.wait_group`` + barrier. A later write over a buffer they read still does.
     """
-    w_prev = {b for b, who in state.writes if who != leaf or leaf is None}
-    r_prev = {b for b, who in state.reads if who != leaf or leaf is None}
+    own = leaf if isinstance(leaf, frozenset) else frozenset(() if leaf is None else (leaf,))
+    w_prev = {b for b, who in state.writes if who not in own}
+    r_prev = {b for b, who in state.reads if who not in own}
     sync_w_prev = {
-        b
-        for b, who in state.writes
-        if (who != leaf or leaf is None) and (b, who) not in state.async_writes
+        b for b, who in state.writes if who not in own and (b, who) not in state.async_writes
     }
     plain_writes = writes - async_writes
     waw = (plain_writes & w_prev) or (async_writes & sync_w_prev)
@@ -174,7 +180,9 @@ class _Inserter:
             saved = self.count
             r, w, aw = _accesses(stmt.body)
             pre = []
-            if _conflict(r, w, state, None, aw):
+            # The loop's own statements, left in ``state`` by an earlier run of the loop
+            # (an enclosing loop's previous iteration), are checked against ``end`` below.
+            if _conflict(r, w, state, _statements(stmt.body), aw):
                 pre, state = [sync_threads()], _State()
                 saved += 1
             _, end = self.visit(stmt.body, _State())
@@ -211,6 +219,13 @@ class _Inserter:
             )
             return [new], state
         return self.leaf(stmt, state)
+
+
+def _statements(node) -> frozenset:
+    """Handles of every statement inside ``node`` (the leaves ``_Inserter`` may tag)."""
+    out = set()
+    tvm_ffi.structural_walk(node, [(ir.Stmt, lambda x: out.add(x.__chandle__()))])
+    return frozenset(out)
 
 
 def _seq(stmts):

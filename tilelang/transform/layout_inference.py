@@ -14,7 +14,8 @@ Levels (upstream TileLang's): "strict" (gemm fixes its accumulator), "common"
 (reduce, fragment copies, loops touching a fragment with a known layout propagate),
 "free" (one unconstrained loop at a time gets ``default_fragment``: upstream's
 ``make_parallel_fragment`` with 16-byte vectors where its global/shared accesses are
-contiguous, or a per-axis split when that one fuses axes). Fragments that are never
+contiguous -- or its fragment accesses, when it has no global/shared ones -- or a
+per-axis split when that one fuses axes). Fragments that are never
 constrained get a default: fully replicated when they are used outside parallel loops
 (serial code sees all of them), ``make_parallel_fragment`` otherwise.
 """
@@ -337,10 +338,18 @@ class _Inference:
     def free_loop(self, nest: ParallelNest) -> None:
         total = int(E.prod(nest.extents))
         inner = nest.vars[-1]
-        bytes_ = []
+        bytes_, frag_bytes = [], []
         for tensor, idx, _ in nest.accesses:
-            if (is_global(tensor) or is_shared(tensor)) and idx and idx[-1].same_as(inner):
+            if not (idx and idx[-1].same_as(inner)):
+                continue
+            if is_global(tensor) or is_shared(tensor):
                 bytes_.append(max(1, _bits(tensor) // 8))
+            elif is_fragment(tensor):
+                frag_bytes.append(max(1, _bits(tensor) // 8))
+        # Vectors of 16 bytes of the widest global/shared element; a nest over fragments
+        # only gets register vectors too, so the T.copy that fills or drains them can move
+        # 16 bytes at a time (transform/vectorize.py).
+        bytes_ = bytes_ or frag_bytes
         vec = 16 // max(bytes_) if bytes_ else 1
         while vec > 1 and (nest.extents[-1] % vec or total // vec < self.threads):
             vec //= 2

@@ -8,6 +8,12 @@ small) in which thread ``t`` runs iteration ``L^-1(l, t)``; threads beyond
 ``L``'s thread span do nothing; global stores outside their tensor are skipped and
 global loads outside it read zero (tails, dynamic shapes). Fragment accesses are
 still logical (``lower_fragments`` maps them to registers).
+
+Vectors: when ``l = lo * vec + v`` gives a thread ``vec`` consecutive elements of the
+innermost axis (``vec`` elements of the widest global/shared element type making 16
+bytes, or fewer), the nest also gets a vector form ``for lo: <vector site>`` built by
+``transform/vectorize.py`` (16-byte global/shared loads and stores, scalar code at
+tails), chosen at run time when the global tensors' base pointers are aligned.
 """
 
 from __future__ import annotations
@@ -16,13 +22,18 @@ import tvm_ffi
 from tvm_tirx import ir
 
 from .. import errors
+from ..layout import _expr as E
 from ..ops.bounds import in_bounds
 from ..ops.irb import seq
 from .layout_inference import loop_key
 from .stmt import StmtMutator, contains, substitute
-from .thread_utils import for_, fragment_points, is_global
+from .thread_utils import alloc, for_, fragment_points, is_global, is_shared
+from .vectorize import lanes_for, split_lanes, vectorize_lanes, with_fallback
 
-UNROLL_LIMIT = 64
+# Loops over a thread's fragment slots unroll up to this many slots: a register array
+# indexed at run time lives in local memory (the HOPPER.md habit), and 256 registers is
+# the most a thread has anyway.
+UNROLL_LIMIT = 256
 
 
 def guard_globals(stmt, ctx, loop_ranges):
@@ -86,22 +97,57 @@ class LowerParallel(StmtMutator):
         self.count += 1
         lvar = ir.Var(f"pl{self.count}", "int32")
         t = self.thread_var
-        points = fragment_points(layout, lvar, t)
-        inner = ctx.with_range(lvar, 0, layout.get_local_size())
-        points = [inner.simplify(p) for p in points[: len(vars_)]]
-        body = substitute(s, dict(zip(vars_, points)))
-        body = self.body(body, inner)
+        n = layout.get_local_size()
+        raw = fragment_points(layout, lvar, t)
+        inner = ctx.with_range(lvar, 0, n)
+        points = [inner.simplify(p) for p in raw]
+        replicated = layout.get_replicate() > 1
+        body = self.body(substitute(s, dict(zip(vars_, points[: len(vars_)]))), inner)
         body = guard_globals(body, inner, {})
-        if layout.get_replicate() > 1 and _has_atomic(s):
+        if replicated and _has_atomic(s):
             # replicas run the same iteration: an atomic would be applied once per replica
-            body = ir.If(inner.simplify(fragment_points(layout, lvar, t)[-1]) == 0, body, None)
+            body = ir.If(points[-1] == 0, body, None)
+        kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
+        out = for_(lvar, n, body, kind, loc=stmt.loc)
+        vector = None if replicated else self._vectorized(s, vars_, raw, lvar, n, ctx, stmt.loc)
+        if vector is not None:
+            site, loop = vector
+            out = with_fallback(site, loop, out)
         span = layout.get_thread_size()
         if span < self.threads:
-            body = ir.If(t < span, body, None)
-        n = layout.get_local_size()
+            out = ir.If(t < span, out, None)
+        return seq([out])
+
+    def _vectorized(self, s, vars_, raw, lvar, n, ctx, loc):
+        """(VectorSite, loop) running the nest in vectors of consecutive elements, or None."""
+        tensors = [
+            x.source if isinstance(x, ir.TensorLoad) else x.dest
+            for kind in (ir.TensorLoad, ir.TensorStore)
+            for x in E.collect(s, kind)
+        ]
+        max_vec = lanes_for([x for x in tensors if is_global(x) or is_shared(x)])
+        split = split_lanes(raw, lvar, n, ctx, max_vec) if max_vec > 1 else None
+        if split is None:
+            return None
+        vec, lo, v, points, inner = split
+        lane = self.body(substitute(s, dict(zip(vars_, points[: len(vars_)]))), inner)
+        site = vectorize_lanes(lane, v, vec, inner)
+        if site is None:
+            return None
+        for var in site.allocs:
+            self.allocs.append(alloc(var))
+
+        body = site.stmt(v, vec, guard=lambda x: guard_globals(x, inner, {}), loc=loc)
+        m = n // vec
         kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
-        return seq([for_(lvar, n, body, kind, loc=stmt.loc)])
+        return site, for_(lo, m, body, kind, loc=loc)
 
 
 def lower_parallel(body, loops, thread_var, threads, ctx):
-    return LowerParallel(loops, thread_var, threads)(body, ctx)
+    """Lower every ``T.Parallel`` nest of ``body`` (see the module docstring).
+
+    Local arrays the vector forms need are appended to ``ctx.extra_allocs``.
+    """
+    mutator = LowerParallel(loops, thread_var, threads)
+    mutator.allocs = ctx.extra_allocs if hasattr(ctx, "extra_allocs") else []
+    return mutator(body, ctx)

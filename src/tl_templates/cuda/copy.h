@@ -1,6 +1,17 @@
 // Copyright (c) tilelang contributors. Licensed under the MIT license.
 //
-// tl_templates/cuda/copy.h -- asynchronous global -> shared copies (cp.async, sm_80+).
+// tl_templates/cuda/copy.h -- vector copies, and asynchronous global -> shared copies
+// (cp.async, sm_80+).
+//
+//   tl::copy_vec<N>(dst, src)                       copy N bytes (N = 2, 4, 8 or 16) with one
+//                                                   load and one store (16 bytes: ld/st.v4)
+//   tl::zero_vec<N>(dst)                            store N zero bytes with one store
+//   tl::is_aligned(ptr, n)                          whether ptr is a multiple of n bytes
+//
+// copy_vec/zero_vec work between any of global, shared and local memory (the compiler
+// picks ld.global / ld.shared / registers from where the pointers come from); both
+// pointers must be N-byte aligned (the CUDA lowering proves the offsets and checks the
+// tensor base pointers with is_aligned before taking the vector path).
 //
 //   tl::cp_async_gs<N>(smem, gmem)                  copy N bytes (N = 4, 8 or 16)
 //   tl::cp_async_gs_conditional<N>(smem, gmem, p)   same, but when `p` is false nothing is
@@ -18,6 +29,45 @@
 #include "common.h"
 
 namespace tl {
+
+// The unsigned type of N bytes that one vector load/store moves.
+template <int N>
+struct VecType;
+template <>
+struct VecType<2> {
+  using type = uint16_t;
+};
+template <>
+struct VecType<4> {
+  using type = uint32_t;
+};
+template <>
+struct VecType<8> {
+  using type = uint2;
+};
+template <>
+struct VecType<16> {
+  using type = uint4;
+};
+
+// Copy N bytes from src to dst with a single N-byte load and store.
+template <int N>
+TL_DEVICE void copy_vec(void* dst, const void* src) {
+  using V = typename VecType<N>::type;
+  *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
+}
+
+// Store N zero bytes to dst with a single N-byte store.
+template <int N>
+TL_DEVICE void zero_vec(void* dst) {
+  using V = typename VecType<N>::type;
+  *reinterpret_cast<V*>(dst) = V{};
+}
+
+// Whether ptr is aligned to n bytes (n a power of two).
+TL_DEVICE bool is_aligned(const void* ptr, int n) {
+  return (reinterpret_cast<unsigned long long>(ptr) & static_cast<unsigned long long>(n - 1)) == 0;
+}
 
 // Copy N bytes from global to shared memory asynchronously. 16-byte copies bypass L1
 // (.cg); 4- and 8-byte copies can only use the .ca variant.

@@ -11,8 +11,10 @@ vectors (one lane per thread), so ``__syncthreads`` is implicit and
 - ``__syncthreads`` is never reached by only part of the block (divergent barrier);
 - reads of shared/local memory nobody wrote give NaN (floats are pre-filled with NaN).
 
-It covers the subset the tilelang CUDA lowerings emit for non-gemm kernels; anything
-else (``tl::`` helpers, mma, cp.async) raises :class:`EmulationError` naming it.
+It covers the subset the tilelang CUDA lowerings emit for non-gemm kernels (with the
+vector copies ``tl::copy_vec``/``tl::zero_vec``, whose alignment it checks, and
+cp.async, done at once); anything else (other ``tl::`` helpers, mma) raises
+:class:`EmulationError` naming it.
 Lockstep execution hides missing barriers; ``insert_sync`` is tested separately.
 """
 
@@ -113,8 +115,9 @@ class _Buf:
 
 
 class _Machine:
-    def __init__(self, func, arrays, blocks=None):
+    def __init__(self, func, arrays, blocks=None, aligned=True):
         self.func, self.env, self.bufs = func, {}, {}
+        self.aligned = aligned  # what tl::is_aligned answers (False: scalar fallbacks run)
         self.lanes = 1
         self.blocks = None if blocks is None else {tuple(b) for b in blocks}
         self.block_index: dict = {}
@@ -294,6 +297,10 @@ class _Machine:
             return self._cp_async(fname, args, mask)
         if fname.startswith(("tl::cp_async_commit", "tl::cp_async_wait")):
             return None  # copies are done synchronously
+        if fname.startswith(("tl::copy_vec<", "tl::zero_vec<")):
+            return self._copy_vec(fname, args, mask)
+        if fname == "tl::is_aligned":
+            return np.bool_(self.aligned)
         raise EmulationError(f"the emulator does not handle the extern call {fname}")
 
     def _pointer(self, e, mask):
@@ -331,6 +338,41 @@ class _Machine:
                 sb.data[dst] = gb.data[int(gflat[t]) : int(gflat[t]) + n]
             else:
                 sb.data[dst] = 0
+        return None
+
+    def _copy_vec(self, fname, args, mask):
+        """``tl::copy_vec<N>(dst, src)`` / ``tl::zero_vec<N>(dst)``: N bytes per thread.
+
+        Checks that both pointers are N-byte aligned relative to their tensor's first
+        element (what the lowering proved) and stay inside it.
+        """
+        nbytes = int(fname[fname.index("<") + 1 : fname.index(">")])
+        active = np.broadcast_to(mask, (self.lanes,))
+        rows = np.nonzero(active)[0]
+        db, dflat = self._pointer(args[0], mask)
+        n = nbytes // db.data.dtype.itemsize
+        lanes = np.arange(n)
+
+        def where(b, flat, what):
+            size = b.data.shape[-1]
+            bad = active & ((flat % n != 0) | (flat < 0) | (flat + n > size))
+            if bad.any():
+                t = int(np.argmax(bad))
+                raise EmulationError(
+                    f"{fname}: thread {t} (block {self.block_index}) {what} {b.name} at "
+                    f"element {int(flat[t])}: not a {n}-element aligned vector inside it"
+                )
+            idx = flat[rows, None] + lanes[None, :]
+            return (rows[:, None], idx) if b.local else (idx,)
+
+        if fname.startswith("tl::zero_vec"):
+            values = np.zeros((rows.size, n), db.data.dtype)
+        else:
+            sb, sflat = self._pointer(args[1], mask)
+            if sb.data.dtype.itemsize * n != nbytes:
+                raise EmulationError(f"{fname}: {sb.name} and {db.name} differ in element size")
+            values = sb.data[where(sb, sflat, "reads")].astype(db.data.dtype)
+        db.data[where(db, dflat, "writes")] = values
         return None
 
     def _atomic(self, fname, args, mask):
@@ -451,15 +493,17 @@ class _Machine:
         b.data[addr] = val
 
 
-def emulate(func, *arrays, blocks=None):
+def emulate(func, *arrays, blocks=None, aligned=True):
     """Run the lowered CUDA ``func`` on numpy ``arrays`` (modified in place; also returned).
 
     ``blocks``: optional list of (bx[, by[, bz]]) block indices to run (default: all).
+    ``aligned``: the answer of ``tl::is_aligned`` (whether tensor base pointers are
+    16-byte aligned); False runs the scalar fallbacks of vectorized code.
     """
     arrays = [np.ascontiguousarray(a) for a in arrays]
     if len(arrays) != len(func.params):
         raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
-    m = _Machine(func, arrays, blocks)
+    m = _Machine(func, arrays, blocks, aligned)
     m.run(func.body, True)
     return arrays
 
