@@ -28,6 +28,7 @@ from ..transform.thread_utils import (
 )
 from ..transform.vectorize import (
     lanes_for,
+    only_replica0,
     split_lanes,
     vectorize_lanes,
     with_fallback,
@@ -136,7 +137,8 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
 def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=None, op=None):
     """Each thread moves its own fragment elements to/from ``other_view``.
 
-    When the layout gives a thread runs of consecutive elements along ``other_view``'s last axis,
+    Global/shared stores of a replicated fragment are done by replica 0 only. When the
+    layout gives a thread runs of consecutive elements along ``other_view``'s last axis,
     a vector form (``transform/vectorize.py``) moves each run with one access.
     """
     layout = ctx.get_layout(frag_view.tensor)
@@ -144,13 +146,13 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
     for b in frag_view.begins:
         if E.as_const_int(b) != 0:
             raise errors.compile_error(
-                f"T.copy: only whole fragments are supported on CUDA ({frag_view.name})",
-                loc,
+                f"T.copy: only whole fragments are supported on CUDA ({frag_view.name})", loc
             )
     lvar = ir.Var("fl", "int32")
     n = layout.get_local_size()
     inner = ctx.with_range(lvar, 0, n)
     pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
+    replica0 = pts[-1] == 0 if layout.get_replicate() > 1 and not to_frag else None
 
     def element(slot, points, where):
         """(unguarded statement, bounds predicate) moving fragment slot ``slot``."""
@@ -164,13 +166,12 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
 
     body, pred = element(lvar, pts, inner)
     if pred is not None and to_frag:
-        body = store(
-            local,
-            [lvar],
-            _tirx.if_then_else(pred, body.value, ir.const(0, body.value.ty)),
-        )
+        zero = ir.const(0, other_view.dtype)
+        body = store(local, [lvar], _tirx.if_then_else(pred, body.value, zero), loc=loc)
     elif pred is not None:
         body = ir.If(pred, body, None)
+    if replica0 is not None:
+        body = only_replica0(body, replica0)
     kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
     out = for_(lvar, n, body, kind, loc=loc)
     split = None
@@ -183,6 +184,8 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
         if site is not None:
             ctx.extra_allocs.extend(alloc(x) for x in site.allocs)
             vector = site.stmt(v, vec, loc=loc)
+            if replica0 is not None:
+                vector = only_replica0(vector, vpts[-1] == 0)
             out = with_fallback(site, for_(lo, n // vec, vector, kind, loc=loc), out)
     span = layout.get_thread_size()
     if span < ctx.threads:
@@ -217,14 +220,11 @@ def lower_copy_cuda(v, ctx):
         ls, ld = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
         if not ls.is_equal(ld):
             raise errors.compile_error(
-                f"T.copy: fragments {src.name} and {dst.name} have different layouts",
-                v.loc,
+                f"T.copy: fragments {src.name} and {dst.name} have different layouts", v.loc
             )
         lvar = ir.Var("fl", "int32")
         body = store(
-            ctx.local_of(dst.tensor),
-            [lvar],
-            ir.TensorLoad(ctx.local_of(src.tensor), [lvar]),
+            ctx.local_of(dst.tensor), [lvar], ir.TensorLoad(ctx.local_of(src.tensor), [lvar])
         )
         return for_(lvar, ls.get_local_size(), body, ir.ForKind.UNROLLED, loc=v.loc)
     if sf:
@@ -236,20 +236,14 @@ def lower_copy_cuda(v, ctx):
     def body(offsets, inner):
         s_idx = [inner.simplify(i) for i in src.index(dict(zip(sa, offsets)))]
         d_idx = [inner.simplify(i) for i in dst.index(dict(zip(da, offsets)))]
-        preds = [
-            in_bounds(src.tensor, s_idx, inner, {}),
-            in_bounds(dst.tensor, d_idx, inner, {}),
-        ]
+        preds = [in_bounds(src.tensor, s_idx, inner, {}), in_bounds(dst.tensor, d_idx, inner, {})]
         preds = [p for p in preds if p is not None]
         pred = None
         if preds:
             from tvm_tirx import tirx as _tirx
 
             pred = _tirx.all(*preds) if len(preds) > 1 else preds[0]
-        s_phys, d_phys = (
-            physical(src.tensor, s_idx, inner),
-            physical(dst.tensor, d_idx, inner),
-        )
+        s_phys, d_phys = physical(src.tensor, s_idx, inner), physical(dst.tensor, d_idx, inner)
         return store(dst.tensor, d_phys, ir.TensorLoad(src.tensor, s_phys), loc=v.loc), pred
 
     zero = None

@@ -14,6 +14,11 @@ innermost axis (``vec`` elements of the widest global/shared element type making
 bytes, or fewer), the nest also gets a vector form ``for lo: <vector site>`` built by
 ``transform/vectorize.py`` (16-byte global/shared loads and stores, scalar code at
 tails), chosen at run time when the global tensors' base pointers are aligned.
+
+Replicas: when ``L`` replicates iterations over threads (``replicate > 1``, e.g. a
+row-vector loop of 64 iterations over 128 threads), every replica computes the
+iteration but only replica 0 stores to global/shared memory or runs side effects
+(atomics, prints, extern calls), so memory is written once.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from ..layout import _expr as E
 from ..ops.bounds import in_bounds
 from ..ops.irb import seq
 from .layout_inference import loop_key
-from .stmt import StmtMutator, contains, substitute
+from .stmt import StmtMutator, substitute
 from .thread_utils import alloc, for_, fragment_points, is_global, is_shared
-from .vectorize import lanes_for, split_lanes, vectorize_lanes, with_fallback
+from .vectorize import lanes_for, only_replica0, split_lanes, vectorize_lanes, with_fallback
 
 # Loops over a thread's fragment slots unroll up to this many slots: a register array
 # indexed at run time lives in local memory (the HOPPER.md habit), and 256 registers is
@@ -55,19 +60,6 @@ def guard_globals(stmt, ctx, loop_ranges):
         return x if pred is None else ir.If(pred, x, None)
 
     return tvm_ffi.structural_map(stmt, [(ir.TensorLoad, load), (ir.TensorStore, store)])
-
-
-def _has_atomic(stmt) -> bool:
-    """Whether ``stmt`` contains a ``T.atomic_*`` tile op."""
-    from ..ops.registry import tile_op_of
-
-    def is_atomic(x):
-        if not isinstance(x, ir.Evaluate):
-            return False
-        found = tile_op_of(x)
-        return found is not None and found[0].name == "atomic"
-
-    return contains(stmt, is_atomic)
 
 
 class LowerParallel(StmtMutator):
@@ -104,12 +96,11 @@ class LowerParallel(StmtMutator):
         replicated = layout.get_replicate() > 1
         body = self.body(substitute(s, dict(zip(vars_, points[: len(vars_)]))), inner)
         body = guard_globals(body, inner, {})
-        if replicated and _has_atomic(s):
-            # replicas run the same iteration: an atomic would be applied once per replica
-            body = ir.If(points[-1] == 0, body, None)
+        if replicated:
+            body = only_replica0(body, points[-1] == 0)
         kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
         out = for_(lvar, n, body, kind, loc=stmt.loc)
-        vector = None if replicated else self._vectorized(s, vars_, raw, lvar, n, ctx, stmt.loc)
+        vector = self._vectorized(s, vars_, raw, lvar, n, ctx, replicated, stmt.loc)
         if vector is not None:
             site, loop = vector
             out = with_fallback(site, loop, out)
@@ -118,7 +109,7 @@ class LowerParallel(StmtMutator):
             out = ir.If(t < span, out, None)
         return seq([out])
 
-    def _vectorized(self, s, vars_, raw, lvar, n, ctx, loc):
+    def _vectorized(self, s, vars_, raw, lvar, n, ctx, replicated, loc):
         """(VectorSite, loop) running the nest in vectors of consecutive elements, or None."""
         tensors = [
             x.source if isinstance(x, ir.TensorLoad) else x.dest
@@ -138,6 +129,8 @@ class LowerParallel(StmtMutator):
             self.allocs.append(alloc(var))
 
         body = site.stmt(v, vec, guard=lambda x: guard_globals(x, inner, {}), loc=loc)
+        if replicated:
+            body = only_replica0(body, points[-1] == 0)
         m = n // vec
         kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
         return site, for_(lo, m, body, kind, loc=loc)

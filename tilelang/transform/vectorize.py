@@ -404,6 +404,32 @@ def vectorize_lanes(body, v, vec, ctx) -> VectorSite | None:
     return _Vectorizer(v, vec, ctx).run(body)
 
 
+def only_replica0(stmt, is_replica0):
+    """Global/shared stores and side effects of ``stmt`` run in replica 0 only.
+
+    A replicated layout runs each iteration in several threads (replicas); they compute
+    the same values, so one of them writing memory (or applying an atomic, printing) is
+    enough, and memory is written once. Register (fragment/local) stores run everywhere:
+    every replica needs its copy.
+    """
+
+    def store(x):
+        if is_global(x.dest) or is_shared(x.dest):
+            return ir.If(is_replica0, x, None)
+        return x
+
+    def evaluate(x):
+        if is_vector_call(x) and not (
+            is_global(vector_call_dst(x)) or is_shared(vector_call_dst(x))
+        ):
+            return x
+        if isinstance(x.value, ir.IntImm):
+            return x
+        return ir.If(is_replica0, x, None)
+
+    return tvm_ffi.structural_map(stmt, [(ir.TensorStore, store), (ir.Evaluate, evaluate)])
+
+
 def with_fallback(site: VectorSite, vector_stmt, scalar_stmt):
     """``vector_stmt`` when the site needs no runtime test, else the aligned/scalar branch."""
     cond = site.condition()

@@ -115,9 +115,10 @@ class _Buf:
 
 
 class _Machine:
-    def __init__(self, func, arrays, blocks=None, aligned=True):
+    def __init__(self, func, arrays, blocks=None, aligned=True, write_once=False):
         self.func, self.env, self.bufs = func, {}, {}
         self.aligned = aligned  # what tl::is_aligned answers (False: scalar fallbacks run)
+        self.write_once = write_once
         self.lanes = 1
         self.blocks = None if blocks is None else {tuple(b) for b in blocks}
         self.block_index: dict = {}
@@ -340,6 +341,16 @@ class _Machine:
                 sb.data[dst] = 0
         return None
 
+    def _check_once(self, b, addr):
+        """``write_once``: no global element is stored by two threads in one statement."""
+        uniq, counts = np.unique(addr, return_counts=True)
+        if uniq.size and counts.max() > 1:
+            k = int(np.argmax(counts))
+            raise EmulationError(
+                f"{b.name}[flat {int(uniq[k])}] is written by {int(counts[k])} threads in one "
+                f"statement (block {self.block_index})"
+            )
+
     def _copy_vec(self, fname, args, mask):
         """``tl::copy_vec<N>(dst, src)`` / ``tl::zero_vec<N>(dst)``: N bytes per thread.
 
@@ -372,6 +383,8 @@ class _Machine:
             if sb.data.dtype.itemsize * n != nbytes:
                 raise EmulationError(f"{fname}: {sb.name} and {db.name} differ in element size")
             values = sb.data[where(sb, sflat, "reads")].astype(db.data.dtype)
+        if self.write_once and not db.local:
+            self._check_once(db, dflat[rows])
         db.data[where(db, dflat, "writes")] = values
         return None
 
@@ -480,6 +493,8 @@ class _Machine:
             b.data[rows, flat[rows]] = value[rows]
             return
         addr, val = flat[active], value[active]
+        if self.write_once and str(stmt.dest.ty.scope) == "global":
+            self._check_once(b, addr)
         if addr.size > 1:
             order = np.argsort(addr, kind="stable")
             a, v = addr[order], val[order]
@@ -493,17 +508,19 @@ class _Machine:
         b.data[addr] = val
 
 
-def emulate(func, *arrays, blocks=None, aligned=True):
+def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
     """Run the lowered CUDA ``func`` on numpy ``arrays`` (modified in place; also returned).
 
     ``blocks``: optional list of (bx[, by[, bz]]) block indices to run (default: all).
     ``aligned``: the answer of ``tl::is_aligned`` (whether tensor base pointers are
     16-byte aligned); False runs the scalar fallbacks of vectorized code.
+    ``write_once``: also fail when two threads store the same global element in one
+    statement, even with equal values (replicated loops must write once).
     """
     arrays = [np.ascontiguousarray(a) for a in arrays]
     if len(arrays) != len(func.params):
         raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
-    m = _Machine(func, arrays, blocks, aligned)
+    m = _Machine(func, arrays, blocks, aligned, write_once)
     m.run(func.body, True)
     return arrays
 
