@@ -22,7 +22,8 @@ into a 32-byte stack buffer first and ``dprintf`` gets the string. A failed
 parallel task would be lost, so a kernel that uses ``device_assert`` runs its blocks one
 after another on the CPU (:func:`uses_device_assert` tells the pipeline). Both ops are
 block-level on the CPU: a value or condition that depends on ``threadIdx`` is rejected
-(CompileError naming the line); CUDA has no lowering yet (``lowering_for`` says so).
+(CompileError naming the line). CUDA: ``debug_cuda.py`` (device ``printf`` with the block
+and thread of each line, ``__trap`` after a failed assertion).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ class CudaLowerContext(LowerContext):
     layout_map: dict = field(default_factory=dict)
     local_arrays: dict = field(default_factory=dict)  # fragment Var -> local array Var
     extra_allocs: list = field(default_factory=list)  # Binds the pipeline hoists to kernel scope
+    launches: dict = field(default_factory=dict)  # "blockIdx.x"/... -> the launch's Var
 
     def get_layout(self, var):
         for k, v in self.layout_map.items():
@@ -76,4 +77,5 @@ class CudaLowerContext(LowerContext):
             self.layout_map,
             self.local_arrays,
             self.extra_allocs,
+            self.launches,
         )

@@ -12,13 +12,17 @@ vectors (one lane per thread), so ``__syncthreads`` is implicit and
 - reads of shared/local memory nobody wrote give NaN (floats are pre-filled with NaN).
 
 It covers the subset the tilelang CUDA lowerings emit for non-gemm kernels (with the
-vector copies ``tl::copy_vec``/``tl::zero_vec``, whose alignment it checks, and
-cp.async, done at once); anything else (other ``tl::`` helpers, mma) raises
+vector copies ``tl::copy_vec``/``tl::zero_vec``, whose alignment it checks,
+cp.async, done at once, device ``printf`` to stdout and ``__trap``, raised as
+:class:`DeviceTrap`); anything else (other ``tl::`` helpers, mma) raises
 :class:`EmulationError` naming it.
 Lockstep execution hides missing barriers; ``insert_sync`` is tested separately.
 """
 
 from __future__ import annotations
+
+import re
+import sys
 
 import numpy as np
 from tvm_tirx import ir
@@ -29,6 +33,10 @@ from ...transform.stmt import launch_of
 
 class EmulationError(RuntimeError):
     """The emulated kernel did something a correct CUDA kernel must not do."""
+
+
+class DeviceTrap(EmulationError):
+    """The emulated kernel executed ``__trap()`` (a failed ``T.device_assert``)."""
 
 
 _NP = {
@@ -97,6 +105,12 @@ ATOMICS = {
     "tl::AtomicMax": np.maximum,
     "tl::AtomicMin": np.minimum,
 }
+
+
+def _c_unescape(text: str) -> str:
+    """The characters a C string literal's text stands for (``\\n``, ``\\"``, ...)."""
+    table = {"n": "\n", "t": "\t", "r": "\r"}
+    return re.sub(r"\\(.)", lambda m: table.get(m.group(1), m.group(1)), text)
 
 
 def np_dtype(dtype) -> type:
@@ -302,6 +316,11 @@ class _Machine:
             return self._copy_vec(fname, args, mask)
         if fname == "tl::is_aligned":
             return np.bool_(self.aligned)
+        if fname == "printf":
+            return self._printf(args, mask)
+        if fname == "__trap":
+            threads = np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0].tolist()
+            raise DeviceTrap(f"__trap() in block {self.block_index}, threads {threads}")
         raise EmulationError(f"the emulator does not handle the extern call {fname}")
 
     def _pointer(self, e, mask):
@@ -340,6 +359,21 @@ class _Machine:
             else:
                 sb.data[dst] = 0
         return None
+
+    def _printf(self, args, mask):
+        """Device ``printf``: one line per active thread, in thread order, to stdout."""
+        fmt = re.sub(r"%ll([du])", r"%\1", _c_unescape(str(args[0].value)))
+        values = []
+        for a in args[1:]:
+            if isinstance(a, ir.StringImm):
+                values.append([_c_unescape(str(a.value))] * self.lanes)
+                continue
+            arr = np.broadcast_to(np.asarray(self.eval(a, mask)), (self.lanes,))
+            kind = float if np.issubdtype(arr.dtype, np.floating) else int
+            values.append([kind(x) for x in arr])
+        for t in np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0]:
+            sys.stdout.write(fmt % tuple(col[t] for col in values))
+        return np.int32(0)
 
     def _check_once(self, b, addr):
         """``write_once``: no global element is stored by two threads in one statement."""
@@ -423,16 +457,20 @@ class _Machine:
             self.env[var.__chandle__()] = np.arange(n, dtype=np.int32)
             self.run(stmt.body, np.ones(n, bool))
             return
+        inner = stmt.body
+        while isinstance(inner, ir.SeqStmt) and len(inner.seq) == 1:
+            inner = inner.seq[0]
+        nested = launch_of(inner)
+        innermost = nested is None or not nested[0].startswith("blockIdx")
         for i in range(n):
             self.block_index[tag] = i
-            if self.blocks is not None and not self._block_wanted(tag):
+            if self.blocks is not None and innermost and not self._block_wanted():
                 continue
             self.env[var.__chandle__()] = np.int32(i)
             self.run(stmt.body, mask)
 
-    def _block_wanted(self, tag):
-        if "blockIdx.z" not in self.block_index and tag != "blockIdx.z":
-            return True  # decided at the innermost block launch
+    def _block_wanted(self):
+        """Whether the block at ``block_index`` is one of ``blocks`` (decided innermost)."""
         key = tuple(self.block_index.get(f"blockIdx.{a}", 0) for a in "xyz")
         return any(key[: len(b)] == b[: len(key)] for b in self.blocks)
 
@@ -525,4 +563,4 @@ def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
     return arrays
 
 
-__all__ = ["EmulationError", "emulate", "np_dtype"]
+__all__ = ["DeviceTrap", "EmulationError", "emulate", "np_dtype"]

@@ -116,7 +116,7 @@ def lower(func, target=None, pass_configs=None):
     """The thread-level TIRx function for ``func`` (see the module docstring)."""
     import tilelang.ops  # noqa: F401 - registers the op rules
 
-    from ...ops import atomic_cuda, cumsum_cuda  # noqa: F401 - CUDA atomic/cumsum rules
+    from ...ops import atomic_cuda, cumsum_cuda, debug_cuda  # noqa: F401 - CUDA-only rules
 
     arch = (target or {}).get("arch", "sm_90a")
     tvar, threads = _thread_info(func)
@@ -138,6 +138,7 @@ def lower(func, target=None, pass_configs=None):
         info.layouts,
         locals_,
         [],
+        {tag: var for tag, _, var in _launches(func.body)[0]},
     )
     if importlib.util.find_spec("tilelang.transform.pipeline_planning") is not None:
         planning = importlib.import_module("tilelang.transform.pipeline_planning")
