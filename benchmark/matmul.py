@@ -1,19 +1,21 @@
 """tilelang GEMM (wgmma on sm_90a, mma.sync elsewhere) vs torch.matmul (run on a GPU).
 
     python benchmark/matmul.py [--sizes 4096 8192] [--dtypes float16 bfloat16] [--iters 50]
-                               [--configs all|wgmma|mma]
+                               [--configs all|wgmma|mma|extra] [--only NAME ...]
 
 For each size and dtype, each tile configuration is built (``tilelang.compile``; when that
 fails, ``tilelang.ops.gemm_cuda_standalone`` for the mma configs), checked against torch,
 and timed (CUDA events, median); the table reports TFLOP/s and the ratio to torch.matmul.
 The kernel accumulates in float32 and writes C in the input dtype, as torch.matmul does.
 
-Configurations (block M x N x K / threads / stages):
+Configurations (block M x N x K / threads / stages), ``--configs all|wgmma|mma|extra`` or
+``--only NAME...``:
 
-* ``wgmma`` ones target the device's arch (``sm_90a`` on Hopper: the wgmma path); ``+r8``
-  rasterizes the blocks in panels of 8 tile rows (a 1-D grid, for L2 reuse of B), ``-ovl``
+* ``wgmma`` ones target the device's arch (``sm_90a`` on Hopper: the wgmma path); ``+rP``
+  rasterizes the blocks in panels of P tile rows (a 1-D grid, for L2 reuse of B), ``-ovl``
   builds without keeping a wgmma group in flight across iterations (copies S-1 ahead,
-  ``pipeline_planning.WGMMA_IN_FLIGHT = False``);
+  ``pipeline_planning.WGMMA_IN_FLIGHT = False``), ``+ca`` issues each iteration's copies
+  after the wgmma batch (``pipeline_planning.WGMMA_COPIES_AFTER = True``);
 * ``mma`` ones target ``sm_90`` on Hopper (no ``a``: wgmma is unavailable, so mma.sync).
 
 At sizes above 4096 the check covers 256 sampled rows of C.
@@ -33,15 +35,35 @@ sys.path.insert(0, str(ROOT))
 
 import tilelang.language as T  # noqa: E402
 
-# (name, block M, N, K, threads, stages, path, raster panel, keep a wgmma group in flight)
+
+def _cfg(bM, bN, bK, threads, stages, path="wgmma", raster=0, in_flight=True, after=False):
+    name = f"{bM}x{bN}x{bK}/{threads}t/{stages}s"
+    name += (f"+r{raster}" if raster else "") + ("-ovl" if not in_flight else "")
+    name += "+ca" if after else ""
+    return dict(
+        name=name, bM=bM, bN=bN, bK=bK, threads=threads, stages=stages, path=path,
+        raster=raster, in_flight=in_flight, after=after,
+    )  # fmt: skip
+
+
+#: ``+rP``: rasterized in panels of P tile rows; ``-ovl``: no wgmma group kept in flight;
+#: ``+ca``: the iteration's copies issued after the wgmma batch (WGMMA_COPIES_AFTER).
 CONFIGS = [
-    ("128x256x64/256t/4s", 128, 256, 64, 256, 4, "wgmma", 0, True),
-    ("128x256x64/256t/3s", 128, 256, 64, 256, 3, "wgmma", 0, True),
-    ("128x256x64/256t/4s+r8", 128, 256, 64, 256, 4, "wgmma", 8, True),
-    ("128x256x64/256t/4s-ovl", 128, 256, 64, 256, 4, "wgmma", 0, False),
-    ("256x128x64/256t/4s", 256, 128, 64, 256, 4, "wgmma", 0, True),
-    ("128x128x64/128t/4s", 128, 128, 64, 128, 4, "wgmma", 0, True),
-    ("128x128x32/128t/3s", 128, 128, 32, 128, 3, "mma", 0, True),
+    _cfg(128, 256, 64, 256, 4),
+    _cfg(128, 256, 64, 256, 4, raster=8),
+    _cfg(128, 256, 64, 256, 3, raster=8),
+    _cfg(128, 256, 64, 256, 4, in_flight=False),
+    _cfg(256, 128, 64, 256, 4, raster=8),
+    _cfg(128, 128, 64, 128, 4, raster=8),
+    _cfg(128, 128, 32, 128, 3, path="mma"),
+]
+#: More variants, run with ``--configs extra`` (or by name with ``--only``).
+EXTRA = [
+    _cfg(128, 256, 64, 256, 4, raster=4),
+    _cfg(128, 256, 64, 256, 4, raster=16),
+    _cfg(128, 256, 64, 256, 4, raster=8, after=True),
+    _cfg(256, 128, 64, 256, 4),
+    _cfg(256, 128, 64, 256, 4, raster=4),
 ]
 
 
@@ -79,19 +101,19 @@ def arch_of_device() -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-def build(func, arch, in_flight=True):
+def build(func, arch, in_flight=True, after=False):
     """A callable ``kern(a, b, c)`` and how it was built."""
     from tilelang.transform import pipeline_planning
 
     errors = []
-    if not in_flight:  # a module switch: build directly, bypassing the kernel caches
+    if not in_flight or after:  # module switches: build directly, bypassing the kernel caches
         from tilelang.backends.cuda import load_kernel, pipeline
 
-        pipeline_planning.WGMMA_IN_FLIGHT = False
+        pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = in_flight, after
         try:
             return load_kernel(pipeline.build(func, {"kind": "cuda", "arch": arch})), "pipeline"
         finally:
-            pipeline_planning.WGMMA_IN_FLIGHT = True
+            pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = True, False
     try:
         import tilelang
 
@@ -140,10 +162,18 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--configs", choices=["all", "wgmma", "mma"], default="all")
+    parser.add_argument("--configs", choices=["all", "wgmma", "mma", "extra"], default="all")
+    parser.add_argument("--only", nargs="+", default=None, help="config names to run")
     args = parser.parse_args()
     arch = arch_of_device()
     print(f"device: {torch.cuda.get_device_name()} ({arch}), torch {torch.__version__}")
+    pool = CONFIGS + EXTRA
+    if args.only:
+        selected = [c for c in pool if c["name"] in args.only]
+    elif args.configs == "extra":
+        selected = EXTRA
+    else:
+        selected = [c for c in CONFIGS if args.configs in ("all", c["path"])]
     rows = []
     for size in args.sizes:
         for dtype in args.dtypes:
@@ -155,17 +185,17 @@ def main():
             t_torch = time_ms(lambda a=a, b=b: torch.matmul(a, b), args.iters)
             torch_tflops = flops / t_torch / 1e9
             rows.append((size, dtype, "torch.matmul", "-", "-", t_torch, torch_tflops, 1.0))
-            for name, bM, bN, bK, threads, stages, path, raster, in_flight in CONFIGS:
-                if args.configs != "all" and path != args.configs:
-                    continue
+            for cfg in selected:
+                name, path = cfg["name"], cfg["path"]
                 if path == "mma" and dtype != args.dtypes[0]:
                     continue  # the reference path once per size
                 target = arch.rstrip("a") if path == "mma" else arch
                 try:
                     func = matmul_kernel(
-                        size, size, size, bM, bN, bK, threads, stages, dtype, dtype, raster
-                    )
-                    kern, how = build(func, target, in_flight)
+                        size, size, size, cfg["bM"], cfg["bN"], cfg["bK"], cfg["threads"],
+                        cfg["stages"], dtype, dtype, cfg["raster"],
+                    )  # fmt: skip
+                    kern, how = build(func, target, cfg["in_flight"], cfg["after"])
                     c.fill_(float("nan"))
                     kern(a, b, c)
                     check(c, a, b, size)

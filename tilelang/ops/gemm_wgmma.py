@@ -39,7 +39,8 @@ Lowering (thread-level code, all threads)::
 
 ``scale_d`` is 0 for ``ki == 0`` when ``clear_accum``. ``w`` is 0, or 1 when the cp.async
 pipeline keeps one group in flight across iterations (call attribute ``tl_wgmma_in_flight``;
-it then waits for 0 after the loop, :func:`wgmma_drain`). The user's ``wg_wait`` is not
+it then waits for 0 after the loop, :func:`wgmma_drain`; with ``tl_wgmma_defer_wait`` the
+pipeline emits that wait itself, after issuing its copies). The user's ``wg_wait`` is not
 used: this backend has no ``T.wait_wgmma``, so every gemm leaves C complete.
 """
 
@@ -65,6 +66,7 @@ _BF16 = {"float16": "false", "bfloat16": "true"}
 #: Call attributes the cp.async pipeline (``pipeline_planning``) sets on a wgmma gemm.
 ATTR_FENCED = "tl_wgmma_fenced"
 ATTR_IN_FLIGHT = "tl_wgmma_in_flight"
+ATTR_DEFER_WAIT = "tl_wgmma_defer_wait"  # the pipeline emits the wait (after its copies)
 _WIDTH_BYTES = {
     SwizzleMode.SWIZZLE_128B: 128,
     SwizzleMode.SWIZZLE_64B: 64,
@@ -366,22 +368,28 @@ def lower_gemm_wgmma(v, ctx, plan) -> ir.Stmt:
                 acc = _addr(c_local, (mi * plan.tn + ni) * per_instr)
                 stmts.append(_call(inst, desc_a, desc_b, acc, ir.const(scale, "int32")))
     stmts.append(_call("tl::wgmma_commit"))
-    stmts.append(_call(f"tl::wgmma_wait<{1 if _attr(v, ATTR_IN_FLIGHT) else 0}>"))
-    stmts.append(_call(f"tl::wgmma_fence_operand<{regs}>", _addr(c_local, 0)))
+    if not _attr(v, ATTR_DEFER_WAIT):
+        stmts += wgmma_wait(ctx, plan, 1 if _attr(v, ATTR_IN_FLIGHT) else 0)
     return irb.seq(stmts)
 
 
-def wgmma_drain(ctx, plan) -> list:
-    """Statements completing every pending wgmma group of ``plan``'s accumulator."""
+def wgmma_wait(ctx, plan, pending: int) -> list:
+    """``wgmma.wait_group pending`` and the compiler fence on ``plan``'s accumulators."""
     c_local = ctx.local_of(plan.c.tensor)
     return [
-        _call("tl::wgmma_wait<0>"),
+        _call(f"tl::wgmma_wait<{int(pending)}>"),
         _call(f"tl::wgmma_fence_operand<{plan.acc_regs}>", _addr(c_local, 0)),
     ]
 
 
+def wgmma_drain(ctx, plan) -> list:
+    """Statements completing every pending wgmma group of ``plan``'s accumulator."""
+    return wgmma_wait(ctx, plan, 0)
+
+
 __all__ = [
     "ATTR_FENCED",
+    "ATTR_DEFER_WAIT",
     "ATTR_IN_FLIGHT",
     "WgmmaOperand",
     "WgmmaPlan",
@@ -392,4 +400,5 @@ __all__ = [
     "warpgroup_partition",
     "wgmma_drain",
     "wgmma_plan_for",
+    "wgmma_wait",
 ]

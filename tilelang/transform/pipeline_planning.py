@@ -42,7 +42,9 @@ wgmma of iteration k-2, which every warpgroup completed before the barrier)::
                 gemm (wgmma ... commit; wait_group 1)
       after:    cp.async.wait_group 0; wgmma.wait_group 0
 
-``WGMMA_IN_FLIGHT = False`` (module attribute) turns the in-flight schedule off.
+``WGMMA_IN_FLIGHT = False`` (module attribute) turns the in-flight schedule off;
+``WGMMA_COPIES_AFTER = True`` issues the copies after the wgmma batch (the gemm is marked
+``tl_wgmma_defer_wait`` and the loop waits for ``wait_group 1`` after the copies).
 
 Guarantees: the results of the loop are those of the original loop. ``order``/``stage``/
 ``group`` annotations are accepted and ignored (the schedule above is always valid).
@@ -62,11 +64,13 @@ from ..ops.copy import COPY, matched_axes
 from ..ops.gemm import GEMM
 from ..ops.gemm_cuda import shared_ptr
 from ..ops.gemm_wgmma import (
+    ATTR_DEFER_WAIT,
     ATTR_FENCED,
     ATTR_IN_FLIGHT,
     lowers_to_wgmma,
     wgmma_drain,
     wgmma_plan_for,
+    wgmma_wait,
 )
 from ..ops.region import RegionView, _const
 from .stmt import StmtMutator, alloc_of, launch_of, substitute
@@ -74,6 +78,8 @@ from .stmt import StmtMutator, alloc_of, launch_of, substitute
 VEC_BYTES = 16
 #: Keep one wgmma group in flight across iterations of a pipelined loop (see module doc).
 WGMMA_IN_FLIGHT = True
+#: With a group in flight: issue the iteration's copies after the wgmma batch, then wait.
+WGMMA_COPIES_AFTER = False
 
 
 def make_alloc(var) -> ir.Bind:
@@ -329,8 +335,13 @@ class _Planner(StmtMutator):
         new_body = [cp_async_wait(ahead - 1), *fence, sync_threads()]
         # under the guard k + ahead < end: source predicates can use the narrower range of k
         inner = ctx.with_range(k, begin, end - begin - ahead)
-        new_body += guarded(k_ahead < end, issue(k_ahead, (rel + ahead) % stages, inner))
-        new_body += [cp_async_commit(), body_rest]
+        copies = guarded(k_ahead < end, issue(k_ahead, (rel + ahead) % stages, inner))
+        if in_flight is not None and WGMMA_COPIES_AFTER:
+            # body (wgmma batch committed, no wait), then the copies, then wait_group 1
+            new_body += [body_rest, *copies, cp_async_commit()]
+            new_body += wgmma_wait(self.pctx, in_flight, 1)
+        else:
+            new_body += [*copies, cp_async_commit(), body_rest]
         after = [cp_async_wait(0)]
         if in_flight is not None:
             after += wgmma_drain(self.pctx, in_flight)
@@ -373,6 +384,8 @@ class _Planner(StmtMutator):
                 and _has_local(self.pctx, plan.c.tensor)
             ):
                 attrs[ATTR_IN_FLIGHT] = True
+                if WGMMA_COPIES_AFTER:
+                    attrs[ATTR_DEFER_WAIT] = True
                 in_flight = plan
             if attrs:
                 out[i] = _with_attrs(s, attrs)
