@@ -80,10 +80,55 @@ def _evaluate(expr, bindings: dict):
     return value.value
 
 
-class OutputAllocator:
-    """Allocates the ``out_idx`` tensors of a call, binding symbolic dims from the inputs."""
+def _size_getter(expr, sources: dict):
+    """A function ``inputs -> int`` computing the extent ``expr`` from the inputs' shapes.
 
-    def __init__(self, params: list[ParamInfo], out_idx: list[int]):
+    Constants, symbolic dims bound by an input (``sources``: var handle -> (input
+    position, dim)) and ``+ - * // % min max`` of those compile to closures; anything
+    else falls back to the analyzer (slow, but exact).
+    """
+    from tvm_tirx.ir import prim as P
+
+    if isinstance(expr, int):
+        return lambda inputs: expr
+    if isinstance(expr, ir.IntImm):
+        value = expr.value
+        return lambda inputs: value
+    if isinstance(expr, ir.Var) and expr.__chandle__() in sources:
+        pos, dim = sources[expr.__chandle__()]
+        return lambda inputs: inputs[pos].shape[dim]
+    ops = {
+        P.Add: lambda a, b: a + b,
+        P.Sub: lambda a, b: a - b,
+        P.Mul: lambda a, b: a * b,
+        P.FloorDiv: lambda a, b: a // b,
+        P.FloorMod: lambda a, b: a % b,
+        P.Min: min,
+        P.Max: max,
+    }
+    op = ops.get(type(expr))
+    if op is not None:
+        fa, fb = _size_getter(expr.a, sources), _size_getter(expr.b, sources)
+        return lambda inputs: op(fa(inputs), fb(inputs))
+
+    def slow(inputs):
+        bindings = {h: inputs[pos].shape[d] for h, (pos, d) in sources.items()}
+        return _evaluate(expr, bindings)
+
+    return slow
+
+
+class OutputAllocator:
+    """Allocates the ``out_idx`` tensors of a call, binding symbolic dims from the inputs.
+
+    Everything that does not depend on the call is computed once: by ``__init__`` what
+    the parameters say (input positions, where each symbolic dim comes from, whether the
+    outputs are the trailing parameters), by :meth:`prepare` (first call; it imports
+    torch) the torch dtypes, the static shapes as tuples of ints, a size function per
+    symbolic extent and the default device. ``allocate`` then only calls ``torch.empty``.
+    """
+
+    def __init__(self, params: list[ParamInfo], out_idx: list[int], device_kind: str = "cpu"):
         self.params = params
         self.out_idx = out_idx
         self.in_idx = [i for i in range(len(params)) if i not in out_idx]
@@ -93,20 +138,59 @@ class OutputAllocator:
                 if isinstance(extent, ir.Var):
                     self.sources.setdefault(extent.__chandle__(), (pos, d))
         self.static = all(all(isinstance(e, int) for e in params[i].shape) for i in out_idx)
-        self.dtypes = {i: torch_dtype(params[i].dtype) for i in out_idx if params[i].is_tensor}
+        n = len(params)
+        self.tail = out_idx == list(range(n - len(out_idx), n))  # outputs are the last params
+        # the device of a call: the first tensor input's (no scan over the arguments)
+        self.device_pos = next(
+            (pos for pos, i in enumerate(self.in_idx) if params[i].is_tensor), None
+        )
+        self.device_kind = device_kind
+        self.ready = False
 
-    def allocate(self, inputs, device):
+    def prepare(self) -> None:
+        """Compute the torch-side constants (see the class docstring); idempotent."""
+        if self.ready:
+            return
         import torch
 
-        bindings = None
-        outs = []
         for i in self.out_idx:
-            info = self.params[i]
-            if self.static:
-                shape = info.shape
-            else:
-                if bindings is None:
-                    bindings = {h: inputs[pos].shape[d] for h, (pos, d) in self.sources.items()}
-                shape = [_evaluate(e, bindings) for e in info.shape]
-            outs.append(torch.empty(shape, dtype=self.dtypes[i], device=device))
-        return outs
+            if not self.params[i].is_tensor:
+                raise errors.KernelArgumentError(
+                    f"out_idx names parameter {self.params[i].name!r}, which is a scalar"
+                )
+        self.empty = torch.empty
+        self.dtypes = [torch_dtype(self.params[i].dtype) for i in self.out_idx]
+        self.default_device = torch.device("cuda" if self.device_kind == "cuda" else "cpu")
+        shapes = [self.params[i].shape for i in self.out_idx]
+        self.shapes = [tuple(shape) for shape in shapes] if self.static else None
+        self.sizes = [[_size_getter(e, self.sources) for e in shape] for shape in shapes]
+        self.single = len(self.out_idx) == 1
+        if self.static and self.single:
+            self.shape0, self.dtype0 = self.shapes[0], self.dtypes[0]
+        self.ready = True
+
+    def allocate(self, inputs, device):
+        """Fresh output tensors for a call with ``inputs`` on ``device``."""
+        if not self.ready:
+            self.prepare()
+        empty = self.empty
+        if self.static:
+            return [
+                empty(*shape, dtype=dt, device=device)
+                for shape, dt in zip(self.shapes, self.dtypes)
+            ]
+        return [
+            empty(*[size(inputs) for size in sizes], dtype=dt, device=device)
+            for sizes, dt in zip(self.sizes, self.dtypes)
+        ]
+
+    def assemble(self, inputs, outs) -> list:
+        """The full argument list: inputs and outputs at their parameter positions."""
+        if self.tail:
+            return [*inputs, *outs]
+        full = [None] * len(self.params)
+        for i, x in zip(self.in_idx, inputs):
+            full[i] = x
+        for i, x in zip(self.out_idx, outs):
+            full[i] = x
+        return full
