@@ -79,6 +79,8 @@ VEC_BYTES = 16
 #: Keep one wgmma group in flight across iterations of a pipelined loop (see module doc).
 WGMMA_IN_FLIGHT = True
 #: With a group in flight: issue the iteration's copies after the wgmma batch, then wait.
+#: Off: measured slower on the H200 (insert_sync, which sees whole multi-buffered tiles,
+#: then adds a second barrier between the wgmma reads and the refilling copies).
 WGMMA_COPIES_AFTER = False
 
 
