@@ -10,12 +10,18 @@ from . import builder, dtypes
 
 
 def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True):
-    """Rasterize blocks in panels for L2 reuse (a hint; ignored where the target has no use)."""
+    """Visit blocks in panels of ``panel_size`` rows for L2 reuse (GPU targets; a no-op on CPU)."""
+    from ..ops.rasterize import USE_SWIZZLE
+
     builder.state()
     if order not in ("row", "col"):
         raise errors.TraceError(f"T.use_swizzle order must be 'row' or 'col', got {order!r}")
     if int(panel_size) <= 0:
         raise errors.TraceError("T.use_swizzle panel_size must be positive")
+    call = USE_SWIZZLE.make(
+        loc=builder.user_loc(), panel_size=int(panel_size), order=order, enable=bool(enable)
+    )
+    _T.emit_(ir.Evaluate(call, loc=call.loc))
 
 
 def annotate_layout(layout_map: dict):
@@ -50,4 +56,6 @@ def call_extern(dtype, name, *args):
     """A call to a device function by name: ``T.call_extern("float32", "my_fn", x)`` (upstream order)."""
     from tvm_tirx import tirx as _tirx
 
-    return _tirx.call_extern(name, *args, ty=dtypes.canonical(dtype) if dtype != "handle" else dtype)
+    return _tirx.call_extern(
+        name, *args, ty=dtypes.canonical(dtype) if dtype != "handle" else dtype
+    )

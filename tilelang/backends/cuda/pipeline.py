@@ -1,6 +1,7 @@
 """The CUDA backend pipeline: traced tilelang kernel -> thread-level TIRx -> CudaArtifact.
 
     trace
+      ─► rasterize_blocks      T.use_swizzle: blocks renumbered in panels (L2 reuse)
       ─► layout_inference      every fragment and T.Parallel nest gets a Fragment
       ─► pipeline_planning     (if present: cp.async software pipelining of T.Pipelined)
       ─► lower_parallel        T.Parallel nests partitioned over threads by their layout
@@ -30,6 +31,7 @@ from ...transform.layout_inference import infer_layouts
 from ...transform.lower_fragments import lower_fragments
 from ...transform.lower_parallel import lower_parallel
 from ...transform.plan_shared_memory import plan_shared_memory
+from ...transform.rasterize_blocks import rasterize_blocks
 from ...transform.stmt import StmtMutator, launch_of
 from ...transform.thread_utils import is_fragment, new_tensor
 from .context import CudaLowerContext
@@ -119,6 +121,7 @@ def lower(func, target=None, pass_configs=None):
     from ...ops import atomic_cuda, cumsum_cuda, debug_cuda  # noqa: F401 - CUDA-only rules
 
     arch = (target or {}).get("arch", "sm_90a")
+    func = rasterize_blocks(func)  # T.use_swizzle: renumber the blocks in panels
     tvar, threads = _thread_info(func)
     info = infer_layouts(func, threads, arch, _layout_annotations(func))
     locals_ = {}
