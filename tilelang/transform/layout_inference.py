@@ -340,7 +340,7 @@ class _Inference:
         inner = nest.vars[-1]
         bytes_, frag_bytes = [], []
         for tensor, idx, _ in nest.accesses:
-            if not (idx and idx[-1].same_as(inner)):
+            if not _unit_stride(idx, inner):
                 continue
             if is_global(tensor) or is_shared(tensor):
                 bytes_.append(max(1, _bits(tensor) // 8))
@@ -397,6 +397,19 @@ class _Inference:
             )
             self.layout_map[var] = layout
         return InferResult(self.layout_map, self.loop_layouts, self.nests)
+
+
+def _unit_stride(idx, inner) -> bool:
+    """Whether consecutive ``inner`` iterations touch consecutive elements (``base + inner``).
+
+    The last index is ``inner`` plus an expression without it (``bx * 256 + j``), and no
+    other index uses ``inner``.
+    """
+    if not idx or any(E.uses_var(i, inner) for i in idx[:-1]):
+        return False
+    if idx[-1].same_as(inner):
+        return True
+    return E.uses_var(idx[-1], inner) and not E.uses_var(E.simplify(idx[-1] - inner), inner)
 
 
 def _children(stmt):

@@ -22,7 +22,9 @@ and ``vec`` elements are 4, 8 or 16 bytes, the indices use no variable bound ins
 lane body, the tensor has the default (row-major) layout and its address is not taken
 by a call (atomics). Loads of ``X`` move only if no store to ``X`` precedes them in the
 lane; stores to ``X`` move only if every store to ``X`` is a top-level statement of the
-lane that qualifies and no load of ``X`` follows one.
+lane that qualifies and no load of ``X`` follows one. Operands of tile ops left in the
+lane (``T.atomic_add`` in a ``T.Parallel`` body) stay as written: their lowering decides
+from the expressions (e.g. whether an address depends on the thread).
 
 Guarantees: each vectorized load becomes one ``tl::copy_vec<bytes>`` into a ``vec``
 element local array before the lanes (``tl::zero_vec`` instead when lane 0 is outside a
@@ -47,6 +49,7 @@ from tvm_tirx.tirx.tensor import TensorType
 
 from ..layout import _expr as E
 from ..ops.bounds import in_bounds
+from ..ops.registry import tile_op_of
 from .stmt import uses_any
 from .thread_utils import _bits, for_, is_global, is_shared
 
@@ -185,13 +188,15 @@ class _Scan:
         elif isinstance(s, ir.While):
             self.expr(s.condition)
             self.stmt(s.body, False)
-        elif isinstance(s, ir.Evaluate):
+        elif isinstance(s, ir.Evaluate) and tile_op_of(s) is None:
             self.expr(s.value)
-        else:  # anything else: every tensor it touches stays scalar
+        else:  # tile ops (their lowering reads the operands as written), anything else:
+            # every tensor it touches stays scalar
             self.expr(s)
-            for kind in (ir.TensorLoad, ir.TensorStore):
+            for kind in (ir.TensorLoad, ir.TensorStore, ir.TensorRegion):
                 for x in E.collect(s, kind):
-                    self.opaque.add((x.source if kind is ir.TensorLoad else x.dest).__chandle__())
+                    tensor = x.dest if kind is ir.TensorStore else x.source
+                    self.opaque.add(tensor.__chandle__())
 
     def expr(self, e):
         def call(x):

@@ -35,6 +35,19 @@ def add_via_shared(M, N, bM=64, bN=128, dtype="float16"):
     return main
 
 
+def add_direct(M, N, bM=32, bN=256, dtype="float16"):
+    """C = A + B straight on global memory, indices ``base + j`` (benchmark/elementwise.py)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=256) as (bx, by):
+            for i, j in T.Parallel(bM, bN):
+                y, x = by * bM + i, bx * bN + j
+                C[y, x] = A[y, x] + B[y, x]
+
+    return main
+
+
 def scale_in_place(M, N, bM=32, bN=64):
     """A shared tile scaled in place, then read back through another shared tile."""
 
@@ -91,6 +104,18 @@ def test_copy_and_parallel_use_16_byte_vectors():
     # global base pointers are only element aligned: the vector forms are chosen at run time
     assert 'T.call_extern("tl::is_aligned", A.data, 16' in text
     assert 'T.call_extern("tl::is_aligned", B.data, 16' in text
+
+
+@pytest.mark.parametrize("M,N", [(256, 512), (70, 1000)])
+def test_global_offsets_get_vector_layouts(M, N):
+    """``bx * bN + j`` is unit stride in j: the loop layout gives threads 16-byte vectors."""
+    lowered = pipeline.lower(add_direct(M, N), TARGET)
+    found = _vector_targets(lowered)
+    assert all(found.get(name) == {16} for name in "ABC"), found
+    a, b = _random((M, N), np.float16, 7), _random((M, N), np.float16, 8)
+    c = np.full_like(a, np.nan)
+    a, b, c = emulate(lowered, a, b, c)
+    np.testing.assert_array_equal(c, a + b)
 
 
 @pytest.mark.parametrize("aligned", [True, False])
