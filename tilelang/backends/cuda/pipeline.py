@@ -27,6 +27,7 @@ from ...layout import _expr as E
 from ...ops import lowering_for, tile_op_of
 from ...ops.registry import _LOWERINGS
 from ...transform.insert_sync import insert_sync
+from ...transform.instrument import on_body, run_stages
 from ...transform.layout_inference import infer_layouts
 from ...transform.lower_fragments import lower_fragments
 from ...transform.lower_parallel import lower_parallel
@@ -115,49 +116,81 @@ def _layout_annotations(func):
 
 
 def lower(func, target=None, pass_configs=None):
-    """The thread-level TIRx function for ``func`` (see the module docstring)."""
+    """The thread-level TIRx function for ``func`` (see the module docstring).
+
+    The passes run as named stages (``tilelang.transform.instrument.run_stages``), so
+    ``TILELANG_DUMP_IR``/``tl.enable_dump_ir``, pass timing and ``tilelang.lower`` see each.
+    """
     import tilelang.ops  # noqa: F401 - registers the op rules
 
     from ...ops import atomic_cuda, cumsum_cuda, debug_cuda  # noqa: F401 - CUDA-only rules
 
     arch = (target or {}).get("arch", "sm_90a")
-    func = rasterize_blocks(func)  # T.use_swizzle: renumber the blocks in panels
-    tvar, threads = _thread_info(func)
-    info = infer_layouts(func, threads, arch, _layout_annotations(func))
-    locals_ = {}
-    for var, frag in info.layouts.items():
-        if not is_fragment(var):
-            continue
-        locals_[var] = new_tensor(
-            f"{var.name}_local", [frag.get_local_size()], str(var.ty.dtype), "local"
+    state = {}
+
+    def layout_inference(f):
+        tvar, threads = _thread_info(f)
+        info = infer_layouts(f, threads, arch, _layout_annotations(f))
+        locals_ = {}
+        for var, frag in info.layouts.items():
+            if is_fragment(var):
+                locals_[var] = new_tensor(
+                    f"{var.name}_local", [frag.get_local_size()], str(var.ty.dtype), "local"
+                )
+        ctx = CudaLowerContext(
+            "cuda",
+            {},
+            threads,
+            None,
+            tvar,
+            arch,
+            info.layouts,
+            locals_,
+            [],
+            {tag: var for tag, _, var in _launches(f.body)[0]},
         )
-    ctx = CudaLowerContext(
-        "cuda",
-        {},
-        threads,
-        None,
-        tvar,
-        arch,
-        info.layouts,
-        locals_,
-        [],
-        {tag: var for tag, _, var in _launches(func.body)[0]},
-    )
-    if importlib.util.find_spec("tilelang.transform.pipeline_planning") is not None:
+        state.update(tvar=tvar, threads=threads, info=info, locals=locals_, ctx=ctx)
+        return f  # layouts live in the context; the IR is unchanged
+
+    def pipeline_planning(f):
+        if importlib.util.find_spec("tilelang.transform.pipeline_planning") is None:
+            return f
         planning = importlib.import_module("tilelang.transform.pipeline_planning")
-        func = planning.plan_pipelines(func, ctx)  # tile level, after layout inference
-    body = lower_parallel(func.body, info.loops, tvar, threads, ctx)
-    body = _LowerTileOpsCuda("cuda")(body, ctx)
-    func = func.with_body(body)
-    body = lower_fragments(func.body, info.layouts, locals_, ctx)
-    if ctx.extra_allocs:
+        return planning.plan_pipelines(f, state["ctx"])  # tile level, after layout inference
+
+    def hoist_allocs(body):
+        ctx = state["ctx"]
+        if not ctx.extra_allocs:
+            return body
         _, inner = _launches(body)
         inner_seq = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
-        body = _rebuild(body, ir.SeqStmt(list(ctx.extra_allocs) + inner_seq))
-    body = insert_sync(body, tvar)
-    body = plan_shared_memory(body, arch)
-    body = _StripHints("cuda")(body, ctx)
-    return func.with_body(body)
+        return _rebuild(body, ir.SeqStmt(list(ctx.extra_allocs) + inner_seq))
+
+    stages = [
+        ("rasterize_blocks", rasterize_blocks),
+        ("layout_inference", layout_inference),
+        ("pipeline_planning", pipeline_planning),
+        (
+            "lower_parallel",
+            on_body(
+                lambda b: lower_parallel(
+                    b, state["info"].loops, state["tvar"], state["threads"], state["ctx"]
+                )
+            ),
+        ),
+        ("lower_tile_ops", on_body(lambda b: _LowerTileOpsCuda("cuda")(b, state["ctx"]))),
+        (
+            "lower_fragments",
+            on_body(
+                lambda b: lower_fragments(b, state["info"].layouts, state["locals"], state["ctx"])
+            ),
+        ),
+        ("hoist_allocs", on_body(hoist_allocs)),
+        ("insert_sync", on_body(lambda b: insert_sync(b, state["tvar"]))),
+        ("plan_shared_memory", on_body(lambda b: plan_shared_memory(b, arch))),
+        ("strip_schedule_hints", on_body(lambda b: _StripHints("cuda")(b, state["ctx"]))),
+    ]
+    return run_stages(func, stages, pass_configs)
 
 
 def build(func, target=None, pass_configs=None, compile_flags=None, compiler=None):
