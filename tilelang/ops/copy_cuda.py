@@ -125,7 +125,8 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
     def loop(body, var):
         if n_vec % threads:
             body = ir.If(vi < n_vec, body, None)
-        body = substitute(body, {it: var}) if var is not it else body
+        if var is not it:  # the second form of the copy: loop variables of its own
+            body = substitute(body, {it: var, v: ir.Var(f"{name}_vs", "int32")})
         kind = ir.ForKind.UNROLLED if iters <= 16 else ir.ForKind.DEFAULT
         return for_(var, iters, body, kind, loc=loc or ir.UNKNOWN_LOC)
 

@@ -188,3 +188,34 @@ def test_ptx_has_vector_loads_and_stores(tmp_path):
     ).stdout
     for op in (r"ld\.global(\.nc)?\.v4", r"st\.global\.v4", r"ld\.shared\.v4", r"st\.shared\.v4"):
         assert re.search(op, ptx), op
+
+
+def gemm_serial(M, N, K, bM=128, bN=128, bK=64):
+    """A GEMM whose tile copies are not pipelined: synchronous copies into swizzled tiles."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):  # fmt: skip
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), "float16")
+            B_s = T.alloc_shared((bK, bN), "float16")
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, bK)):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[k * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bM, bx * bN])
+
+    return main
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_copy_with_lanes_into_swizzled_tile_builds(arch):
+    """Vector load + per-lane swizzled stores: the scalar form gets its own loop variables
+    (TIRx rejected the kernel with 'Duplicate loop variable')."""
+    func = gemm_serial(256, 256, 256)
+    lowered = pipeline.lower(func, {"kind": "cuda", "arch": arch})
+    assert "B" in _vector_targets(lowered)
+    pipeline.build(func, {"kind": "cuda", "arch": arch}, compiler="nvcc")
