@@ -219,3 +219,33 @@ def test_copy_with_lanes_into_swizzled_tile_builds(arch):
     lowered = pipeline.lower(func, {"kind": "cuda", "arch": arch})
     assert "B" in _vector_targets(lowered)
     pipeline.build(func, {"kind": "cuda", "arch": arch}, compiler="nvcc")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("offset", [0, 1, 8])
+def test_vector_and_scalar_forms_on_gpu(offset):
+    """Inputs/outputs at an element offset of ``offset`` from 16-byte aligned memory: the
+    offset 1 views are misaligned, so the kernel takes its scalar form (tl::is_aligned)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    import tilelang
+
+    M, N = 200, 1000
+    kernels = [
+        tilelang.compile(add_via_shared(M, N), target="cuda"),
+        tilelang.compile(add_direct(M, N), target="cuda"),
+    ]
+
+    def view(t):
+        flat = torch.empty(M * N + 8, device="cuda", dtype=t.dtype)
+        out = flat[offset : offset + M * N].view(M, N)
+        out.copy_(t)
+        return out
+
+    a = view(torch.randn(M, N, device="cuda", dtype=torch.float16))
+    b = view(torch.randn(M, N, device="cuda", dtype=torch.float16))
+    for kernel in kernels:
+        c = view(torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16))
+        kernel(a, b, c)
+        torch.testing.assert_close(c, a + b, rtol=0, atol=0)
