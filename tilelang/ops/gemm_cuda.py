@@ -16,6 +16,11 @@ Lowering (``@lower_rule("gemm", "cuda")``)
     ``ldmatrix.x4``, ``.trans`` when B is stored (K, N)) into registers, then issues one
     ``mma.sync.m16n8k16`` per (m16, n8) tile, accumulating into ``ctx.local_of(C)``.
 
+int8 x int8 -> int32 (``mma.m16n8k32`` s8) and float32 x float32 -> float32 (tf32
+``mma.m16n8k8``) share the plan, warp partition and C fragment; their operand loads and
+mmas are emitted by ``gemm_cuda_int8_tf32.py``. Their shared tiles read element by
+element (int8 MN-major, all float32) get a swizzle or the linear layout, never padding.
+
 On sm_90a the registered rules (``infer_gemm_layout_dispatch`` / ``lower_gemm_dispatch`` at
 the end of this file) send gemms that fit a warpgroup to ``gemm_wgmma.py`` instead.
 
@@ -33,6 +38,7 @@ from tvm_tirx.tirx.tensor import TensorType
 
 from .. import errors
 from ..layout import (
+    make_linear_layout,
     make_mma_a_fragment,
     make_mma_accumulator_fragment,
     make_swizzled_layout,
@@ -47,6 +53,14 @@ WARP = 32
 _MMA_16BIT = {
     "float16": "tl::mma_m16n8k16_f16f16f32",
     "bfloat16": "tl::mma_m16n8k16_bf16bf16f32",
+}
+#: A/B element type -> (C element type, K of one mma.sync): the supported mma.sync gemms.
+#: int8 (m16n8k32 s8) and float32 (m16n8k8 tf32) are lowered by gemm_cuda_int8_tf32.py.
+MMA_KINDS = {
+    "float16": ("float32", 16),
+    "bfloat16": ("float32", 16),
+    "int8": ("int32", 32),
+    "float32": ("float32", 8),
 }
 
 
@@ -123,20 +137,29 @@ class GemmPlan:
                 f"T.gemm: A ({a.name}, {a.dtype}) and B ({b.name}, {b.dtype}) element types differ",
                 v.loc,
             )
-        if a.dtype not in _MMA_16BIT or c.dtype != "float32":
+        if a.dtype not in MMA_KINDS or c.dtype != MMA_KINDS[a.dtype][0]:
             raise errors.compile_error(
-                f"T.gemm on CUDA supports float16/bfloat16 inputs with float32 accumulation "
-                f"(mma.sync m16n8k16); got A={a.name} {a.dtype}, B={b.name} {b.dtype}, "
+                "T.gemm on CUDA supports float16/bfloat16 inputs with float32 accumulation "
+                "(mma.sync m16n8k16), int8 with int32 (m16n8k32) and float32 with float32 "
+                f"(tf32 m16n8k8); got A={a.name} {a.dtype}, B={b.name} {b.dtype}, "
                 f"C={c.name} {c.dtype}",
                 v.loc,
             )
-        if self.k % 16:
+        self.k_atom = MMA_KINDS[a.dtype][1]
+        if self.k % self.k_atom:
             raise errors.compile_error(
-                f"T.gemm on CUDA needs K % 16 == 0, got K={self.k} (A={a.name}, B={b.name})",
+                f"T.gemm on CUDA needs K % {self.k_atom} == 0 for {a.dtype} inputs, got "
+                f"K={self.k} (A={a.name}, B={b.name})",
                 v.loc,
             )
-        self.tk = self.k // 16
+        self.tk = self.k // self.k_atom
         self.a_in_regs = a.scope.startswith("local")
+        if self.a_in_regs and a.dtype == "float32":
+            raise errors.compile_error(
+                f"T.gemm on CUDA: a float32 (tf32) A operand ({a.name}) must be in shared "
+                "memory; a register A is supported for float16/bfloat16/int8 only",
+                v.loc,
+            )
         if b.scope.startswith("local"):
             raise errors.compile_error(
                 f"T.gemm on CUDA reads B ({b.name}) from shared memory; a register B is not "
@@ -153,12 +176,21 @@ class GemmPlan:
         return make_mma_accumulator_fragment(self.m, self.n, self.warp_m, self.warp_n)
 
     def a_fragment(self):
+        bits = 8 if self.in_dtype == "int8" else 16
         return make_mma_a_fragment(
-            self.m, self.n, self.k, self.warp_m, self.warp_n, 16, bool(self.v.transpose_A)
+            self.m, self.n, self.k, self.warp_m, self.warp_n, bits, bool(self.v.transpose_A)
         )
 
     @staticmethod
     def shared_layout(view, k_major: bool):
+        # int8 MN-major and float32 tiles are read element by element
+        # (gemm_cuda_int8_tf32.py), not by ldmatrix: they get a swizzle or the linear
+        # layout, never the padded one (the element loads index the tensor's own shape)
+        if view.dtype == "float32" or (view.dtype == "int8" and not k_major):
+            try:
+                return make_swizzled_layout((view.shape, view.dtype), k_major=True, allow_pad=False)
+            except ValueError:  # rows are not whole 16-byte vectors
+                return make_linear_layout(list(view.shape))
         return make_swizzled_layout((view.shape, view.dtype), k_major=k_major)
 
 
@@ -252,8 +284,12 @@ def _check_layout(ctx, tensor, expected, what, loc):
 
 
 def lower_gemm_cuda(v, ctx):
-    """ldmatrix + mma.sync.m16n8k16 (see the module docstring)."""
+    """ldmatrix + mma.sync.m16n8k16 (see the module docstring); int8/tf32 elsewhere."""
     plan = GemmPlan(v, _threads_of(ctx))
+    if plan.in_dtype not in _MMA_16BIT:
+        from .gemm_cuda_int8_tf32 import lower_gemm_int8_tf32
+
+        return lower_gemm_int8_tf32(plan, v, ctx)
     a, b, c = plan.a, plan.b, plan.c
     _check_layout(ctx, c.tensor, plan.c_fragment(), "accumulator", v.loc)
     c_local = ctx.local_of(c.tensor)
