@@ -70,23 +70,20 @@ MMA_KINDS = {
 def warp_partition(m: int, n: int, num_warps: int, policy) -> tuple[int, int]:
     """``(warp_m, warp_n)`` for a ``m x n`` C tile (upstream's GemmWarpPolicy rules).
 
-    FullRow puts every warp along M, FullCol along N; Square picks the split whose warp
-    tile ``m/warp_m x n/warp_n`` (each a multiple of 16 x 8) is closest to square,
-    preferring more warps along M on ties. Raises ValueError
-    when no split divides the tile.
+    FullRow puts as many warps along M as divide it into multiples of 16 rows (every
+    warp when it can) and the rest along N -- upstream's fallback when ``M < 16 *
+    num_warps``, e.g. a 64-row tile on 8 warps is 4 x 2; FullCol the same with N and
+    8 columns. Square picks the split whose warp tile ``m/warp_m x n/warp_n`` (each a
+    multiple of 16 x 8) is closest to square, preferring more warps along M on ties.
+    Raises ValueError when no split divides the tile.
     """
     policy = GemmWarpPolicy(int(policy))
 
     def fits(wm, wn):
         return m % (16 * wm) == 0 and n % (8 * wn) == 0
 
-    if policy == GemmWarpPolicy.FullRow:
-        choices = [(num_warps, 1)]
-    elif policy == GemmWarpPolicy.FullCol:
-        choices = [(1, num_warps)]
-    else:
-        choices = [(wm, num_warps // wm) for wm in range(1, num_warps + 1) if num_warps % wm == 0]
-    choices = [c for c in choices if fits(*c)]
+    splits = [(wm, num_warps // wm) for wm in range(1, num_warps + 1) if num_warps % wm == 0]
+    choices = [c for c in splits if fits(*c)]
     if not choices:
         raise ValueError(
             f"no {policy.name} split of {num_warps} warps divides a {m}x{n} C tile into "
@@ -94,9 +91,13 @@ def warp_partition(m: int, n: int, num_warps: int, policy) -> tuple[int, int]:
         )
 
     def score(c):
-        # Square: warp tiles as close to square as the splits allow (balanced operand loads)
         wm, wn = c
-        return (abs(m / wm - n / wn) if policy == GemmWarpPolicy.Square else 0, -wm)
+        if policy == GemmWarpPolicy.FullRow:
+            return (-wm,)
+        if policy == GemmWarpPolicy.FullCol:
+            return (-wn,)
+        # Square: warp tiles as close to square as the splits allow (balanced operand loads)
+        return (abs(m / wm - n / wn), -wm)
 
     return min(choices, key=score)
 
@@ -370,13 +371,35 @@ def lower_gemm_cuda(v, ctx):
 # ---------------------------------------------------------------------------------------
 @layout_rule("gemm", "cuda")
 def infer_gemm_layout_dispatch(v, ctx):
-    """wgmma layouts on sm_90a when the gemm fits, else :func:`infer_gemm_layout_cuda`."""
+    """wgmma layouts on sm_90a when the gemm fits, else :func:`infer_gemm_layout_cuda`.
+
+    With ``ctx.prefer_mma`` (layout inference's second attempt after a layout conflict,
+    see ``transform/layout_inference.py``) a gemm whose wgmma accumulator puts rows on
+    other threads than the mma.sync one takes the mma.sync path: with more than 64 rows
+    per warpgroup each warp owns rows ``16 w + 64 i`` of wgmma's m64 instructions, but
+    the contiguous rows ``w * M / warps ...`` of an mma.sync warp tile, so the row
+    vectors of FlashAttention (a wgmma Q @ K^T next to an mma.sync P @ V whose A is in
+    registers) could follow only one of them.
+    """
     from .gemm_wgmma import infer_gemm_layout_wgmma, wgmma_plan_for
 
     plan = wgmma_plan_for(v, ctx)
+    if plan is not None and getattr(ctx, "prefer_mma", False):
+        plan = _wgmma_unless_rows_differ(plan, v, ctx)
     if plan is not None:
         return infer_gemm_layout_wgmma(plan, ctx)
     return infer_gemm_layout_cuda(v, ctx)
+
+
+def _wgmma_unless_rows_differ(plan, v, ctx):
+    """``plan``, or None when the mma.sync C fragment holds C on other threads."""
+    from ..transform.layout_inference import same_threads
+
+    try:
+        mma_c = GemmPlan(v, _threads_of(ctx)).c_fragment()
+    except errors.CompileError:  # no mma.sync plan: keep wgmma
+        return plan
+    return plan if same_threads(plan.c_fragment(), mma_c) else None
 
 
 @lower_rule("gemm", "cuda")

@@ -239,8 +239,9 @@ class InferResult:
 
 # --------------------------------------------------------------------------- the pass
 class _Inference:
-    def __init__(self, func, threads: int, arch: str, annotations=None):
+    def __init__(self, func, threads: int, arch: str, annotations=None, prefer_mma=False):
         self.threads, self.arch = threads, arch
+        self.prefer_mma = prefer_mma
         self.layout_map: dict = {}
         self.ops, self.nests, self.fragments, self.serial_frags = [], [], [], []
         self.loop_layouts: dict = {}
@@ -297,6 +298,7 @@ class _Inference:
             if rule is None:
                 continue
             ctx = LayoutInferContext(self.threads, self.arch, level, self.layout_map)
+            ctx.prefer_mma = self.prefer_mma  # read by the sm_90a gemm rule (gemm_cuda.py)
             for var, layout in (rule(op.view(call), ctx) or {}).items():
                 changed |= self._set(var, layout, call.loc, f"T.{op.name}")
         return changed
@@ -439,5 +441,21 @@ def _fragments_in(stmt, shallow=False):
 
 
 def infer_layouts(func, threads: int, arch: str, annotations=None) -> InferResult:
-    """Run layout inference over a traced function (see the module docstring)."""
-    return _Inference(func, threads, arch, annotations).run()
+    """Run layout inference over a traced function (see the module docstring).
+
+    On a layout conflict it runs once more with ``prefer_mma``: gemms whose wgmma
+    accumulator puts rows on other threads than the mma.sync one take the mma.sync path
+    (e.g. FlashAttention with block_M = 128 on one warpgroup: the wgmma Q @ K^T and the
+    mma.sync P @ V, whose A is in registers, give the row vectors different threads). The
+    first error is raised when that does not help either.
+    """
+    try:
+        return _Inference(func, threads, arch, annotations).run()
+    except errors.CompileError as err:
+        if "layout conflict" not in str(err) or not str(arch).startswith("sm_90a"):
+            raise
+        first = err
+    try:
+        return _Inference(func, threads, arch, annotations, prefer_mma=True).run()
+    except errors.CompileError:
+        raise first from None
