@@ -19,7 +19,8 @@ Lowering (``@lower_rule("gemm", "cuda")``)
 int8 x int8 -> int32 (``mma.m16n8k32`` s8) and float32 x float32 -> float32 (tf32
 ``mma.m16n8k8``) share the plan, warp partition and C fragment; their operand loads and
 mmas are emitted by ``gemm_cuda_int8_tf32.py``. Their shared tiles read element by
-element (int8 MN-major, all float32) get a swizzle or the linear layout, never padding.
+element (int8 MN-major, all float32) get the linear layout
+(``gemm_cuda_int8_tf32.element_read_shared_layout`` says why).
 
 On sm_90a the registered rules (``infer_gemm_layout_dispatch`` / ``lower_gemm_dispatch`` at
 the end of this file) send gemms that fit a warpgroup to ``gemm_wgmma.py`` instead.
@@ -38,7 +39,6 @@ from tvm_tirx.tirx.tensor import TensorType
 
 from .. import errors
 from ..layout import (
-    make_linear_layout,
     make_mma_a_fragment,
     make_mma_accumulator_fragment,
     make_swizzled_layout,
@@ -185,13 +185,11 @@ class GemmPlan:
     @staticmethod
     def shared_layout(view, k_major: bool):
         # int8 MN-major and float32 tiles are read element by element
-        # (gemm_cuda_int8_tf32.py), not by ldmatrix: they get a swizzle or the linear
-        # layout, never the padded one (the element loads index the tensor's own shape)
+        # (gemm_cuda_int8_tf32.py), not by ldmatrix: that file picks their layout
         if view.dtype == "float32" or (view.dtype == "int8" and not k_major):
-            try:
-                return make_swizzled_layout((view.shape, view.dtype), k_major=True, allow_pad=False)
-            except ValueError:  # rows are not whole 16-byte vectors
-                return make_linear_layout(list(view.shape))
+            from .gemm_cuda_int8_tf32 import element_read_shared_layout
+
+            return element_read_shared_layout(view)
         return make_swizzled_layout((view.shape, view.dtype), k_major=k_major)
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from tvm_tirx import ir, tirx
 
+from ..layout import make_linear_layout
 from . import irb
 from .gemm_cuda import (
     WARP,
@@ -72,6 +73,22 @@ def tf32_a_elem(g, t, i):
 def tf32_b_elem(g, t, i):
     """(k, n) in the 8x8 B tile of tf32 register ``b[i]``."""
     return t + 4 * i, g
+
+
+def element_read_shared_layout(view):
+    """Layout of a shared tile read element by element (int8 MN-major, float32): linear.
+
+    Not a swizzle: ``T.copy`` of a global tile with a tail into a swizzled int8 tile whose
+    16-byte rows the copy lowering cannot prove contiguous (the XOR of the swizzle) keeps
+    per-element shared stores under the in-bounds guard and drops the zero fill, so a K
+    tail left stale data in shared memory (wrong int8 results for transpose_A=True on the
+    H200 at M, N, K = 200, 136, 96; reproduced with ``backends/cuda/emulate.py``). Into the
+    linear layout the copy is one vector access per vector, zero-filled at tails. The
+    lost zero fill is ``copy_cuda.cooperative_loop``'s (its vector-form guard has no else
+    branch); once that is fixed a swizzle can come back here (the element loads of the
+    linear layout have bank conflicts).
+    """
+    return make_linear_layout(list(view.shape))
 
 
 def shared_load(view, layout, rel_row, rel_col, ctx):

@@ -14,8 +14,10 @@ vectors (one lane per thread), so ``__syncthreads`` is implicit and
 It covers the subset the tilelang CUDA lowerings emit for non-gemm kernels (with the
 vector copies ``tl::copy_vec``/``tl::zero_vec``, whose alignment it checks,
 cp.async, done at once, device ``printf`` to stdout and ``__trap``, raised as
-:class:`DeviceTrap`); anything else (other ``tl::`` helpers, mma) raises
-:class:`EmulationError` naming it.
+:class:`DeviceTrap`), and the mma.sync gemm helpers: ``tl::ptx_ldmatrix_x{1,2,4}[_trans]``,
+``tl::float_to_tf32`` and the ``tl::mma_*`` wrappers of :data:`MMA_SHAPES` (one warp-wide
+call per warp, by the PTX ISA fragment tables; all 32 lanes must be active); anything else
+(other ``tl::`` helpers) raises :class:`EmulationError` naming it.
 Lockstep execution hides missing barriers; ``insert_sync`` is tested separately.
 """
 
@@ -104,6 +106,54 @@ ATOMICS = {
     "tl::AtomicAdd": np.add,
     "tl::AtomicMax": np.maximum,
     "tl::AtomicMin": np.minimum,
+}
+
+
+def tf32_round(x):
+    """``cvt.rna.tf32.f32``: nearest, ties away from zero, low 13 mantissa bits cleared."""
+    arr = np.asarray(x, np.float32)
+    bits = arr.view(np.uint32).astype(np.uint64)
+    finite = np.isfinite(arr)
+    rounded = ((bits + 0x1000) & ~np.uint64(0x1FFF)).astype(np.uint32)
+    return np.where(finite, rounded.view(np.float32), arr)
+
+
+def _is_tf32(x):
+    f = np.asarray(x, np.float32)
+    return ~np.isfinite(f) | ((f.view(np.uint32) & 0x1FFF) == 0)
+
+
+# mma wrapper of mma.h -> (K, operand dtype, accumulator dtype, A table, B table, A regs,
+# B regs). Tables (PTX ISA "Matrix Fragments for mma.m16n8k*"): element i of a lane's
+# A (B) registers -> (row, col) of the 16 x K A (K x 8 B) tile, g = lane // 4, t = lane % 4.
+MMA_SHAPES = {
+    "tl::mma_m16n8k32_s8s8s32": (
+        32,
+        np.int8,
+        np.int32,
+        lambda g, t, i: (g + 8 * ((i // 4) % 2), 4 * t + i % 4 + 16 * (i // 8)),
+        lambda g, t, i: (4 * t + i % 4 + 16 * (i // 4), g),
+        16,
+        8,
+    ),
+    "tl::mma_m16n8k8_tf32tf32f32": (
+        8,
+        np.float32,
+        np.float32,
+        lambda g, t, i: (g + 8 * (i % 2), t + 4 * (i // 2)),
+        lambda g, t, i: (t + 4 * i, g),
+        4,
+        2,
+    ),
+    "tl::mma_m16n8k16_f16f16f32": (
+        16,
+        np.float16,
+        np.float32,
+        lambda g, t, i: (g + 8 * ((i // 2) % 2), 2 * t + i % 2 + 8 * (i // 4)),
+        lambda g, t, i: (2 * t + i % 2 + 8 * (i // 2), g),
+        8,
+        4,
+    ),
 }
 
 
@@ -316,6 +366,12 @@ class _Machine:
             return self._copy_vec(fname, args, mask)
         if fname == "tl::is_aligned":
             return np.bool_(self.aligned)
+        if fname.startswith("tl::ptx_ldmatrix_x"):
+            return self._ldmatrix(fname, args, mask)
+        if fname in MMA_SHAPES:
+            return self._mma(fname, args, mask)
+        if fname == "tl::float_to_tf32":
+            return tf32_round(self.eval(args[0], mask))
         if fname == "printf":
             return self._printf(args, mask)
         if fname == "__trap":
@@ -420,6 +476,111 @@ class _Machine:
         if self.write_once and not db.local:
             self._check_once(db, dflat[rows])
         db.data[where(db, dflat, "writes")] = values
+        return None
+
+    def _warps(self, fname, mask):
+        """Lane indices ``(warps, 32)`` of the warps running a warp-wide call (all lanes)."""
+        active = np.broadcast_to(mask, (self.lanes,))
+        if self.lanes % 32 or not active.all():
+            raise EmulationError(
+                f"{fname}: reached by part of a warp (block {self.block_index}); "
+                "ldmatrix/mma need all 32 lanes"
+            )
+        return np.arange(self.lanes).reshape(-1, 32)
+
+    def _local_bytes(self, ptr, mask, nbytes, fname):
+        """(uint8 view of a local tensor's rows, byte offset per thread) of ``ptr``."""
+        b, flat = self._pointer(ptr, mask)
+        if not b.local:
+            raise EmulationError(f"{fname}: register operand {b.name} is not a local tensor")
+        size = b.data.dtype.itemsize
+        raw = b.data.view(np.uint8)
+        off = flat * size
+        if np.any(off + nbytes > raw.shape[-1]) or np.any(off < 0):
+            raise EmulationError(f"{fname}: {nbytes} bytes at {b.name} run past it")
+        return raw, off
+
+    def _ldmatrix(self, fname, args, mask):
+        """``tl::ptx_ldmatrix_x{1,2,4}[_trans](smem_ptr, regs)``: PTX ``ldmatrix .m8n8 .b16``.
+
+        Lanes ``8 q .. 8 q + 7`` give the 16-byte row addresses of matrix ``q``; lane ``l``
+        receives 32-bit word ``l % 4`` of row ``l // 4`` of every matrix (register ``q``),
+        or with ``.trans`` the 16-bit elements ``(2 (l % 4) + h, l // 4)``, ``h = 0, 1``.
+        """
+        m = re.fullmatch(r"tl::ptx_ldmatrix_x([124])(_trans)?", fname)
+        if m is None:
+            raise EmulationError(f"the emulator does not handle the extern call {fname}")
+        nmat, trans = int(m.group(1)), m.group(2) is not None
+        warps = self._warps(fname, mask)
+        sb, sflat = self._pointer(args[0], mask)
+        if sb.local:
+            raise EmulationError(f"{fname}: {sb.name} is not in shared memory")
+        smem = sb.data.view(np.uint8)
+        saddr = sflat * sb.data.dtype.itemsize
+        raw, doff = self._local_bytes(args[1], mask, 4 * nmat, fname)
+        for lanes in warps:
+            rows = np.zeros((nmat, 8, 16), np.uint8)
+            for q in range(nmat):
+                for r in range(8):
+                    a = int(saddr[lanes[8 * q + r]])
+                    if a % 16 or a < 0 or a + 16 > smem.size:
+                        raise EmulationError(
+                            f"{fname}: row address {a} of {sb.name} (lane {8 * q + r}, block "
+                            f"{self.block_index}) is not a 16-byte row inside it"
+                        )
+                    rows[q, r] = smem[a : a + 16]
+            for lo, t in enumerate(lanes):
+                for q in range(nmat):
+                    if trans:  # 16-bit elements (2 (lo%4) + h, lo//4) of the 8x8 matrix
+                        col = lo // 4
+                        word = np.concatenate(
+                            [rows[q, 2 * (lo % 4) + h, 2 * col : 2 * col + 2] for h in (0, 1)]
+                        )
+                    else:
+                        word = rows[q, lo // 4, 4 * (lo % 4) : 4 * (lo % 4) + 4]
+                    o = int(doff[t]) + 4 * q
+                    raw[t, o : o + 4] = word
+        return None
+
+    def _mma(self, fname, args, mask):
+        """``tl::mma_*(d, a, b, c)``: one ``mma.sync`` per warp (PTX fragment tables).
+
+        Products are summed in float64 (int8: exactly); tf32 operands must already be
+        rounded (``tl::float_to_tf32``), as ``cvt.rna.tf32.f32`` leaves them.
+        """
+        k, dt, ct, a_elem, b_elem, na, nb = MMA_SHAPES[fname]
+        warps = self._warps(fname, mask)
+        isz, csz = np.dtype(dt).itemsize, np.dtype(ct).itemsize
+        d_raw, d_off = self._local_bytes(args[0], mask, 4 * csz, fname)
+        a_raw, a_off = self._local_bytes(args[1], mask, na * isz, fname)
+        b_raw, b_off = self._local_bytes(args[2], mask, nb * isz, fname)
+        c_raw, c_off = self._local_bytes(args[3], mask, 4 * csz, fname)
+
+        def regs(raw, off, t, n, size, dtype):
+            o = int(off[t])
+            return raw[t, o : o + n * size].copy().view(dtype)
+
+        for lanes in warps:
+            a, b, c = np.zeros((16, k)), np.zeros((k, 8)), np.zeros((16, 8))
+            for lo, t in enumerate(lanes):
+                g, tq = lo // 4, lo % 4
+                av = regs(a_raw, a_off, t, na, isz, dt).astype(np.float64)
+                bv = regs(b_raw, b_off, t, nb, isz, dt).astype(np.float64)
+                cv = regs(c_raw, c_off, t, 4, csz, ct).astype(np.float64)
+                for i in range(na):
+                    a[a_elem(g, tq, i)] = av[i]
+                for i in range(nb):
+                    b[b_elem(g, tq, i)] = bv[i]
+                for i in range(4):
+                    c[g + 8 * (i // 2), 2 * tq + i % 2] = cv[i]
+            if dt is np.float32 and not (_is_tf32(a).all() and _is_tf32(b).all()):
+                raise EmulationError(f"{fname}: an operand is not rounded to tf32")
+            d = a @ b + c
+            for lo, t in enumerate(lanes):
+                g, tq = lo // 4, lo % 4
+                out = np.array([d[g + 8 * (i // 2), 2 * tq + i % 2] for i in range(4)])
+                o = int(d_off[t])
+                d_raw[t, o : o + 4 * csz] = out.astype(ct).view(np.uint8)
         return None
 
     def _atomic(self, fname, args, mask):
