@@ -119,7 +119,7 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
         vector = site.stmt(v, vec, loc=loc)
     elif site is not None:
         ctx.extra_allocs.extend(alloc(x) for x in site.allocs)
-        guard = (lambda x: ir.If(pred_body, x, None)) if pred_body is not None else None
+        guard = (lambda x: ir.If(pred_body, x, other)) if pred_body is not None else None
         vector = site.stmt(v, vec, guard=guard, loc=loc)
 
     def loop(body, var):

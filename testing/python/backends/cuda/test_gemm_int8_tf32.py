@@ -396,17 +396,7 @@ def _tail_cases():
     for dtype, k in (("int8", 96), ("int8", 88), ("float32", 40)):
         for ta, tb in TRANSPOSES:
             for aligned in (True, False):
-                marks = ()
-                # both operands K-major: neither zero-filled tail masks the other's stale one
-                if k == 88 and aligned and (not ta and tb):
-                    marks = pytest.mark.xfail(
-                        strict=True,
-                        reason="copy_cuda.cooperative_loop: the vector form of a global -> "
-                        "swizzled shared copy with 8-byte vectors keeps the shared stores under "
-                        "the in-bounds guard without the zero fill, so the K tail of a "
-                        "K-major int8 tile stays stale",
-                    )
-                yield pytest.param(dtype, k, ta, tb, aligned, marks=marks)
+                yield pytest.param(dtype, k, ta, tb, aligned)
 
 
 @pytest.mark.parametrize("dtype,k,ta,tb,aligned", list(_tail_cases()))
