@@ -27,6 +27,14 @@ def assert_names_line(err: Exception, line: int):
     assert f"{THIS_FILE}:{line}" in message, message
 
 
+def raises_at_mismatch(kernel, needle):
+    """Tracing ``kernel`` raises a TileLangError naming its ``# mismatch`` line and ``needle``."""
+    with pytest.raises(tilelang.TileLangError) as info:
+        kernel()
+    assert_names_line(info.value, line_of(kernel, "# mismatch"))
+    assert needle in str(info.value)
+
+
 def test_copy_shape_mismatch():
     def kernel():
         @T.prim_func
@@ -56,10 +64,7 @@ def test_copy_rank_mismatch():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "different tile shapes" in str(info.value)
+    raises_at_mismatch(kernel, "different tile shapes")
 
 
 def test_gemm_k_mismatch():
@@ -112,10 +117,7 @@ def test_gemm_c_shape_mismatch():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "N of B and C" in str(info.value)
+    raises_at_mismatch(kernel, "N of B and C")
 
 
 def test_reduce_shape_mismatch():
@@ -130,10 +132,7 @@ def test_reduce_shape_mismatch():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "T.reduce" in str(info.value)
+    raises_at_mismatch(kernel, "T.reduce")
 
 
 def test_wrong_number_of_indices():
@@ -177,10 +176,7 @@ def test_break_under_runtime_condition_in_python_loop():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "Python-level loop" in str(info.value)
+    raises_at_mismatch(kernel, "Python-level loop")
 
 
 def test_runtime_value_as_python_bool():
@@ -212,10 +208,7 @@ def test_nested_kernel():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "nested" in str(info.value)
+    raises_at_mismatch(kernel, "nested")
 
 
 def test_error_inside_macro_names_macro_line():
@@ -265,10 +258,7 @@ def test_unsupported_construct():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "T.Persistent" in str(info.value)
+    raises_at_mismatch(kernel, "T.Persistent")
 
 
 def test_tile_op_outside_kernel():
@@ -328,10 +318,7 @@ def test_reduce_dim_out_of_range():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "dim 2 out of range" in str(info.value)
+    raises_at_mismatch(kernel, "dim 2 out of range")
 
 
 def test_fill_of_non_tensor_and_bad_allocation():
@@ -396,7 +383,4 @@ def test_value_bound_in_loop_used_after():
 
         return main
 
-    with pytest.raises(tilelang.TileLangError) as info:
-        kernel()
-    assert_names_line(info.value, line_of(kernel, "# mismatch"))
-    assert "'last'" in str(info.value)
+    raises_at_mismatch(kernel, "'last'")
