@@ -26,9 +26,13 @@ def main():
     c = gemm(a, b)
     ref = a.double() @ b.double()
     rel = ((c.double() - ref).norm() / ref.norm()).item()
-    print(f"[{device}] gemm {M}x{N}x{K} fp16: relative error {rel:.2e} (compiled in {compile_s:.2f} s)")
+    print(
+        f"[{device}] gemm {M}x{N}x{K} fp16: relative error {rel:.2e} (compiled in {compile_s:.2f} s)"
+    )
     assert rel < 1e-2, rel
-    ms = gemm.get_profiler().do_bench(warmup=3 if device == "cpu" else 25, rep=5 if device == "cpu" else 100)
+    ms = gemm.get_profiler().do_bench(
+        warmup=3 if device == "cpu" else 25, rep=5 if device == "cpu" else 100
+    )
     print(f"[{device}] gemm: {ms:.3f} ms, {2 * M * N * K / ms / 1e9:.4g} TFLOP/s")
 
     x = torch.randn(1000, 512, device=device)

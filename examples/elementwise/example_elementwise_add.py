@@ -9,7 +9,9 @@ import tilelang.language as T
 
 
 @tilelang.jit(out_idx=[-1])
-def elementwise_add(M, N, block_M=32, block_N=32, in_dtype="float32", out_dtype="float32", threads=128):
+def elementwise_add(
+    M, N, block_M=32, block_N=32, in_dtype="float32", out_dtype="float32", threads=128
+):
     @T.prim_func
     def elem_add(
         A: T.Tensor((M, N), in_dtype),
@@ -37,7 +39,9 @@ def elementwise_add_direct(M, N, block_M=32, block_N=32, dtype="float32", thread
     """The same sum written straight on global memory: out-of-range lanes are skipped."""
 
     @T.prim_func
-    def elem_add(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+    def elem_add(
+        A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)
+    ):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             for i, j in T.Parallel(block_M, block_N):
                 y, x = by * block_M + i, bx * block_N + j

@@ -13,7 +13,9 @@ import tilelang.language as T
 
 
 @tilelang.jit(out_idx=[3])
-def flashattn(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, num_stages=1, threads=128):
+def flashattn(
+    batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, num_stages=1, threads=128
+):
     scale = (1.0 / dim) ** 0.5 * 1.44269504  # log2(e)
     shape = [batch, seq_len, heads, dim]
     dtype = "float16"
@@ -131,7 +133,9 @@ def flashattn(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, num
                 group=[[0], [1, 2], [3, 4, 5, 6, 7, 8, 9, 10], [11], [12], [13]],
             ):
                 MMA0(K, Q_shared, K_shared, acc_s, k, bx, by, bz)
-                Softmax(acc_s, acc_s_cast, scores_max, scores_max_prev, scores_scale, scores_sum, logsum)
+                Softmax(
+                    acc_s, acc_s_cast, scores_max, scores_max_prev, scores_scale, scores_sum, logsum
+                )
                 Rescale(acc_o, scores_scale)
                 MMA1(V, V_shared, acc_s_cast, acc_o, k, by, bz)
             for i, j in T.Parallel(block_M, dim):
@@ -152,11 +156,16 @@ def ref_program(Q, K, V, is_causal):
 def main(batch=1, heads=2, seq_len=128, dim=64, is_causal=False, device=None):
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     kernel = flashattn(batch, heads, seq_len, dim, is_causal)
-    q, k, v = (torch.randn(batch, seq_len, heads, dim, device=device, dtype=torch.float16) for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, seq_len, heads, dim, device=device, dtype=torch.float16)
+        for _ in range(3)
+    )
     out = kernel(q, k, v)
     ref = ref_program(q, k, v, is_causal)
     torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2)
-    print(f"flash attention fwd b={batch} h={heads} s={seq_len} d={dim} causal={is_causal} on {device}: matches")
+    print(
+        f"flash attention fwd b={batch} h={heads} s={seq_len} d={dim} causal={is_causal} on {device}: matches"
+    )
     return out
 
 

@@ -85,7 +85,7 @@ def _wrap(path, stmts):
 def plan_shared_memory(body, arch: str = "sm_90a"):
     path, stmts = _split(body)
     tiles = []  # (var, index of its alloc)
-    for k, s in enumerate(stmts):
+    for s in stmts:
         var = alloc_of(s)
         if var is not None and is_shared(var):
             tiles.append(var)
@@ -125,7 +125,7 @@ def plan_shared_memory(body, arch: str = "sm_90a"):
             if offset + size <= lo:
                 break
             offset = _round_up(max(offset, hi), align)
-        for v2, o2, sz2, f2, l2 in placed:
+        for _v2, o2, sz2, _f2, l2 in placed:
             overlap = offset < o2 + sz2 and o2 < offset + size
             if overlap and l2 < first:
                 if not any(is_sync(stmts[k]) for k in range(l2 + 1, first)):

@@ -601,7 +601,9 @@ def test_gpu_mma_tf32_and_s8():
     b8 = torch.randint(-128, 128, (8, 32), device="cuda", dtype=torch.int8)
     d32 = torch.empty(16, 8, device="cuda", dtype=torch.int32)
     g(a8, b8, d32)
-    expect32 = (a8.cpu().long() @ b8.cpu().long().t()).to(torch.int32).cuda()  # no int64 matmul on CUDA
+    expect32 = (
+        (a8.cpu().long() @ b8.cpu().long().t()).to(torch.int32).cuda()
+    )  # no int64 matmul on CUDA
     torch.testing.assert_close(d32, expect32, rtol=0, atol=0)
 
 
