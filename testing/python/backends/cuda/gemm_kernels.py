@@ -15,20 +15,20 @@ def make(
     dtype="float16",
     ta=False,
     tb=False,
+    accum="float32",
 ):
+    """A tiled ``C = op(A) @ op(B)`` kernel; C (and its fragment) has type ``accum``."""
     a_shape = (K, M) if ta else (M, K)
     b_shape = (N, K) if tb else (K, N)
     as_ = (bK, bM) if ta else (bM, bK)
     bs_ = (bN, bK) if tb else (bK, bN)
 
     @T.prim_func
-    def main(
-        A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")
-    ):
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), accum)):
         with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
             A_shared = T.alloc_shared(as_, dtype)
             B_shared = T.alloc_shared(bs_, dtype)
-            C_local = T.alloc_fragment((bM, bN), "float32")
+            C_local = T.alloc_fragment((bM, bN), accum)
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
                 if ta:

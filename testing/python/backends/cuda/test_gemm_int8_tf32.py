@@ -18,10 +18,10 @@ import pytest
 from tvm_tirx import ir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gemm_kernels  # noqa: E402
 from test_gemm_cuda_compile import ptxas_report  # noqa: E402
 from test_gemm_mma_emulation import _const, _store, _tensor  # noqa: E402
 
-import tilelang.language as T  # noqa: E402
 from tilelang.backends.cuda.context import CudaLowerContext, LayoutInferContext  # noqa: E402
 from tilelang.ops.gemm import GEMM, GemmWarpPolicy  # noqa: E402
 from tilelang.ops.gemm_cuda import infer_gemm_layout_cuda, lower_gemm_cuda  # noqa: E402
@@ -299,30 +299,7 @@ def make_kernel(
     M, N, K, bM=128, bN=128, bK=64, threads=128, stages=2, dtype="int8", ta=False, tb=False
 ):
     """A tiled ``C = op(A) @ op(B)`` kernel (C int32 for int8, float32 for float32)."""
-    accum = ACCUM[dtype]
-    a_shape, b_shape = ((K, M) if ta else (M, K)), ((N, K) if tb else (K, N))
-    as_, bs_ = ((bK, bM) if ta else (bM, bK)), ((bN, bK) if tb else (bK, bN))
-
-    @T.prim_func
-    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), accum)):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared(as_, dtype)
-            B_shared = T.alloc_shared(bs_, dtype)
-            C_local = T.alloc_fragment((bM, bN), accum)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
-                if ta:
-                    T.copy(A[k * bK, by * bM], A_shared)
-                else:
-                    T.copy(A[by * bM, k * bK], A_shared)
-                if tb:
-                    T.copy(B[bx * bN, k * bK], B_shared)
-                else:
-                    T.copy(B[k * bK, bx * bN], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_A=ta, transpose_B=tb)
-            T.copy(C_local, C[by * bM, bx * bN])
-
-    return main
+    return gemm_kernels.make(M, N, K, bM, bN, bK, threads, stages, dtype, ta, tb, ACCUM[dtype])
 
 
 CFG = {"int8": dict(bK=64), "float32": dict(bK=16)}  # 2 stages fit the 48 KB static smem
