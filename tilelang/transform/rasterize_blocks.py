@@ -19,7 +19,7 @@ from tvm_tirx import tirx as _tirx
 
 from ..ops.rasterize import USE_SWIZZLE
 from ..ops.registry import tile_op_of
-from .stmt import launch_of, substitute
+from .stmt import launch_of, launches_of, substitute
 
 
 def _find_hint(body):
@@ -62,15 +62,7 @@ def rasterize_blocks(func):
     if hint is None:
         return func
     body = _drop_hints(func.body)
-    launches, node = {}, body
-    while True:
-        while isinstance(node, ir.SeqStmt) and len(node.seq) == 1:
-            node = node.seq[0]
-        launch = launch_of(node)
-        if launch is None:
-            break
-        launches[launch[0]] = (launch[2], launch[1])
-        node = node.body
+    launches = {tag: (var, extent) for tag, extent, var in launches_of(body)[0]}
     if not hint.enable or "blockIdx.x" not in launches or "blockIdx.y" not in launches:
         return func.with_body(body)
     (bx, gx), (by, gy) = launches["blockIdx.x"], launches["blockIdx.y"]

@@ -136,3 +136,33 @@ class StmtMutator:
         return ir.RegionStmt(
             stmt.op, stmt.args, stmt.body_params, stmt.attrs, body, stmt.result_vars, stmt.loc
         )
+
+
+def launches_of(body):
+    """(list of (tag, extent, var) of the nested thread launches at the top of ``body``,
+    the innermost launch's body)."""
+    out = []
+    while True:
+        while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
+            body = body.seq[0]
+        launch = launch_of(body)
+        if launch is None:
+            return out, body
+        out.append(launch)
+        body = body.body
+
+
+def _is_schedule_hint(key: str) -> bool:
+    return key.startswith("tl") or key in ("num_stages", "coalesced_width")
+
+
+class StripScheduleHints(StmtMutator):
+    """Drop the loop annotations that only the tile-level passes read (``tl.parallel``,
+    ``num_stages``, pipeline order/stage, ``coalesced_width``) before TIRx's own passes."""
+
+    def visit_For(self, stmt, ctx):
+        body = self.body(stmt.body, ctx)
+        ann = {k: v for k, v in (stmt.annotations or {}).items() if not _is_schedule_hint(k)}
+        return ir.For(
+            stmt.var, stmt.begin, stmt.end, stmt.step, stmt.kind, body, ann or None, stmt.loc
+        )

@@ -22,26 +22,11 @@ from ...ops.debug import uses_device_assert
 from ...transform.instrument import on_body, run_stages
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
-from ...transform.stmt import StmtMutator, contains
+from ...transform.stmt import StripScheduleHints, contains
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 
 TARGET = {"kind": "llvm"}
-
-
-class _StripScheduleHints(StmtMutator):
-    """Drop loop annotations meant for GPU schedulers (parallel partition, pipelining)."""
-
-    def visit_For(self, stmt, ctx):
-        body = self.body(stmt.body, ctx)
-        ann = {k: v for k, v in (stmt.annotations or {}).items() if not _is_hint(k)}
-        return ir.For(
-            stmt.var, stmt.begin, stmt.end, stmt.step, stmt.kind, body, ann or None, stmt.loc
-        )
-
-
-def _is_hint(key: str) -> bool:
-    return key.startswith("tl") or key in ("num_stages", "coalesced_width")
 
 
 def _uses_atomics(body) -> bool:
@@ -63,7 +48,7 @@ def lower(func, pass_configs=None):
         ("lower_threads", on_body(lower_threads)),
         ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
-        ("strip_schedule_hints", on_body(_StripScheduleHints("cpu"))),
+        ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),
         ("legalize_half_math", on_body(legalize_half_math)),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
     ]

@@ -33,7 +33,7 @@ from ...transform.lower_fragments import lower_fragments
 from ...transform.lower_parallel import lower_parallel
 from ...transform.plan_shared_memory import plan_shared_memory
 from ...transform.rasterize_blocks import rasterize_blocks
-from ...transform.stmt import StmtMutator, launch_of
+from ...transform.stmt import StmtMutator, StripScheduleHints, launch_of, launches_of
 from ...transform.thread_utils import is_fragment, new_tensor
 from .context import CudaLowerContext
 
@@ -51,32 +51,6 @@ class _LowerTileOpsCuda(StmtMutator):
         else:
             rule = lowering_for(op, "cuda", call)
         return rule(op.view(call), ctx)
-
-
-class _StripHints(StmtMutator):
-    def visit_For(self, stmt, ctx):
-        body = self.body(stmt.body, ctx)
-        ann = {
-            k: v
-            for k, v in (stmt.annotations or {}).items()
-            if not (k.startswith("tl") or k in ("num_stages", "coalesced_width"))
-        }
-        return ir.For(
-            stmt.var, stmt.begin, stmt.end, stmt.step, stmt.kind, body, ann or None, stmt.loc
-        )
-
-
-def _launches(body):
-    """(list of (tag, extent, var), innermost launch body)."""
-    out = []
-    while True:
-        while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
-            body = body.seq[0]
-        launch = launch_of(body)
-        if launch is None:
-            return out, body
-        out.append(launch)
-        body = body.body
 
 
 def _rebuild(body, new_inner):
@@ -97,7 +71,7 @@ def _rebuild(body, new_inner):
 
 
 def _thread_info(func):
-    launches, _ = _launches(func.body)
+    launches, _ = launches_of(func.body)
     threads = [x for x in launches if x[0].startswith("threadIdx")]
     if not threads:
         raise errors.compile_error("a CUDA kernel needs a T.Kernel(..., threads=N) launch")
@@ -147,7 +121,7 @@ def lower(func, target=None, pass_configs=None):
             info.layouts,
             locals_,
             [],
-            {tag: var for tag, _, var in _launches(f.body)[0]},
+            {tag: var for tag, _, var in launches_of(f.body)[0]},
         )
         state.update(tvar=tvar, threads=threads, info=info, locals=locals_, ctx=ctx)
         return f  # layouts live in the context; the IR is unchanged
@@ -162,7 +136,7 @@ def lower(func, target=None, pass_configs=None):
         ctx = state["ctx"]
         if not ctx.extra_allocs:
             return body
-        _, inner = _launches(body)
+        _, inner = launches_of(body)
         inner_seq = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
         return _rebuild(body, ir.SeqStmt(list(ctx.extra_allocs) + inner_seq))
 
@@ -188,7 +162,7 @@ def lower(func, target=None, pass_configs=None):
         ("hoist_allocs", on_body(hoist_allocs)),
         ("insert_sync", on_body(lambda b: insert_sync(b, state["tvar"]))),
         ("plan_shared_memory", on_body(lambda b: plan_shared_memory(b, arch))),
-        ("strip_schedule_hints", on_body(lambda b: _StripHints("cuda")(b, state["ctx"]))),
+        ("strip_schedule_hints", on_body(lambda b: StripScheduleHints("cuda")(b, state["ctx"]))),
     ]
     return run_stages(func, stages, pass_configs)
 
