@@ -13,7 +13,9 @@ Measures, each a median of several runs:
    verify + load, no compilation;
 4. the per-call overhead of a cached tiny kernel (``C = A + B`` on 256 floats; the CPU
    backend runs it as a parallel loop) against torch eager (``torch.add(a, b, out=c)``,
-   ``a + b``), plus the raw tvm-ffi function without JITKernel's Python wrapper.
+   ``a + b``), plus the raw tvm-ffi function without JITKernel's Python wrapper. "call" is
+   the host cost: batches of asynchronous calls with one synchronize per batch (the GPU runs a
+   tiny kernel faster than the host launches it); "call+sync" (CUDA only) waits for every call.
 
 Child processes get a private ``TILELANG_CACHE_DIR`` under a temporary directory.
 """
@@ -192,17 +194,36 @@ def measure(target: str, runs: int, repeats: int, inner: int) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def timed(fn):
+        """Host cost per call: batches of ``inner`` asynchronous calls, one sync per batch."""
+
+        def batch():
+            for _ in range(inner):
+                fn()
+            sync()
+
+        return _per_call(batch, repeats, 1) / inner
+
+    def timed_sync(fn):
+        """Round trip per call: launch, then wait for the kernel (sync after every call)."""
+
         def call():
             fn()
             sync()
 
         return _per_call(call, repeats, inner)
 
-    results["call_tilelang_inplace"] = timed(lambda: inplace(a, b, c))
-    results["call_tilelang_out_idx"] = timed(lambda: allocating(a, b))
-    results["call_raw_tvm_ffi"] = timed(lambda: raw(a, b, c))
-    results["call_torch_add_out"] = timed(lambda: torch.add(a, b, out=c))
-    results["call_torch_add"] = timed(lambda: a + b)
+    calls = {
+        "tilelang_inplace": lambda: inplace(a, b, c),
+        "tilelang_out_idx": lambda: allocating(a, b),
+        "raw_tvm_ffi": lambda: raw(a, b, c),
+        "torch_add_out": lambda: torch.add(a, b, out=c),
+        "torch_add": lambda: a + b,
+    }
+    for name, fn in calls.items():
+        results[f"call_{name}"] = timed(fn)
+    if device == "cuda":
+        for name, fn in calls.items():
+            results[f"sync_{name}"] = timed_sync(fn)
     return results
 
 
@@ -222,6 +243,14 @@ def table(results: dict, target: str) -> str:
         ("call: torch.add(a, b, out=c)", results["call_torch_add_out"], "us"),
         ("call: a + b (torch eager)", results["call_torch_add"], "us"),
     ]
+    if "sync_torch_add" in results:
+        rows += [
+            ("call+sync: tiny kernel, JITKernel, C given", results["sync_tilelang_inplace"], "us"),
+            ("call+sync: tiny kernel, JITKernel, out_idx", results["sync_tilelang_out_idx"], "us"),
+            ("call+sync: raw tvm-ffi function", results["sync_raw_tvm_ffi"], "us"),
+            ("call+sync: torch.add(a, b, out=c)", results["sync_torch_add_out"], "us"),
+            ("call+sync: a + b (torch eager)", results["sync_torch_add"], "us"),
+        ]
     lines = [f"tilelang overhead on {target}", f"{'measurement':<48} {'median':>12}"]
     for name, value, unit in rows:
         shown = value * 1e6 if unit == "us" else value

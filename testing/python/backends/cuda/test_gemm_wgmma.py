@@ -260,14 +260,7 @@ def test_gemm_matches_torch_gpu(ta, tb, dtype, shape):
         dict(bM=256, bN=128, bK=64, threads=256, stages=3, tb=True),
         dict(bM=128, bN=128, bK=64, threads=128, stages=1),
         dict(bM=128, bN=128, bK=64, threads=128, stages=2, ta=True),
-        pytest.param(
-            dict(bM=128, bN=128, bK=64, threads=128, stages=3, pipelined=False),
-            marks=pytest.mark.xfail(
-                reason="synchronous vectorized T.copy into a swizzled tile: TIRx 'Duplicate "
-                "loop variable' (copy lowering, on every arch; not the gemm)",
-                strict=False,
-            ),
-        ),
+        dict(bM=128, bN=128, bK=64, threads=128, stages=3, pipelined=False),
         dict(bM=64, bN=64, bK=64, threads=128, stages=4, dtype="bfloat16"),
     ],
 )
