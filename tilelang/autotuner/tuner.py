@@ -27,13 +27,13 @@ progress bars.
 
 from __future__ import annotations
 
-import concurrent.futures
 import enum
 import hashlib
 import inspect
 import json
 import logging
 import os
+import queue
 import signal
 import threading
 import time
@@ -115,6 +115,54 @@ class _Timeout(Exception):
     pass
 
 
+def _compile_all(compile_args, traced, timeout):
+    """Compile the traced candidates in parallel; yield ``(i, config, func, kernel | error)``.
+
+    At most ``num_workers()`` compiles run at once, each on its own daemon thread. A
+    candidate still compiling ``timeout`` seconds after it started is reported as a
+    :class:`_Timeout` and abandoned: a thread cannot be killed, so it finishes in the
+    background (or dies with the interpreter) and its result is dropped, while its worker
+    slot goes to the next candidate. A compiler that hangs on one config cannot stall a run.
+    """
+    results: queue.Queue = queue.Queue()
+
+    def task(i, func):
+        try:
+            outcome = compile_args.compile_program(func)
+        except BaseException as err:  # noqa: BLE001 - reported per config
+            outcome = err
+        results.put((i, outcome))
+
+    todo = list(traced)
+    by_index = {i: (config, func) for i, config, func in traced}
+    running: dict[int, float] = {}
+    workers = max(1, num_workers())
+    progress = _progress_bar(total=len(todo), desc="Compiling configurations")
+    try:
+        while todo or running:
+            while todo and len(running) < workers:
+                i, _, func = todo.pop(0)
+                running[i] = time.perf_counter()
+                threading.Thread(target=task, args=(i, func), daemon=True).start()
+            try:
+                i, outcome = results.get(timeout=0.2)
+            except queue.Empty:
+                i = None
+            if i is not None and i in running:
+                del running[i]
+                progress.update(1)
+                yield i, *by_index[i], outcome
+            if timeout and timeout > 0:
+                now = time.perf_counter()
+                for j, began in list(running.items()):
+                    if now - began > timeout:
+                        del running[j]
+                        progress.update(1)
+                        yield j, *by_index[j], _Timeout(f"exceeded {timeout} s")
+    finally:
+        progress.close()
+
+
 def _run_with_timeout(fn, timeout):
     """``fn()``, interrupted after ``timeout`` s on the main thread (SIGALRM); else checked after."""
     if not timeout or timeout <= 0:
@@ -139,8 +187,29 @@ def _run_with_timeout(fn, timeout):
     return out
 
 
+class _NoProgress:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_enabled() -> bool:
+    return os.environ.get("TILELANG_AUTO_TUNING_PROGRESS", "1").strip() not in {"0", "false", "off"}
+
+
+def _progress_bar(total: int, desc: str):
+    """A tqdm bar updated by hand (or a silent stand-in when progress bars are off)."""
+    if not _progress_enabled():
+        return _NoProgress()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc)
+
+
 def _progress(iterable, **kwargs):
-    if os.environ.get("TILELANG_AUTO_TUNING_PROGRESS", "1").strip() in {"0", "false", "off"}:
+    if not _progress_enabled():
         return iterable
     from tqdm import tqdm
 
@@ -365,18 +434,11 @@ class AutoTuner:
             except Exception as err:  # noqa: BLE001 - a config that does not trace is skipped
                 failures[i] = f"trace: {err}"
         compiled = []
-        with concurrent.futures.ThreadPoolExecutor(max_workers=num_workers()) as pool:
-            futures = {
-                pool.submit(self.compile_args.compile_program, func): (i, config, func)
-                for i, config, func in traced
-            }
-            done = concurrent.futures.as_completed(futures)
-            for future in _progress(done, total=len(futures), desc="Compiling configurations"):
-                i, config, func = futures[future]
-                try:
-                    compiled.append((i, config, func, future.result()))
-                except Exception as err:  # noqa: BLE001
-                    failures[i] = f"compile: {err}"
+        for i, config, func, outcome in _compile_all(self.compile_args, traced, timeout):
+            if isinstance(outcome, BaseException):
+                failures[i] = f"compile: {type(outcome).__name__}: {outcome}"
+            else:
+                compiled.append((i, config, func, outcome))
         compiled.sort(key=lambda item: item[0])
         best = None
         shared: dict = {}

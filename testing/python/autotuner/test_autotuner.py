@@ -79,6 +79,32 @@ def test_reference_check_rejects_wrong_configs(cache_dir):
     assert result.ref_latency is not None
 
 
+def test_a_compile_past_the_timeout_is_rejected_not_waited_for(cache_dir, monkeypatch):
+    import threading
+    import time
+
+    from tilelang.autotuner.param import CompileArgs
+
+    release = threading.Event()
+    original = CompileArgs.compile_program
+
+    def hangs_for_block_64(self, func):
+        if 'launch_thread("blockIdx.x", 64)' in func.script():
+            release.wait(30)  # a compiler that hangs on this config
+        return original(self, func)
+
+    monkeypatch.setattr(CompileArgs, "compile_program", hangs_for_block_64)
+    tuned = kernels.tuned([{"block": 64}, {"block": 256}], timeout=1.0)
+    start = time.perf_counter()
+    try:
+        result = tuned.tune(4096)
+    finally:
+        release.set()
+    assert time.perf_counter() - start < 20
+    assert result.config == {"block": 256}
+    assert "compile" in result.failures[0] and "exceeded 1.0 s" in result.failures[0]
+
+
 def test_all_configs_failing_names_the_reasons(cache_dir):
     tuned = kernels.tuned([{"work": 1, "bias": 1.0}], skip_check=False, ref_prog=lambda a: a)
     with pytest.raises(tilelang.CompileError, match=r"configs\[0\] benchmark"):
