@@ -15,6 +15,7 @@ from .gemm_layouts import (
     make_mma_b_fragment,
     make_mma_c_atom_fragment,
     make_parallel_fragment,
+    make_wgmma_a_fragment,
     make_wgmma_accumulator_fragment,
     make_wgmma_atom_fragment,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "make_quarter_bank_swizzled_layout",
     "make_swizzle_layout_for_mode",
     "make_swizzled_layout",
+    "make_wgmma_a_fragment",
     "make_wgmma_accumulator_fragment",
     "make_wgmma_atom_fragment",
     "make_wgmma_swizzled_layout",

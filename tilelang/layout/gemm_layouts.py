@@ -222,6 +222,38 @@ def make_wgmma_accumulator_fragment(
     return group_tile.repeat([warpgroup_m, warpgroup_n], True, lower_dim_first=False)
 
 
+def make_wgmma_a_fragment(
+    block_m: int,
+    block_k: int,
+    warpgroup_m: int = 1,
+    warpgroup_n: int = 1,
+) -> Fragment:
+    """A held in registers for ``wgmma.m64nNk16`` (16-bit A): a ``block_m x block_k`` tile.
+
+    PTX ISA "Matrix Fragments for wgmma.m64nNk16", multiplicand A in registers: warp ``w``
+    of the warpgroup holds rows ``16w .. 16w+15`` of each m64 tile, in the per-warp
+    ``mma.m16n8k16`` A layout (``a0..a7``). Warpgroup ``gm`` (threads ``128 * (gm +
+    warpgroup_m * gn)``) holds rows ``gm * block_m / warpgroup_m ..``, the whole K,
+    replicated over the ``warpgroup_n`` warpgroups of a row (as the accumulator's
+    :func:`make_wgmma_accumulator_fragment` splits C). Tile ``(mi, ki)`` (m64 x k16,
+    row-major) holds ``local = 8 * (mi * tiles_k + ki) + a``.
+
+    A 64 x 16 tile has the thread map of a ``make_wgmma_atom_fragment(16)`` accumulator
+    and the same local order, so a wgmma accumulator cast to 16 bits is a valid A without
+    moving data (FlashAttention's P = cast(Q @ K^T) for P @ V).
+    """
+    for value, name in ((block_m, "block_m"), (block_k, "block_k")):
+        _positive_int(value, name)
+    _positive_int(warpgroup_m, "warpgroup_m")
+    _positive_int(warpgroup_n, "warpgroup_n")
+    tiles_m = _divides(block_m, 64 * warpgroup_m, "block_m vs 64 * warpgroup_m")
+    tiles_k = _divides(block_k, 16, "block_k vs 16")
+    atom = make_mma_a_atom_fragment(16).repeat([4, 1], True)  # 64 x 16 over 4 warps
+    group_tile = atom.repeat([tiles_m, tiles_k], False, True)
+    block = group_tile.repeat([warpgroup_m, 1], True, lower_dim_first=False)
+    return block.replicate(warpgroup_n) if warpgroup_n > 1 else block
+
+
 # ---------------------------------------------------------------------------------------
 # ldmatrix
 # ---------------------------------------------------------------------------------------
@@ -363,6 +395,7 @@ __all__ = [
     "make_mma_b_fragment",
     "make_mma_c_atom_fragment",
     "make_parallel_fragment",
+    "make_wgmma_a_fragment",
     "make_wgmma_accumulator_fragment",
     "make_wgmma_atom_fragment",
 ]
