@@ -34,7 +34,9 @@ _PROLOGUE = r"""// Copyright (c) tilelang contributors. Licensed under the MIT l
 //   tl::wgmma_commit()               wgmma.commit_group.sync.aligned
 //   tl::wgmma_wait<N>()              wgmma.wait_group.sync.aligned N (at most N groups pending)
 //   tl::wgmma_fence_operand<R>(d)    compiler-only fence on d[0..R): keeps reads/writes of the
-//                                    accumulators from moving across the asm around it
+//                                    accumulators from moving across the asm around it; on a
+//                                    16-bit register A (half_t/bfloat16_t/uint16_t, R even) it
+//                                    fences the R / 2 32-bit registers holding d[0..R)
 //   tl::wgmma_desc<T, LBO, SBO>(p)   64-bit shared-memory matrix descriptor of the tile at p:
 //                                    bits 0-13 (addr & 0x3FFFF) >> 4, 16-29 LBO >> 4,
 //                                    32-45 SBO >> 4, 49-51 base offset (0: tiles are aligned
@@ -46,6 +48,11 @@ _PROLOGUE = r"""// Copyright (c) tilelang contributors. Licensed under the MIT l
 //        0 = K-major, 1 = M-major (A) / N-major (B). d points at the thread's N / 2
 //        accumulators: with w = warp in the warpgroup, g = lane / 4, t = lane % 4,
 //        d[i] holds row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2.
+//   tl::wgmma_m64n<N>k16_rs<kBF16, kTransB>(a, desc_b, d, scale_d)
+//        the same with A (64 x 16) in registers: a points at the thread's 8 16-bit elements
+//        (four 32-bit registers), a[i] holding row 16 w + g + 8 ((i / 2) % 2), column
+//        2 t + i % 2 + 8 (i / 4) (the per-warp mma.m16n8k16 A layout). The registers must
+//        not be written until a wgmma.wait_group retires the instruction.
 //
 // Everything but fence_proxy_async_shared needs the sm_90a target (compute_90a); the gemm
 // lowering only emits these calls for sm_90a.
@@ -95,6 +102,16 @@ TL_DEVICE void wgmma_fence_operand(float* d) {
   }
 }
 
+template <int R, typename T>
+TL_DEVICE void wgmma_fence_operand(T* a) {
+  static_assert(sizeof(T) == 2 && R % 2 == 0, "16-bit elements, whole 32-bit registers");
+  uint32_t* r = reinterpret_cast<uint32_t*>(a);
+#pragma unroll
+  for (int i = 0; i < R / 2; ++i) {
+    asm volatile("" : "+r"(r[i])::"memory");
+  }
+}
+
 template <int LayoutType, int LBO, int SBO>
 TL_DEVICE uint64_t wgmma_desc(const void* smem_ptr) {
   static_assert(LayoutType >= 0 && LayoutType <= 3, "layout type is 2 bits");
@@ -139,9 +156,39 @@ def _wrapper(n: int) -> str:
     )
 
 
+def _wrapper_rs(n: int) -> str:
+    """``wgmma_m64n<n>k16_rs``: A from four 32-bit registers, B by descriptor (PTX form
+    ``d, {a0..a3}, desc-b, scale-d, imm-scale-a, imm-scale-b, imm-trans-b``)."""
+    regs = n // 2
+    ops = ", ".join(f"%{i}" for i in range(regs))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    a = ", ".join(f"%{regs + i}" for i in range(4))
+    b, s, tb = regs + 4, regs + 5, regs + 6
+    return (
+        f"\n#define TL_WGMMA_RS_BODY_{n}(TY)                                                \\\n"
+        f'  TL_WGMMA_ASM("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{s}, 0;\\n"                    \\\n'
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " {{"      \\\n'
+        f'               "{ops}"      \\\n'
+        f'               "}}, {{{a}}}, %{b}, p, 1, 1, %{tb};\\n}}\\n"                          \\\n'
+        f"               : {cons}      \\\n"
+        f'               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), '
+        f'"n"(kTransB))\n'
+        f"template <bool kBF16, int kTransB>\n"
+        f"TL_DEVICE void wgmma_m64n{n}k16_rs(const void* a_ptr, uint64_t desc_b, float* d, "
+        f"int scale_d) {{\n"
+        f"  TL_WGMMA_REQUIRE_SM90A(kTransB);\n"
+        f"  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);\n"
+        f'  if constexpr (kBF16) {{\n    TL_WGMMA_RS_BODY_{n}("bf16");\n  }} else {{\n'
+        f'    TL_WGMMA_RS_BODY_{n}("f16");\n  }}\n}}\n'
+        f"#undef TL_WGMMA_RS_BODY_{n}\n"
+    )
+
+
 def render_header() -> str:
     """The text of ``src/tl_templates/cuda/wgmma.h``."""
-    return _PROLOGUE + "".join(_wrapper(n) for n in sorted(WGMMA_N)) + _EPILOGUE
+    ss = "".join(_wrapper(n) for n in sorted(WGMMA_N))
+    rs = "".join(_wrapper_rs(n) for n in sorted(WGMMA_N))
+    return _PROLOGUE + ss + rs + _EPILOGUE
 
 
 def header_path() -> Path:

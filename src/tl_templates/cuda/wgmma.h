@@ -15,7 +15,9 @@
 //   tl::wgmma_commit()               wgmma.commit_group.sync.aligned
 //   tl::wgmma_wait<N>()              wgmma.wait_group.sync.aligned N (at most N groups pending)
 //   tl::wgmma_fence_operand<R>(d)    compiler-only fence on d[0..R): keeps reads/writes of the
-//                                    accumulators from moving across the asm around it
+//                                    accumulators from moving across the asm around it; on a
+//                                    16-bit register A (half_t/bfloat16_t/uint16_t, R even) it
+//                                    fences the R / 2 32-bit registers holding d[0..R)
 //   tl::wgmma_desc<T, LBO, SBO>(p)   64-bit shared-memory matrix descriptor of the tile at p:
 //                                    bits 0-13 (addr & 0x3FFFF) >> 4, 16-29 LBO >> 4,
 //                                    32-45 SBO >> 4, 49-51 base offset (0: tiles are aligned
@@ -27,6 +29,11 @@
 //        0 = K-major, 1 = M-major (A) / N-major (B). d points at the thread's N / 2
 //        accumulators: with w = warp in the warpgroup, g = lane / 4, t = lane % 4,
 //        d[i] holds row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2.
+//   tl::wgmma_m64n<N>k16_rs<kBF16, kTransB>(a, desc_b, d, scale_d)
+//        the same with A (64 x 16) in registers: a points at the thread's 8 16-bit elements
+//        (four 32-bit registers), a[i] holding row 16 w + g + 8 ((i / 2) % 2), column
+//        2 t + i % 2 + 8 (i / 4) (the per-warp mma.m16n8k16 A layout). The registers must
+//        not be written until a wgmma.wait_group retires the instruction.
 //
 // Everything but fence_proxy_async_shared needs the sm_90a target (compute_90a); the gemm
 // lowering only emits these calls for sm_90a.
@@ -73,6 +80,16 @@ TL_DEVICE void wgmma_fence_operand(float* d) {
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     asm volatile("" : "+f"(d[i])::"memory");
+  }
+}
+
+template <int R, typename T>
+TL_DEVICE void wgmma_fence_operand(T* a) {
+  static_assert(sizeof(T) == 2 && R % 2 == 0, "16-bit elements, whole 32-bit registers");
+  uint32_t* r = reinterpret_cast<uint32_t*>(a);
+#pragma unroll
+  for (int i = 0; i < R / 2; ++i) {
+    asm volatile("" : "+r"(r[i])::"memory");
   }
 }
 
@@ -265,6 +282,196 @@ TL_DEVICE void wgmma_m64n256k16_ss(uint64_t desc_a, uint64_t desc_b, float* d, i
   }
 }
 #undef TL_WGMMA_BODY_256
+
+#define TL_WGMMA_RS_BODY_8(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3"      \
+               "}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n8k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_8("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_8("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_8
+
+#define TL_WGMMA_RS_BODY_16(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7"      \
+               "}, {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n16k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_16("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_16("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_16
+
+#define TL_WGMMA_RS_BODY_24(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n24k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11"      \
+               "}, {%12, %13, %14, %15}, %16, p, 1, 1, %18;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n24k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_24("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_24("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_24
+
+#define TL_WGMMA_RS_BODY_32(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"      \
+               "}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n32k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_32("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_32("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_32
+
+#define TL_WGMMA_RS_BODY_48(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n48k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23"      \
+               "}, {%24, %25, %26, %27}, %28, p, 1, 1, %30;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n48k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_48("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_48("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_48
+
+#define TL_WGMMA_RS_BODY_64(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"      \
+               "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n64k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_64("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_64("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_64
+
+#define TL_WGMMA_RS_BODY_96(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n96k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"      \
+               "}, {%48, %49, %50, %51}, %52, p, 1, 1, %54;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n96k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_96("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_96("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_96
+
+#define TL_WGMMA_RS_BODY_128(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"      \
+               "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n128k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_128("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_128("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_128
+
+#define TL_WGMMA_RS_BODY_192(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"      \
+               "}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n192k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_192("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_192("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_192
+
+#define TL_WGMMA_RS_BODY_256(TY)                                                \
+  TL_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                    \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {"      \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"      \
+               "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"                          \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
+template <bool kBF16, int kTransB>
+TL_DEVICE void wgmma_m64n256k16_rs(const void* a_ptr, uint64_t desc_b, float* d, int scale_d) {
+  TL_WGMMA_REQUIRE_SM90A(kTransB);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_ptr);
+  if constexpr (kBF16) {
+    TL_WGMMA_RS_BODY_256("bf16");
+  } else {
+    TL_WGMMA_RS_BODY_256("f16");
+  }
+}
+#undef TL_WGMMA_RS_BODY_256
 
 }  // namespace tl
 
