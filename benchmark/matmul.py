@@ -16,7 +16,10 @@ Configurations (block M x N x K / threads / stages), ``--configs all|wgmma|mma|e
   builds without keeping a wgmma group in flight across iterations (copies S-1 ahead,
   ``pipeline_planning.WGMMA_IN_FLIGHT = False``), ``+ca`` issues each iteration's copies
   after the wgmma batch (``pipeline_planning.WGMMA_COPIES_AFTER = True``);
-* ``mma`` ones target ``sm_90`` on Hopper (no ``a``: wgmma is unavailable, so mma.sync).
+* ``mma`` ones target ``sm_90`` on Hopper (no ``a``: wgmma is unavailable, so mma.sync);
+  ``-nosplit`` builds them with ``pipeline_planning.MMA_SPLIT = False`` (the gemm is not
+  split into phases: every fragment of a tile is loaded after the iteration's barrier, the
+  schedule before the split), for an A/B comparison in the same run.
 
 At sizes above 4096 the check covers 256 sampled rows of C.
 """
@@ -36,13 +39,15 @@ sys.path.insert(0, str(ROOT))
 import tilelang.language as T  # noqa: E402
 
 
-def _cfg(bM, bN, bK, threads, stages, path="wgmma", raster=0, in_flight=True, after=False):
+def _cfg(
+    bM, bN, bK, threads, stages, path="wgmma", raster=0, in_flight=True, after=False, split=True
+):
     name = f"{bM}x{bN}x{bK}/{threads}t/{stages}s"
     name += (f"+r{raster}" if raster else "") + ("-ovl" if not in_flight else "")
-    name += "+ca" if after else ""
+    name += ("+ca" if after else "") + ("-nosplit" if not split else "")
     return dict(
         name=name, bM=bM, bN=bN, bK=bK, threads=threads, stages=stages, path=path,
-        raster=raster, in_flight=in_flight, after=after,
+        raster=raster, in_flight=in_flight, after=after, split=split,
     )  # fmt: skip
 
 
@@ -55,7 +60,20 @@ CONFIGS = [
     _cfg(128, 256, 64, 256, 4, in_flight=False),
     _cfg(256, 128, 64, 256, 4),
     _cfg(128, 128, 64, 128, 4),
+    # mma.sync (sm_90 without a): the issue's reference config, with and without the split
+    # gemm schedule, then larger tiles / K / stages and rasterized variants
     _cfg(128, 128, 32, 128, 3, path="mma"),
+    _cfg(128, 128, 32, 128, 3, path="mma", split=False),
+    _cfg(128, 128, 32, 128, 4, path="mma"),
+    _cfg(128, 128, 32, 128, 4, path="mma", raster=8),
+    _cfg(128, 128, 64, 128, 3, path="mma"),
+    _cfg(128, 256, 32, 256, 3, path="mma"),
+    _cfg(128, 256, 32, 256, 3, path="mma", split=False),
+    _cfg(128, 256, 32, 256, 4, path="mma"),
+    _cfg(128, 256, 32, 256, 4, path="mma", raster=8),
+    _cfg(128, 256, 64, 256, 3, path="mma"),
+    _cfg(256, 128, 32, 256, 3, path="mma"),
+    _cfg(256, 128, 32, 256, 4, path="mma", raster=4),
 ]
 #: More variants (measured on the H200, see RESULTS.md), run with ``--configs extra`` or
 #: by name with ``--only``.
@@ -103,19 +121,21 @@ def arch_of_device() -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-def build(func, arch, in_flight=True, after=False):
+def build(func, arch, in_flight=True, after=False, split=True):
     """A callable ``kern(a, b, c)`` and how it was built."""
     from tilelang.transform import pipeline_planning
 
     errors = []
-    if not in_flight or after:  # module switches: build directly, bypassing the kernel caches
+    if not in_flight or after or not split:  # module switches: build directly, no caches
         from tilelang.backends.cuda import load_kernel, pipeline
 
         pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = in_flight, after
+        pipeline_planning.MMA_SPLIT = split
         try:
             return load_kernel(pipeline.build(func, {"kind": "cuda", "arch": arch})), "pipeline"
         finally:
             pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = True, False
+            pipeline_planning.MMA_SPLIT = True
     try:
         import tilelang
 
@@ -197,7 +217,7 @@ def main():
                         size, size, size, cfg["bM"], cfg["bN"], cfg["bK"], cfg["threads"],
                         cfg["stages"], dtype, dtype, cfg["raster"],
                     )  # fmt: skip
-                    kern, how = build(func, target, cfg["in_flight"], cfg["after"])
+                    kern, how = build(func, target, cfg["in_flight"], cfg["after"], cfg["split"])
                     c.fill_(float("nan"))
                     kern(a, b, c)
                     check(c, a, b, size)

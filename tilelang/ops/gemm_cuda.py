@@ -16,6 +16,13 @@ Lowering (``@lower_rule("gemm", "cuda")``)
     ``ldmatrix.x4``, ``.trans`` when B is stored (K, N)) into registers, then issues one
     ``mma.sync.m16n8k16`` per (m16, n8) tile, accumulating into ``ctx.local_of(C)``.
 
+Inside a software-pipelined loop (``transform/pipeline_planning.py``) a 16-bit gemm may
+arrive split into phases (call attribute ``tl_mma_phase``): ``PHASE_PREFETCH`` loads k16
+slice 0 into fragment buffer 0, ``PHASE_MAIN`` loads slice ki+1 while issuing the mmas of
+slice ki (double-buffered fragments, arrays given by the planner), ``PHASE_LAST`` issues
+the mmas of the last slice; the planner puts the barrier and the next tile's prefetch
+between the last two.
+
 int8 x int8 -> int32 (``mma.m16n8k32`` s8) and float32 x float32 -> float32 (tf32
 ``mma.m16n8k8``) share the plan, warp partition and C fragment; their operand loads and
 mmas are emitted by ``gemm_cuda_int8_tf32.py``. Their shared tiles read element by
@@ -282,6 +289,113 @@ def _check_layout(ctx, tensor, expected, what, loc):
         )
 
 
+#: Call attributes of a gemm that software pipelining split into phases
+#: (``transform/pipeline_planning.py``, the mma schedule): the phase, and the two
+#: double-buffered fragment arrays (A: ``2 * 8 * tm`` elements, B: ``2 * 4 * tn``) the
+#: phases of one gemm share.
+ATTR_MMA_PHASE = "tl_mma_phase"
+ATTR_MMA_FRAG_A = "tl_mma_frag_a"
+ATTR_MMA_FRAG_B = "tl_mma_frag_b"
+#: PHASE_MAIN only: the k16 slices ``[lo, hi)`` it covers (default ``[0, tk - 1)``).
+ATTR_MMA_SLICES = "tl_mma_slices"
+#: Phases: load k16 slice 0 of the tile into fragment buffer 0; for each slice ki < tk-1
+#: (of ``ATTR_MMA_SLICES``) load slice ki+1 (buffer (ki+1) % 2) and issue the mmas of
+#: slice ki (buffer ki % 2); issue the mmas of the last slice (buffer (tk-1) % 2 = 1).
+PHASE_PREFETCH, PHASE_MAIN, PHASE_LAST = 1, 2, 3
+
+
+def mma_phases_supported(plan, v) -> bool:
+    """Whether the gemm can be lowered in phases (16-bit, A and B in shared memory, an even
+    number of k16 slices so the next tile's slice 0 lands in buffer 0, no clear_accum)."""
+    return (
+        plan.in_dtype in _MMA_16BIT
+        and not plan.a_in_regs
+        and not v.clear_accum
+        and plan.tk >= 2
+        and plan.tk % 2 == 0
+    )
+
+
+def mma_fragment_buffers(plan, prefix: str):
+    """(A buffer, B buffer, their Binds): the double-buffered fragments of a phased gemm."""
+    a_var, a_bind = _new_local(f"{prefix}_A_frag", 2 * 8 * plan.tm, plan.in_dtype)
+    b_var, b_bind = _new_local(f"{prefix}_B_frag", 2 * 4 * plan.tn, plan.in_dtype)
+    return a_var, b_var, [a_bind, b_bind]
+
+
+class _MmaEmitter:
+    """The ldmatrix and mma.sync statements of one 16-bit gemm, k16 slice by slice."""
+
+    def __init__(self, plan, v, ctx):
+        self.plan, self.v = plan, v
+        self.c_local = ctx.local_of(plan.c.tensor)
+        tx = ctx.thread_var
+        warp, self.lane = (tx // WARP) % plan.num_warps, tx % WARP
+        wm, wn = warp % plan.warp_m, warp // plan.warp_m
+        self.m0, self.n0 = wm * plan.wtile_m, wn * plan.wtile_n
+        self.mma = _MMA_16BIT[plan.in_dtype]
+        self.trans_a, self.trans_b = bool(v.transpose_A), bool(v.transpose_B)
+        self.a_layout = None if plan.a_in_regs else ctx.get_layout(plan.a.tensor)
+        self.b_layout = ctx.get_layout(plan.b.tensor)
+        self.a_local = ctx.local_of(plan.a.tensor) if plan.a_in_regs else None
+
+    def load(self, ki, a_regs, a_base, b_regs, b_base):
+        """ldmatrix of k16 slice ``ki``: A tiles to ``a_regs[a_base + 8 mi]``, B tiles to
+        ``b_regs[b_base + 4 ni]`` (no A loads when A is in registers)."""
+        plan, a, b, lane = self.plan, self.plan.a, self.plan.b, self.lane
+        kk = ki * 16
+        stmts = []
+        if not plan.a_in_regs:
+            # A tile (16 x 16) of m-tile mi: stored (m, k) -> ldmatrix.x4; (k, m) -> .trans
+            row, col = ldmatrix_origin(lane, 4, rows_first=not self.trans_a)
+            for mi in range(plan.tm):
+                mm = self.m0 + mi * 16
+                ptr = (
+                    shared_ptr(a, self.a_layout, kk + row, mm + col)
+                    if self.trans_a
+                    else shared_ptr(a, self.a_layout, mm + row, kk + col)
+                )
+                name = "tl::ptx_ldmatrix_x4_trans" if self.trans_a else "tl::ptx_ldmatrix_x4"
+                stmts.append(_call(name, ptr, _addr(a_regs, a_base + 8 * mi)))
+        # B tiles: two n8 tiles per ldmatrix.x4 (one per .x2 for an odd last tile)
+        ni = 0
+        while ni < plan.tn:
+            nmat = 4 if ni + 1 < plan.tn else 2
+            row, col = ldmatrix_origin(lane, nmat, rows_first=not self.trans_b)
+            nn = self.n0 + ni * 8
+            ptr = (
+                shared_ptr(b, self.b_layout, nn + row, kk + col)
+                if self.trans_b
+                else shared_ptr(b, self.b_layout, kk + row, nn + col)
+            )
+            name = f"tl::ptx_ldmatrix_x{nmat}" + ("" if self.trans_b else "_trans")
+            stmts.append(_call(name, ptr, _addr(b_regs, b_base + 4 * ni)))
+            ni += nmat // 2
+        return stmts
+
+    def mmas(self, ki, a_regs, a_base, b_regs, b_base):
+        """The ``tm x tn`` mma.sync of k16 slice ``ki`` from the fragments ``load`` wrote."""
+        plan, stmts = self.plan, []
+        for mi in range(plan.tm):
+            if plan.a_in_regs:
+                tile = ki * plan.tm + mi if self.trans_a else mi * plan.tk + ki
+                a_ptr = _addr(self.a_local, 8 * tile)
+            else:
+                a_ptr = _addr(a_regs, a_base + 8 * mi)
+            for nj in range(plan.tn):
+                # serpentine over n keeps one B operand live across consecutive mmas
+                ni = nj if mi % 2 == 0 else plan.tn - 1 - nj
+                acc = _addr(self.c_local, 4 * (mi * plan.tn + ni))
+                b_ptr = _addr(b_regs, b_base + 4 * ni)
+                stmts.append(_call(self.mma, acc, a_ptr, b_ptr, acc))
+        return stmts
+
+
+def _phase_of(v) -> int:
+    attrs = v.call.attrs
+    return int(attrs[ATTR_MMA_PHASE]) if attrs is not None and ATTR_MMA_PHASE in attrs else 0
+
+
 def lower_gemm_cuda(v, ctx):
     """ldmatrix + mma.sync.m16n8k16 (see the module docstring); int8/tf32 elsewhere."""
     plan = GemmPlan(v, _threads_of(ctx))
@@ -289,75 +403,55 @@ def lower_gemm_cuda(v, ctx):
         from .gemm_cuda_int8_tf32 import lower_gemm_int8_tf32
 
         return lower_gemm_int8_tf32(plan, v, ctx)
-    a, b, c = plan.a, plan.b, plan.c
-    _check_layout(ctx, c.tensor, plan.c_fragment(), "accumulator", v.loc)
-    c_local = ctx.local_of(c.tensor)
-    tx = ctx.thread_var
-    warp, lane = (tx // WARP) % plan.num_warps, tx % WARP
-    wm, wn = warp % plan.warp_m, warp // plan.warp_m
-    m0, n0 = wm * plan.wtile_m, wn * plan.wtile_n
-    mma = _MMA_16BIT[plan.in_dtype]
+    _check_layout(ctx, plan.c.tensor, plan.c_fragment(), "accumulator", v.loc)
+    if plan.a_in_regs:
+        _check_layout(ctx, plan.a.tensor, plan.a_fragment(), "A operand", v.loc)
+    emit = _MmaEmitter(plan, v, ctx)
+    phase = _phase_of(v)
+    if phase:
+        if not mma_phases_supported(plan, v):
+            raise errors.compile_error(
+                f"T.gemm {plan.a.name} x {plan.b.name}: internal error, a pipelined gemm "
+                "phase on a gemm that cannot be split",
+                v.loc,
+            )
+        a_buf, b_buf = v.call.attrs[ATTR_MMA_FRAG_A], v.call.attrs[ATTR_MMA_FRAG_B]
+        sa, sb = 8 * plan.tm, 4 * plan.tn  # one slice's A / B fragment elements
+        if phase == PHASE_PREFETCH:
+            return irb.seq(emit.load(0, a_buf, 0, b_buf, 0))
+        if phase == PHASE_LAST:
+            last = plan.tk - 1
+            return irb.seq(emit.mmas(last, a_buf, sa * (last % 2), b_buf, sb * (last % 2)))
+        attrs = v.call.attrs
+        lo, hi = 0, plan.tk - 1
+        if ATTR_MMA_SLICES in attrs:
+            lo, hi = (int(x) for x in attrs[ATTR_MMA_SLICES])
+        stmts = []
+        for ki in range(lo, hi):
+            cur, nxt = ki % 2, (ki + 1) % 2
+            stmts += emit.load(ki + 1, a_buf, sa * nxt, b_buf, sb * nxt)
+            stmts += emit.mmas(ki, a_buf, sa * cur, b_buf, sb * cur)
+        return irb.seq(stmts)
     stmts = []
     if v.clear_accum:
         nregs = plan.tm * plan.tn * 4
         stmts.append(
             irb.loop_nest(
                 [nregs],
-                lambda i: ir.TensorStore(c_local, [i[0]], ir.const(0.0, "float32")),
+                lambda i: ir.TensorStore(emit.c_local, [i[0]], ir.const(0.0, "float32")),
                 names=["i"],
                 kind=ir.ForKind.UNROLLED,
             )
         )
-    if plan.a_in_regs:
-        _check_layout(ctx, a.tensor, plan.a_fragment(), "A operand", v.loc)
-        a_local, a_regs = ctx.local_of(a.tensor), None
-    else:
-        a_regs, bind = _new_local(f"{a.name}_mma", 8 * plan.tm, plan.in_dtype)
+    a_regs = None
+    if not plan.a_in_regs:
+        a_regs, bind = _new_local(f"{plan.a.name}_mma", 8 * plan.tm, plan.in_dtype)
         stmts.append(bind)
-        a_layout = ctx.get_layout(a.tensor)
-    b_regs, bind = _new_local(f"{b.name}_mma", 4 * plan.tn, plan.in_dtype)
+    b_regs, bind = _new_local(f"{plan.b.name}_mma", 4 * plan.tn, plan.in_dtype)
     stmts.append(bind)
-    b_layout = ctx.get_layout(b.tensor)
-    trans_a, trans_b = bool(v.transpose_A), bool(v.transpose_B)
     for ki in range(plan.tk):
-        kk = ki * 16
-        if not plan.a_in_regs:
-            # A tile (16 x 16) of m-tile mi: stored (m, k) -> ldmatrix.x4; (k, m) -> .trans
-            row, col = ldmatrix_origin(lane, 4, rows_first=not trans_a)
-            for mi in range(plan.tm):
-                mm = m0 + mi * 16
-                ptr = (
-                    shared_ptr(a, a_layout, kk + row, mm + col)
-                    if trans_a
-                    else shared_ptr(a, a_layout, mm + row, kk + col)
-                )
-                name = "tl::ptx_ldmatrix_x4_trans" if trans_a else "tl::ptx_ldmatrix_x4"
-                stmts.append(_call(name, ptr, _addr(a_regs, 8 * mi)))
-        # B tiles: two n8 tiles per ldmatrix.x4 (one per .x2 for an odd last tile)
-        ni = 0
-        while ni < plan.tn:
-            nmat = 4 if ni + 1 < plan.tn else 2
-            row, col = ldmatrix_origin(lane, nmat, rows_first=not trans_b)
-            nn = n0 + ni * 8
-            ptr = (
-                shared_ptr(b, b_layout, nn + row, kk + col)
-                if trans_b
-                else shared_ptr(b, b_layout, kk + row, nn + col)
-            )
-            name = f"tl::ptx_ldmatrix_x{nmat}" + ("" if trans_b else "_trans")
-            stmts.append(_call(name, ptr, _addr(b_regs, 4 * ni)))
-            ni += nmat // 2
-        for mi in range(plan.tm):
-            if plan.a_in_regs:
-                tile = ki * plan.tm + mi if trans_a else mi * plan.tk + ki
-                a_ptr = _addr(a_local, 8 * tile)
-            else:
-                a_ptr = _addr(a_regs, 8 * mi)
-            for nj in range(plan.tn):
-                # serpentine over n keeps one B operand live across consecutive mmas
-                ni = nj if mi % 2 == 0 else plan.tn - 1 - nj
-                acc = _addr(c_local, 4 * (mi * plan.tn + ni))
-                stmts.append(_call(mma, acc, a_ptr, _addr(b_regs, 4 * ni), acc))
+        stmts += emit.load(ki, a_regs, 0, b_regs, 0)
+        stmts += emit.mmas(ki, a_regs, 0, b_regs, 0)
     return irb.seq(stmts)
 
 
@@ -412,10 +506,19 @@ def lower_gemm_dispatch(v, ctx):
 
 
 __all__ = [
+    "ATTR_MMA_FRAG_A",
+    "ATTR_MMA_FRAG_B",
+    "ATTR_MMA_PHASE",
+    "ATTR_MMA_SLICES",
+    "PHASE_LAST",
+    "PHASE_MAIN",
+    "PHASE_PREFETCH",
     "GemmPlan",
     "infer_gemm_layout_cuda",
     "infer_gemm_layout_dispatch",
     "lower_gemm_cuda",
     "lower_gemm_dispatch",
+    "mma_fragment_buffers",
+    "mma_phases_supported",
     "warp_partition",
 ]

@@ -10,6 +10,13 @@ since then (WAR/WAW) — including across iterations of a loop (the body is chec
 the state its own end leaves). Barriers are only placed at block-uniform points: a
 statement under a thread-dependent condition or loop is treated as one unit and the
 barrier goes before it. Existing barriers (``T.sync_threads``) are respected.
+
+A loop annotated ``tl_async_stages`` (software pipelining's split mma.sync schedule,
+``pipeline_planning._plan_split``) vouches that each of its cp.async copies writes a
+pipeline stage that no statement of the loop reads or writes until the loop's own
+``cp.async.wait_group`` + barrier, and that the stage was last read before the previous
+such barrier: inside it (and for the loop as a whole against what precedes it) cp.async
+writes are not counted as conflicting writes.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from tvm_tirx import ir
 
 from .stmt import launch_of
 from .thread_utils import is_shared, is_sync, sync_threads
+
+#: For-loop annotation: the loop's cp.async writes need no barrier (see the module doc).
+ATTR_ASYNC_STAGES = "tl_async_stages"
 
 
 @dataclass
@@ -137,6 +147,13 @@ class _Inserter:
     def __init__(self, thread_var):
         self.varying = {thread_var.__chandle__()}
         self.count = 0
+        self.trusted = 0  # inside loops annotated ATTR_ASYNC_STAGES
+
+    def _checked(self, r, w, aw):
+        """The (reads, writes, async writes) to check for conflicts."""
+        if self.trusted and aw:
+            return r, w - aw, set()
+        return r, w, aw
 
     def uniform(self, expr) -> bool:
         bad = []
@@ -157,7 +174,8 @@ class _Inserter:
             self.varying.add(stmt.var.__chandle__())
         r, w, aw = _accesses(stmt)
         me = stmt.__chandle__()
-        if _conflict(r, w, state, me, aw):
+        cr, cw, caw = self._checked(r, w, aw)
+        if _conflict(cr, cw, state, me, caw):
             self.count += 1
             return [sync_threads(), stmt], _State(_tag(r, me), _tag(w, me), _tag(aw, me))
         return [stmt], _State(
@@ -177,8 +195,10 @@ class _Inserter:
                 out.extend(part)
             return out, state
         if isinstance(stmt, ir.For) and self.uniform(stmt.begin) and self.uniform(stmt.end):
+            trusted = ATTR_ASYNC_STAGES in (stmt.annotations or {})
+            self.trusted += trusted
             saved = self.count
-            r, w, aw = _accesses(stmt.body)
+            r, w, aw = self._checked(*_accesses(stmt.body))
             pre = []
             # The loop's own statements, left in ``state`` by an earlier run of the loop
             # (an enclosing loop's previous iteration), are checked against ``end`` below.
@@ -188,6 +208,7 @@ class _Inserter:
             _, end = self.visit(stmt.body, _State())
             self.count = saved
             body, after = self.visit(stmt.body, end)
+            self.trusted -= trusted
             new = ir.For(
                 stmt.var,
                 stmt.begin,

@@ -42,6 +42,29 @@ wgmma of iteration k-2, which every warpgroup completed before the barrier)::
                 gemm (wgmma ... commit; wait_group 1)
       after:    cp.async.wait_group 0; wgmma.wait_group 0
 
+mma.sync gemms (``tilelang/ops/gemm_cuda.py``): when the body after the copies is one
+16-bit gemm of two pipelined tiles with an even number of k16 slices ``tk`` (A in shared
+memory, no ``clear_accum``), the gemm is split into phases that share double-buffered
+fragment registers (``PHASE_PREFETCH``/``PHASE_MAIN``/``PHASE_LAST``), the sm80 CUTLASS
+schedule: the next tile's slice-0 fragments are loaded right after the iteration's
+barrier, while the mmas of the current tile's last slice still run, so no warp waits for
+ldmatrix after the barrier::
+
+      prologue: copies of tiles begin .. begin+S-2 (one group each)
+                cp.async.wait_group S-2; __syncthreads(); load slice 0 of stage 0
+      loop k:   ldmatrix slice 1; mmas slice 0          (stage (k-begin) % S)
+                issue(k + S-1) -> stage (k-begin+S-1) % S, zero-filling when
+                k + S-1 >= end (predicated, no branch); commit
+                ldmatrix slice ki+1; mmas slice ki      (1 <= ki < tk-1)
+                cp.async.wait_group S-2; __syncthreads()
+                ldmatrix slice 0 of stage (k-begin+1) % S; mmas slice tk-1
+      after:    cp.async.wait_group 0
+
+  The stage refilled at iteration k was last read before the barrier of iteration k-1;
+  the loop carries ``tl_async_stages`` so that ``insert_sync`` adds no barrier between
+  those reads and the copies (it sees whole tiles, not stages). ``MMA_SPLIT = False``
+  (module attribute) keeps the plain schedule above.
+
 ``WGMMA_IN_FLIGHT = False`` (module attribute) turns the in-flight schedule off;
 ``WGMMA_COPIES_AFTER = True`` issues the copies after the wgmma batch (the gemm is marked
 ``tl_wgmma_defer_wait`` and the loop waits for ``wait_group 1`` after the copies).
@@ -62,7 +85,19 @@ from ..ops import tile_op_of
 from ..ops.context import LowerContext
 from ..ops.copy import COPY, matched_axes
 from ..ops.gemm import GEMM
-from ..ops.gemm_cuda import shared_ptr
+from ..ops.gemm_cuda import (
+    ATTR_MMA_FRAG_A,
+    ATTR_MMA_FRAG_B,
+    ATTR_MMA_PHASE,
+    ATTR_MMA_SLICES,
+    PHASE_LAST,
+    PHASE_MAIN,
+    PHASE_PREFETCH,
+    GemmPlan,
+    mma_fragment_buffers,
+    mma_phases_supported,
+    shared_ptr,
+)
 from ..ops.gemm_wgmma import (
     ATTR_DEFER_WAIT,
     ATTR_FENCED,
@@ -73,6 +108,7 @@ from ..ops.gemm_wgmma import (
     wgmma_wait,
 )
 from ..ops.region import RegionView, _const
+from .insert_sync import ATTR_ASYNC_STAGES
 from .stmt import StmtMutator, alloc_of, launch_of, substitute
 
 VEC_BYTES = 16
@@ -82,6 +118,8 @@ WGMMA_IN_FLIGHT = True
 #: Off: measured slower on the H200 (insert_sync, which sees whole multi-buffered tiles,
 #: then adds a second barrier between the wgmma reads and the refilling copies).
 WGMMA_COPIES_AFTER = False
+#: Split a lone mma.sync gemm body into phases with double-buffered fragments (module doc).
+MMA_SPLIT = True
 
 
 def make_alloc(var) -> ir.Bind:
@@ -145,8 +183,12 @@ class AsyncCopy:
         self.sa, self.da, self.ext = sa, da, ext
         self.ok = True
 
-    def issue(self, ctx, tx, threads: int, layout, subst=None, dst_view=None):
-        """Statements issuing this copy (``subst``: Var -> value in the source indices)."""
+    def issue(self, ctx, tx, threads: int, layout, subst=None, dst_view=None, pred=None):
+        """Statements issuing this copy (``subst``: Var -> value in the source indices).
+
+        ``pred``: a uniform condition under which the copy reads its source; where it is
+        false the copy zero-fills its destination instead (``cp_async_gs_conditional``).
+        """
         src, dst = self.src, dst_view or self.dst
         if subst:
             src = RegionView(src.tensor, [substitute(b, subst) for b in src.begins], src.extents)
@@ -175,7 +217,8 @@ class AsyncCopy:
             dst_lead = RegionView(dst.tensor, dst.index(lead), dst.extents) if lead else dst
             sptr = shared_ptr(dst_lead, layout, _i32(d_row), _i32(d_col))
             gptr = tirx.address_of(ir.TensorLoad(src.tensor, s_idx))
-            conds = [
+            conds = [] if pred is None else [pred]
+            conds += [
                 ctx.simplify(i < n)
                 for a, (i, n) in enumerate(zip(s_idx, src.shape))
                 if a in self.sa and not ctx.prove(i < n)
@@ -309,14 +352,13 @@ class _Planner(StmtMutator):
         ahead = stages - 2 if in_flight is not None else stages - 1
         fence = [fence_proxy_async()] if wgmma else []
 
-        def issue(k_value, stage, ictx=ctx):
+        def issue(k_value, stage, ictx=ctx, pred=None):
             stmts = []
             for c in copies:
                 new = mapping[c.dst.tensor]
                 dst = RegionView(new, [stage, *c.dst.begins], [1, *c.dst.extents])
-                stmts += c.issue(
-                    ictx, self.tx, self.threads, self.pctx.get_layout(new), {k: k_value}, dst
-                )
+                layout = self.pctx.get_layout(new)
+                stmts += c.issue(ictx, self.tx, self.threads, layout, {k: k_value}, dst, pred)
             return stmts
 
         def guarded(cond, stmts):
@@ -329,6 +371,9 @@ class _Planner(StmtMutator):
             new_body = [*issue(k, ir.const(0, "int32")), cp_async_commit(), cp_async_wait(0)]
             new_body += [*fence, sync_threads(), body_rest, sync_threads()]
             return _with_loop(loop, new_body)
+        split = None if wgmma else self._mma_split_plan(rest, tiles, stages)
+        if split is not None:
+            return self._plan_split(loop, ctx, rest[0], split, mapping, issue, guarded, stages)
         prologue = []
         for s in range(ahead):
             prologue += guarded(begin + s < end, issue(begin + s, ir.const(s, "int32")))
@@ -348,6 +393,71 @@ class _Planner(StmtMutator):
         if in_flight is not None:
             after += wgmma_drain(self.pctx, in_flight)
         return ir.SeqStmt([*prologue, _with_loop(loop, new_body), *after])
+
+    def _mma_split_plan(self, rest, tiles, stages):
+        """The GemmPlan of a body that is one mma.sync gemm of two pipelined tiles that
+        can be lowered in phases, else None."""
+        if not MMA_SPLIT or stages < 2 or len(rest) != 1:
+            return None
+        op = tile_op_of(rest[0])
+        if op is None or op[0].name != "gemm":
+            return None
+        from ..ops import gemm_cuda
+        from ..ops.registry import _LOWERINGS
+
+        if _LOWERINGS.get(("gemm", "cuda")) is not gemm_cuda.lower_gemm_dispatch:
+            return None  # tests may lower gemm with another rule
+        view = GEMM.view(op[1])
+        try:
+            plan = GemmPlan(view, self.threads)
+        except Exception:  # noqa: BLE001 - not an mma.sync gemm: the plain schedule
+            return None
+        a, b = plan.a.tensor, plan.b.tensor
+        if not (any(a.same_as(t) for t in tiles) and any(b.same_as(t) for t in tiles)):
+            return None
+        if a.same_as(b) or not mma_phases_supported(plan, view):
+            return None
+        if self.pctx.get_layout(a) is None or self.pctx.get_layout(b) is None:
+            return None
+        try:
+            self.pctx.local_of(plan.c.tensor)
+        except (AttributeError, KeyError):
+            return None
+        return plan
+
+    def _plan_split(self, loop, ctx, gemm, plan, mapping, issue, guarded, stages):
+        """The mma.sync schedule: fragments of the next tile loaded before the last k16
+        slice's mmas, one barrier per iteration (see the module docstring)."""
+        k, begin, end = loop.var, loop.begin, loop.end
+        rel = k - begin
+        ahead = stages - 1
+        frag_a, frag_b, binds = mma_fragment_buffers(plan, f"{plan.a.name}_{plan.b.name}")
+        self.pctx.extra_allocs.extend(binds)
+
+        def phase(stage, which, slices=None):
+            attrs = {ATTR_MMA_PHASE: which, ATTR_MMA_FRAG_A: frag_a, ATTR_MMA_FRAG_B: frag_b}
+            if slices is not None:
+                attrs[ATTR_MMA_SLICES] = list(slices)
+            return _with_attrs(_restage(gemm, mapping, stage), attrs)
+
+        prologue = []
+        for s in range(ahead):
+            prologue += guarded(begin + s < end, issue(begin + s, ir.const(s, "int32")))
+            prologue.append(cp_async_commit())
+        prologue += [cp_async_wait(stages - 2), sync_threads()]
+        prologue.append(phase(ir.const(0, "int32"), PHASE_PREFETCH))
+        # the copies are predicated, not branched around: one basic block per iteration
+        inner = ctx.with_range(k, begin, end - begin - ahead)
+        pred = None if ctx.prove(k + ahead < end) else ctx.simplify(k + ahead < end)
+        copies = issue(k + ahead, (rel + ahead) % stages, inner, pred)
+        # slice 1's ldmatrix before the copies (which it cannot pass: both touch shared memory)
+        new_body = [phase(rel % stages, PHASE_MAIN, (0, 1)), *copies, cp_async_commit()]
+        if plan.tk > 2:
+            new_body.append(phase(rel % stages, PHASE_MAIN, (1, plan.tk - 1)))
+        new_body += [cp_async_wait(stages - 2), sync_threads()]
+        new_body += [phase((rel + 1) % stages, PHASE_PREFETCH), phase(rel % stages, PHASE_LAST)]
+        new_loop = _with_loop(loop, new_body, {ATTR_ASYNC_STAGES: 1})
+        return ir.SeqStmt([*prologue, new_loop, cp_async_wait(0)])
 
     def _mark_wgmma(self, rest, tiles, stages):
         """(rest with wgmma gemms marked, whether any is wgmma, the in-flight plan or None)."""
@@ -419,9 +529,10 @@ def _with_attrs(stmt, extra):
     return ir.Evaluate(ir.Call(call.op.name, list(call.args), attrs=attrs, ty="void", loc=call.loc))
 
 
-def _with_loop(loop, stmts):
+def _with_loop(loop, stmts, extra=None):
     ann = {a: b for a, b in (loop.annotations or {}).items() if a != "num_stages"}
     ann = {a: b for a, b in ann.items() if not a.startswith("tl_pipeline")}
+    ann.update(extra or {})
     body = ir.SeqStmt(stmts)
     return ir.For(loop.var, loop.begin, loop.end, loop.step, loop.kind, body, ann or None, loop.loc)
 
