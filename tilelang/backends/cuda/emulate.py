@@ -157,6 +157,28 @@ MMA_SHAPES = {
 }
 
 
+def wgmma_a_coords(warp, lane, i):
+    """(row, col) in the 64 x 16 A tile of element ``a_i`` (i < 8) of a register A of
+    ``wgmma.mma_async.m64nNk16`` (16-bit A) held by ``lane`` of warp ``warp`` (0-3) of a
+    warpgroup: PTX ISA "Matrix Fragments for wgmma.m64nNk16", multiplicand A in registers
+    (row ``16 warp + lane / 4 (+ 8)``, column ``2 (lane % 4) + i % 2 (+ 8)``)."""
+    g, t = lane // 4, lane % 4
+    return 16 * warp + g + 8 * ((i // 2) % 2), 2 * t + i % 2 + 8 * (i // 4)
+
+
+def wgmma_a_tiles(raw, off, dtype):
+    """The ``(warpgroups, 64, 16)`` float64 A tiles of an RS-form wgmma, from the bytes
+    ``raw[t, off[t] : off[t] + 16]`` (elements ``a0..a7``) of every thread ``t``."""
+    lanes = raw.shape[0]
+    t = np.arange(lanes)[:, None]
+    vals = np.ascontiguousarray(raw[t, np.asarray(off)[:, None] + np.arange(16)[None, :]])
+    vals = vals.view(dtype).astype(np.float64)  # (lanes, 8)
+    rows, cols = wgmma_a_coords((t % 128) // 32, t % 32, np.arange(8)[None, :])
+    out = np.full((lanes // 128, 64, 16), np.nan)
+    out[np.broadcast_to(t // 128, rows.shape), rows, cols] = vals
+    return out
+
+
 def _c_unescape(text: str) -> str:
     """The characters a C string literal's text stands for (``\\n``, ``\\"``, ...)."""
     table = {"n": "\n", "t": "\t", "r": "\r"}
@@ -582,6 +604,20 @@ class _Machine:
                 o = int(d_off[t])
                 d_raw[t, o : o + 4 * csz] = out.astype(ct).view(np.uint8)
         return None
+
+    def wgmma_register_a(self, ptr, mask, dtype, fname="wgmma (register A)"):
+        """The 64 x 16 A tile each warpgroup passes to an RS-form wgmma through ``ptr``.
+
+        ``ptr`` addresses each thread's 8 consecutive 16-bit elements ``a0..a7`` (four
+        32-bit registers) in a local tensor; element ``a_i`` of lane ``l`` of warp ``w``
+        is A[:func:`wgmma_a_coords`]. Returns float64 ``(warpgroups, 64, 16)``; every thread
+        of a warpgroup must be active and every element written (NaN when not).
+        """
+        active = np.broadcast_to(mask, (self.lanes,))
+        if self.lanes % 128 or not active.all():
+            raise EmulationError(f"{fname}: reached by part of a warpgroup")
+        raw, off = self._local_bytes(ptr, mask, 16, fname)
+        return wgmma_a_tiles(raw, off, dtype)
 
     def _atomic(self, fname, args, mask):
         addr = args[0]
