@@ -1,13 +1,17 @@
-"""``T.gemm`` on sm_90a: warpgroup MMA (``wgmma.mma_async.m64nNk16``), A and B in shared memory.
+"""``T.gemm`` on sm_90a: warpgroup MMA (``wgmma.mma_async.m64nNk16``), B in shared memory and
+A in shared memory (SS form) or in registers (RS form).
 
 When it applies (:func:`wgmma_plan_for`)
-    target arch ``sm_90a``; A and B float16 or bfloat16 (the same) in shared memory, whose
-    last two dimensions the gemm covers whole; C a float32 fragment; static M, N, K with
-    ``K % 16 == 0``; the block's threads are whole warpgroups (128 threads) that can split
-    C so that each warpgroup owns ``64 * t`` rows (see :func:`warpgroup_partition`); both
-    operands get a swizzled layout a descriptor can express; and the layouts already known
-    for A, B and C (if any) are the ones below. Otherwise the mma.sync path of
-    ``gemm_cuda.py`` stays (register A, e.g. FlashAttention's P @ V, always does).
+    target arch ``sm_90a``; A and B float16 or bfloat16 (the same); B in shared memory,
+    A in shared memory (whose last two dimensions the gemm covers whole, like B's) or a
+    whole 2-D fragment that is not transposed (register A); C a float32 fragment; static
+    M, N, K with ``K % 16 == 0``; the block's threads are whole warpgroups (128 threads)
+    that can split C so that each warpgroup owns ``64 * t`` rows (see
+    :func:`warpgroup_partition`); the shared operands get a swizzled layout a descriptor
+    can express; and the layouts already known for A, B and C (if any) are the ones below.
+    Otherwise the mma.sync path of ``gemm_cuda.py`` stays. A register A also stays on
+    mma.sync in layout inference's second attempt (``ctx.prefer_mma``, after a layout
+    conflict): there every gemm falls back as before the RS form existed.
 
 Layouts (the layout rule)
     C: the wgmma accumulator fragment (``make_wgmma_accumulator_fragment``): warpgroup
@@ -19,6 +23,11 @@ Layouts (the layout rule)
     take the widest swizzle whose width divides K; MN-major ones (A stored (K, M), B stored
     (K, N)) the widest whose width in elements divides the instruction's 64 / instr_n. The
     copies that fill the tiles (``T.copy``, the cp.async pipeline) write them in this order.
+    Register A: ``make_wgmma_a_fragment`` (the wgmma A-register layout, warp ``w`` of a
+    warpgroup holding rows ``16 w ..`` of each m64 tile, warpgroups split along M as C is,
+    replicated over the warpgroups along N). It has the thread map of the wgmma
+    accumulator of the same rows, so ``T.copy(acc_s, acc_s_cast)`` from a wgmma C (Q @ K^T)
+    into P @ V's A is a per-thread cast (FlashAttention-3's layout trick).
 
 Descriptors (PTX ISA "Matrix Descriptor Format"; CUTLASS ``GmmaDescriptor``)
     start = shared address of the instruction's first element (unswizzled: it sits in row
@@ -37,6 +46,14 @@ Lowering (thread-level code, all threads)::
         wgmma.mma_async(desc_A(mi, ki), desc_B(ni, ki), C regs of (mi, ni), scale_d)
     wgmma.commit_group; wgmma.wait_group w; wgmma_fence_operand(C)
 
+RS form: ``wgmma_m64n<N>k16_rs(&A_local[8 * (mi * tk + ki)], desc_B(ni, ki), C, scale_d)``,
+with ``wgmma_fence_operand`` on A's registers next to C's (before ``wgmma.fence`` and after
+the wait: a register read by a wgmma in flight must not be rewritten, and the compiler must
+not move A's next write above the wait). It always waits for ``wait_group 0``: A is
+usually rewritten in the next iteration (P = cast(S) in FlashAttention), so the pipeline's
+``tl_wgmma_in_flight`` / ``tl_wgmma_defer_wait`` are ignored for it (a later
+``wait_group 1`` or drain is then a no-op).
+
 ``scale_d`` is 0 for ``ki == 0`` when ``clear_accum``. ``w`` is 0, or 1 when the cp.async
 pipeline keeps one group in flight across iterations (call attribute ``tl_wgmma_in_flight``;
 it then waits for 0 after the loop, :func:`wgmma_drain`; with ``tl_wgmma_defer_wait`` the
@@ -51,7 +68,7 @@ from dataclasses import dataclass
 from tvm_tirx import ir, tirx
 
 from .. import errors
-from ..layout import make_wgmma_accumulator_fragment
+from ..layout import make_wgmma_a_fragment, make_wgmma_accumulator_fragment
 from ..layout.swizzle import SwizzleMode, dtype_bits, make_swizzle_layout_for_mode
 from . import irb
 from .gemm import GemmWarpPolicy, gemm_dims
@@ -178,6 +195,21 @@ class WgmmaOperand:
         return tirx.call_extern(name, ptr, ty="uint64")
 
 
+class WgmmaRegisterA:
+    """A held in registers (a ``local.fragment``): the RS form's A operand."""
+
+    def __init__(self, view):
+        self.view = view
+
+    @property
+    def tensor(self):
+        return self.view.tensor
+
+    def fragment(self, plan):
+        """The wgmma A-register fragment of ``plan``'s ``m x k`` A (``make_wgmma_a_fragment``)."""
+        return make_wgmma_a_fragment(plan.m, plan.k, plan.wg_m, plan.wg_n)
+
+
 def _i32(x):
     return ir.const(int(x), "int32") if isinstance(x, int) else x
 
@@ -192,6 +224,15 @@ def _pick_mode(rows: int, cols: int, bits: int, unit: int) -> SwizzleMode:
         if unit % width == 0 and cols % width == 0:
             return mode
     return SwizzleMode.NONE
+
+
+def _whole_fragment(view, rank=2) -> bool:
+    """Whether the region is its whole tensor (of ``rank`` dimensions unless None)."""
+    if rank is not None and len(view.shape) != rank:
+        return False
+    return all(_const(b) == 0 for b in view.begins) and [_const(e) for e in view.extents] == [
+        _const(s) for s in view.shape
+    ]
 
 
 def _whole_tile(view) -> bool:
@@ -221,6 +262,8 @@ class WgmmaPlan:
         )
         self.dtype = a.dtype
         self.acc_regs = self.tm * self.tn * self.instr_n // 2
+        self.a_in_regs = a.scope.startswith("local")
+        self.a_regs = self.tm * self.tk * 8  # 16-bit elements of a register A per thread
         self.A = self.B = None
 
     @classmethod
@@ -232,17 +275,23 @@ class WgmmaPlan:
             return None, "dynamic tile sizes"
         if a.dtype not in _BF16 or b.dtype != a.dtype or c.dtype != "float32":
             return None, f"types {a.dtype} x {b.dtype} -> {c.dtype}"
-        if not (a.scope.startswith("shared") and b.scope.startswith("shared")):
-            return None, "A or B not in shared memory"
+        a_in_regs = a.scope.startswith("local")
+        if not (a_in_regs or a.scope.startswith("shared")) or not b.scope.startswith("shared"):
+            return None, "A not in shared memory or registers, or B not in shared memory"
         if not c.scope.startswith("local"):
             return None, "C not a fragment"
         if k % INSTR_K or threads % WARPGROUP:
             return None, f"K={k} or threads={threads}"
-        if not (_whole_tile(a) and _whole_tile(b)):
-            return None, "A/B regions are not whole tiles"
-        if any(_const(x) != 0 for x in c.begins) or [_const(e) for e in c.extents] != [
-            _const(s) for s in c.shape
-        ]:
+        if a_in_regs:
+            if v.transpose_A:
+                return None, "register A stored (K, M)"
+            if not _whole_fragment(a):
+                return None, "register A is not a whole 2-D fragment"
+        elif not _whole_tile(a):
+            return None, "A region is not a whole tile"
+        if not _whole_tile(b):
+            return None, "B region is not a whole tile"
+        if not _whole_fragment(c, rank=None):
             return None, "C region is not the whole fragment"
         trans_a, trans_b = bool(v.transpose_A), bool(v.transpose_B)
         part = warpgroup_partition(m, n, threads // WARPGROUP, v.policy, mn_major_b=not trans_b)
@@ -255,16 +304,25 @@ class WgmmaPlan:
         a_kmaj, b_kmaj = not trans_a, trans_b
         a_mode = _pick_mode(a_rows, a_cols, bits, k if a_kmaj else INSTR_M)
         b_mode = _pick_mode(b_rows, b_cols, bits, k if b_kmaj else plan.instr_n)
-        if SwizzleMode.NONE in (a_mode, b_mode):
+        if b_mode == SwizzleMode.NONE or (a_mode == SwizzleMode.NONE and not a_in_regs):
             return None, "no descriptor-compatible swizzle"
-        plan.A = WgmmaOperand(a, a_kmaj, a_mode, a_rows, a_cols)
+        if a_in_regs:
+            plan.A = WgmmaRegisterA(a)
+        else:
+            plan.A = WgmmaOperand(a, a_kmaj, a_mode, a_rows, a_cols)
         plan.B = WgmmaOperand(b, b_kmaj, b_mode, b_rows, b_cols)
         return plan, ""
 
     def c_fragment(self):
         return make_wgmma_accumulator_fragment(self.m, self.n, self.wg_m, self.wg_n, self.instr_n)
 
+    def a_layout(self):
+        """The layout A must have: its fragment (register A) or its swizzle (shared A)."""
+        return self.A.fragment(self) if self.a_in_regs else self.A.full_layout()
+
     def instruction(self) -> str:
+        if self.a_in_regs:
+            return f"tl::wgmma_m64n{self.instr_n}k16_rs<{_BF16[self.dtype]}, {self.B.trans}>"
         return (
             f"tl::wgmma_m64n{self.instr_n}k16_ss<{_BF16[self.dtype]}, {self.A.trans}, "
             f"{self.B.trans}>"
@@ -283,14 +341,17 @@ def wgmma_plan_for(v, ctx, require_known: bool = False):
 
     ``ctx`` has ``arch``, ``threads`` and ``get_layout`` (a LayoutInferContext or a
     CudaLowerContext); layouts already known must be the wgmma ones, and with
-    ``require_known`` (after layout inference) A, B and C must all have them.
+    ``require_known`` (after layout inference) A, B and C must all have them. A register
+    A is refused while layout inference retries after a conflict (``ctx.prefer_mma``).
     """
     if not str(getattr(ctx, "arch", "")).startswith("sm_90a"):
         return None
     plan, _ = WgmmaPlan.build(v, int(ctx.threads))
     if plan is None:
         return None
-    wanted = [(op.tensor, op.full_layout()) for op in (plan.A, plan.B)]
+    if plan.a_in_regs and getattr(ctx, "prefer_mma", False):
+        return None
+    wanted = [(plan.A.tensor, plan.a_layout()), (plan.B.tensor, plan.B.full_layout())]
     wanted.append((plan.c.tensor, plan.c_fragment()))
     for tensor, want in wanted:
         got = ctx.get_layout(tensor)
@@ -316,9 +377,12 @@ def lowers_to_wgmma(v, ctx) -> bool:
 
 
 def infer_gemm_layout_wgmma(plan, ctx) -> dict:
-    """C: wgmma accumulator fragment; A/B (when not yet known): the descriptor swizzles."""
+    """C: wgmma accumulator fragment; register A: the wgmma A fragment; shared A/B (when not
+    yet known): the descriptor swizzles."""
     out = {plan.c.tensor: plan.c_fragment()}
-    for op in (plan.A, plan.B):
+    if plan.a_in_regs:
+        out[plan.A.tensor] = plan.a_layout()
+    for op in (plan.B,) if plan.a_in_regs else (plan.A, plan.B):
         if ctx.get_layout(op.tensor) is None:
             out[op.tensor] = op.full_layout()
     return out
@@ -345,7 +409,12 @@ def lower_gemm_wgmma(v, ctx, plan) -> ir.Stmt:
     if ctx.thread_var is None:
         raise errors.compile_error("T.gemm (wgmma): no thread variable in context", v.loc)
     c_local = ctx.local_of(plan.c.tensor)
-    a_layout, b_layout = ctx.get_layout(plan.A.tensor), ctx.get_layout(plan.B.tensor)
+    b_layout = ctx.get_layout(plan.B.tensor)
+    if plan.a_in_regs:
+        a_local, a_layout = ctx.local_of(plan.A.tensor), None
+        a_fence = [_call(f"tl::wgmma_fence_operand<{plan.a_regs}>", _addr(a_local, 0))]
+    else:
+        a_local, a_layout, a_fence = None, ctx.get_layout(plan.A.tensor), []
     tx = ctx.thread_var
     wg = (tx // WARPGROUP) % plan.num_wg
     m0 = (wg % plan.wg_m) * plan.wg_tile_m
@@ -356,19 +425,25 @@ def lower_gemm_wgmma(v, ctx, plan) -> ir.Stmt:
     if not _attr(v, ATTR_FENCED):
         stmts.append(_call("tl::fence_proxy_async_shared"))
     stmts.append(_call(f"tl::wgmma_fence_operand<{regs}>", _addr(c_local, 0)))
+    stmts += a_fence
     stmts.append(_call("tl::wgmma_arrive"))
     inst = plan.instruction()
     for ki in range(plan.tk):
         kk = ki * INSTR_K
         scale = 0 if (v.clear_accum and ki == 0) else 1
         for mi in range(plan.tm):
-            desc_a = plan.A.desc(a_layout, m0 + mi * INSTR_M, kk)
+            if plan.a_in_regs:  # tile (mi, ki) of the warpgroup's rows: 8 registers
+                op_a = _addr(a_local, 8 * (mi * plan.tk + ki))
+            else:
+                op_a = plan.A.desc(a_layout, m0 + mi * INSTR_M, kk)
             for ni in range(plan.tn):
                 desc_b = plan.B.desc(b_layout, n0 + ni * plan.instr_n, kk)
                 acc = _addr(c_local, (mi * plan.tn + ni) * per_instr)
-                stmts.append(_call(inst, desc_a, desc_b, acc, ir.const(scale, "int32")))
+                stmts.append(_call(inst, op_a, desc_b, acc, ir.const(scale, "int32")))
     stmts.append(_call("tl::wgmma_commit"))
-    if not _attr(v, ATTR_DEFER_WAIT):
+    if plan.a_in_regs:  # A may be rewritten right after: always complete the group here
+        stmts += wgmma_wait(ctx, plan, 0) + a_fence
+    elif not _attr(v, ATTR_DEFER_WAIT):
         stmts += wgmma_wait(ctx, plan, 1 if _attr(v, ATTR_IN_FLIGHT) else 0)
     return irb.seq(stmts)
 
@@ -393,6 +468,7 @@ __all__ = [
     "ATTR_IN_FLIGHT",
     "WgmmaOperand",
     "WgmmaPlan",
+    "WgmmaRegisterA",
     "infer_gemm_layout_wgmma",
     "instr_n_for",
     "lower_gemm_wgmma",
