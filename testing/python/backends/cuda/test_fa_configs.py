@@ -2,9 +2,11 @@
 and emulator runs of configurations that used to fail layout inference on sm_90a.
 
 With block_M = 128 on one warpgroup (128 threads) the wgmma Q @ K^T accumulator puts row
-``16 w + 64 i`` on warp ``w`` (two m64 instructions), while the mma.sync P @ V (P in
-registers, so no wgmma) puts rows ``32 w .. 32 w + 31`` there: the row vectors
-(``scores_max``, ``scores_scale``, ``logsum``) cannot follow both. Layout inference then
+``16 w + 64 i`` on warp ``w`` (two m64 instructions). P @ V takes wgmma's register-A (RS)
+form, whose A and C put the same rows there, so both gemms stay on wgmma
+(``test_gemm_wgmma_rs.py`` emulates them). When P @ V is on mma.sync (P in registers,
+rows ``32 w .. 32 w + 31``; the ``mma_p_at_v`` fixture forces that here), the row vectors
+(``scores_max``, ``scores_scale``, ``logsum``) cannot follow both: layout inference then
 retries with the mma.sync path for Q @ K^T (``prefer_mma``, ``gemm_cuda.py``).
 
 GPU verification of these configurations is pending (see the commit message).
@@ -62,11 +64,27 @@ def test_fa_config_compiles(arch, bm, bn, threads, dim, causal):
 
 def _instructions(func, target=SM90):
     text = str(pipeline.lower(func, target))
-    return sorted(set(re.findall(r"tl::(wgmma_m\w+?k16_ss|mma_m16n8k16_\w+)", text)))
+    return sorted(set(re.findall(r"tl::(wgmma_m\w+?k16_[rs]s|mma_m16n8k16_\w+)", text)))
 
 
-def test_wgmma_rows_that_disagree_fall_back_to_mma():
-    # the benchmark's failing config: Q @ K^T leaves wgmma (its rows would disagree)
+@pytest.fixture
+def mma_p_at_v(monkeypatch):
+    """P @ V (register A) on mma.sync, as before wgmma's RS form: the layout-conflict retry."""
+    from tilelang.ops import gemm_wgmma
+
+    build = gemm_wgmma.WgmmaPlan.build.__func__
+
+    def no_register_a(cls, v, threads):
+        plan, why = build(cls, v, threads)
+        if plan is not None and plan.a_in_regs:
+            return None, "register A (wgmma RS form disabled by the test)"
+        return plan, why
+
+    monkeypatch.setattr(gemm_wgmma.WgmmaPlan, "build", classmethod(no_register_a))
+
+
+def test_wgmma_rows_that_disagree_fall_back_to_mma(mma_p_at_v):
+    # the benchmark's once-failing config: Q @ K^T leaves wgmma (its rows would disagree)
     assert _instructions(_tir(128, 64, 128, 128, False)) == ["mma_m16n8k16_f16f16f32"]
 
 
@@ -74,9 +92,25 @@ def test_wgmma_rows_that_disagree_fall_back_to_mma():
     "bm,bn,threads,wgmma",
     [(128, 128, 256, "wgmma_m64n128k16_ss"), (64, 64, 128, "wgmma_m64n64k16_ss")],
 )
-def test_wgmma_kept_when_rows_agree(bm, bn, threads, wgmma):
+def test_wgmma_kept_when_rows_agree(bm, bn, threads, wgmma, mma_p_at_v):
     # one m64 instruction per warpgroup: wgmma and mma.sync rows agree, Q @ K^T keeps wgmma
     assert _instructions(_tir(bm, bn, threads, 128, False)) == ["mma_m16n8k16_f16f16f32", wgmma]
+
+
+@pytest.mark.parametrize(
+    "bm,bn,threads,qk",
+    [
+        (128, 128, 256, "m64n128k16_ss"),
+        (128, 64, 128, "m64n64k16_ss"),
+        (64, 64, 128, "m64n64k16_ss"),
+    ],
+)
+def test_both_gemms_on_wgmma(bm, bn, threads, qk):
+    # P @ V on the RS form: its A and C rows are the wgmma rows of Q @ K^T in every config
+    assert _instructions(_tir(bm, bn, threads, 128, False)) == [
+        "wgmma_m64n128k16_rs",
+        f"wgmma_{qk}",
+    ]
 
 
 def _run(lowered, B, H, S, D, causal):
@@ -96,8 +130,9 @@ def _run(lowered, B, H, S, D, causal):
     # a K block get scores_max = -inf and NaN (its commented-out Check_inf), on any backend
     [(128, 64, False), (128, 128, True)],
 )
-def test_previously_failing_config_emulated(bm, bn, causal):
-    """The real sm_90a lowering (ldmatrix + mma.sync, the retried layouts) vs float64."""
+def test_previously_failing_config_emulated(bm, bn, causal, mma_p_at_v):
+    """The sm_90a lowering with P @ V on mma.sync (ldmatrix + mma.sync, the retried layouts)
+    vs float64; with the RS form: ``test_gemm_wgmma_rs.py``."""
     B, H, S, D = 1, 1, 256, 64
     _run(
         pipeline.lower(_tir(bm, bn, 128, D, causal, seq=S, heads=H, batch=B), SM90),

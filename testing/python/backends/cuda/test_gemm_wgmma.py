@@ -6,7 +6,7 @@ the generated source compiles with nvcc for sm_90a, its PTX has the expected
 ``wgmma.mma_async`` shapes and transpose immediates, and ptxas reports no spills, no stack
 frame and no serialised wgmma. GPU (``cuda`` marker): results against torch in float64
 for all four transposes, fp16/bf16, tails, 1-4 stages, 1-2 warpgroups, fp16 C, clear_accum,
-a gemm outside any pipeline, and the FlashAttention example (wgmma Q @ K^T, mma.sync P @ V).
+a gemm outside any pipeline, and the FlashAttention example (wgmma Q @ K^T, wgmma RS P @ V).
 """
 
 from __future__ import annotations
@@ -118,11 +118,12 @@ def test_tiles_without_a_warpgroup_split_stay_on_mma(kwargs):
     assert "wgmma" not in text and "mma_m16n8k16" in text
 
 
-def test_flash_attention_mixes_wgmma_and_mma():
+def test_flash_attention_uses_wgmma_for_both_gemms():
     fa = _example("flash_attention/example_mha_fwd_bshd.py")
     text = _lowered(fa.flashattn.get_tir(1, 2, 128, 64, False))
     assert "tl::wgmma_m64n64k16_ss<false, 0, 0>" in text  # Q @ K^T: both K-major
-    assert "tl::mma_m16n8k16_f16f16f32" in text  # P @ V with P in registers
+    assert "tl::wgmma_m64n64k16_rs<false, 1>" in text  # P @ V, P in registers, V N-major
+    assert "mma_m16n8k16" not in text
 
 
 @pytest.mark.parametrize(
