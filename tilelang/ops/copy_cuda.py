@@ -4,6 +4,8 @@
   over all threads in 16-byte vectors where both sides are contiguous and provably
   aligned (else one element at a time); global accesses outside the tensor are skipped
   (stores) or read as zero (loads).
+- shared -> fragment: warp-wide ``ldmatrix`` where the two layouts fit it
+  (``copy_ldmatrix_cuda.py``), else as below.
 - fragment <-> shared/global: each thread moves the elements its fragment layout gives it.
 - fragment <-> fragment: register to register when both have the same layout.
 """
@@ -35,6 +37,7 @@ from ..transform.vectorize import (
 )
 from .bounds import in_bounds
 from .copy import matched_axes
+from .copy_ldmatrix_cuda import lower_ldmatrix_copy
 from .irb import store
 from .region import RegionView
 from .registry import layout_rule, lower_rule
@@ -231,6 +234,9 @@ def lower_copy_cuda(v, ctx):
     if sf:
         return lower_fragment_side(src, dst, sa, da, ctx, False, v.loc)
     if df:
+        ldmatrix = lower_ldmatrix_copy(dst, src, da, sa, ctx, v.loc)
+        if ldmatrix is not None:
+            return ldmatrix
         return lower_fragment_side(dst, src, da, sa, ctx, True, v.loc)
     extents = _static(extents, "T.copy", v.loc)
 

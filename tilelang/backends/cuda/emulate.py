@@ -16,7 +16,8 @@ vector copies ``tl::copy_vec``/``tl::zero_vec``, whose alignment it checks,
 cp.async, done at once, device ``printf`` to stdout and ``__trap``, raised as
 :class:`DeviceTrap`), and the mma.sync gemm helpers: ``tl::ptx_ldmatrix_x{1,2,4}[_trans]``,
 ``tl::float_to_tf32`` and the ``tl::mma_*`` wrappers of :data:`MMA_SHAPES` (one warp-wide
-call per warp, by the PTX ISA fragment tables; all 32 lanes must be active); anything else
+call per warp, by the PTX ISA fragment tables; all 32 lanes of a warp, or none, must be
+active; bfloat16 through ``ml_dtypes``); anything else
 (other ``tl::`` helpers) raises :class:`EmulationError` naming it.
 Lockstep execution hides missing barriers; ``insert_sync`` is tested separately.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import re
 import sys
 
+import ml_dtypes
 import numpy as np
 from tvm_tirx import ir
 from tvm_tirx.ir.prim import expr as P
@@ -54,7 +56,14 @@ _NP = {
     "uint32": np.uint32,
     "uint64": np.uint64,
     "bool": np.bool_,
+    "bfloat16": ml_dtypes.bfloat16,
 }
+
+
+def _floating(dtype) -> bool:
+    """Whether a numpy type is a float (bfloat16 included, which numpy does not know)."""
+    return np.issubdtype(dtype, np.floating) or np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16)
+
 
 _BIN = {
     P.Add: np.add,
@@ -155,6 +164,12 @@ MMA_SHAPES = {
         4,
     ),
 }
+# bf16 x bf16 -> f32: the fragment tables of f16
+MMA_SHAPES["tl::mma_m16n8k16_bf16bf16f32"] = (
+    MMA_SHAPES["tl::mma_m16n8k16_f16f16f32"][:1]
+    + (ml_dtypes.bfloat16,)
+    + MMA_SHAPES["tl::mma_m16n8k16_f16f16f32"][2:]
+)
 
 
 def wgmma_a_coords(warp, lane, i):
@@ -226,7 +241,7 @@ class _Machine:
         local = str(var.ty.scope).startswith("local")
         size = (self.lanes, n) if local else (n,)
         data = np.empty(size, dtype)
-        if np.issubdtype(dtype, np.floating):
+        if _floating(dtype):
             data.fill(np.nan)
         else:
             data.fill(np.iinfo(dtype).max if dtype is not np.bool_ else 0)
@@ -245,7 +260,7 @@ class _Machine:
         view = raw[offset : offset + n * np.dtype(dtype).itemsize].view(dtype)
         if view.size != n:
             raise EmulationError(f"{var.name} does not fit in {base.name} at byte {offset}")
-        if np.issubdtype(dtype, np.floating):
+        if _floating(dtype):
             view.fill(np.nan)
         self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local)
 
@@ -314,7 +329,7 @@ class _Machine:
             return _CMP[t](self.eval(e.a, mask), self.eval(e.b, mask))
         if t in (P.FloorDiv, P.Div, P.Mod):
             a, b = self.eval(e.a, mask), self.eval(e.b, mask)
-            if np.issubdtype(np_dtype(e.ty), np.floating):
+            if _floating(np_dtype(e.ty)):
                 out = a / b if t is not P.Mod else np.fmod(a, b)
             elif t is P.FloorDiv:
                 out = np.floor_divide(a, np.where(b == 0, 1, b))
@@ -447,7 +462,7 @@ class _Machine:
                 values.append([_c_unescape(str(a.value))] * self.lanes)
                 continue
             arr = np.broadcast_to(np.asarray(self.eval(a, mask)), (self.lanes,))
-            kind = float if np.issubdtype(arr.dtype, np.floating) else int
+            kind = float if _floating(arr.dtype) else int
             values.append([kind(x) for x in arr])
         for t in np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0]:
             sys.stdout.write(fmt % tuple(col[t] for col in values))
@@ -501,14 +516,22 @@ class _Machine:
         return None
 
     def _warps(self, fname, mask):
-        """Lane indices ``(warps, 32)`` of the warps running a warp-wide call (all lanes)."""
+        """Lane indices ``(warps, 32)`` of the warps running a warp-wide call (all lanes).
+
+        A warp reaches the call with all its lanes or none of them.
+        """
         active = np.broadcast_to(mask, (self.lanes,))
-        if self.lanes % 32 or not active.all():
+        if self.lanes % 32:
+            raise EmulationError(f"{fname}: the block is not a whole number of warps")
+        per_warp = active.reshape(-1, 32)
+        partial = per_warp.any(axis=1) & ~per_warp.all(axis=1)
+        if partial.any():
             raise EmulationError(
-                f"{fname}: reached by part of a warp (block {self.block_index}); "
-                "ldmatrix/mma need all 32 lanes"
+                f"{fname}: reached by part of warp {int(np.argmax(partial))} (block "
+                f"{self.block_index}); ldmatrix/mma need all 32 lanes"
             )
-        return np.arange(self.lanes).reshape(-1, 32)
+        # warps whose lanes are all inactive skip the call (a warp-uniform branch)
+        return np.arange(self.lanes).reshape(-1, 32)[per_warp.all(axis=1)]
 
     def _local_bytes(self, ptr, mask, nbytes, fname):
         """(uint8 view of a local tensor's rows, byte offset per thread) of ``ptr``."""
@@ -735,7 +758,7 @@ class _Machine:
             a, v = addr[order], val[order]
             dup = a[1:] == a[:-1]
             differ = dup & ~((v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1])))
-            if np.issubdtype(v.dtype, np.floating) and differ.any():
+            if _floating(v.dtype) and differ.any():
                 k = int(np.argmax(differ))
                 raise EmulationError(
                     f"write race on {b.name}[flat {int(a[k])}] in block {self.block_index}"
