@@ -8,7 +8,13 @@ Measures, each a median of several runs:
 1. ``import tilelang`` in a fresh interpreter (and ``import torch``, ``import tvm_tirx``
    alone, for scale: tvm_tirx imports torch);
 2. cold compile of the README GEMM (128x128x32 tiles, fp16, 4096^3) in a fresh process
-   with an empty cache directory: trace + lower + codegen + store;
+   with an empty cache directory: trace + lower + codegen + store, and that compile split
+   into its parts (wall time of each, measured by wrapping the function that does it):
+   ``lower`` (tilelang's passes: ``backends.<target>.pipeline.lower``), ``device``
+   (NVRTC/nvcc: ``tvm_tirx.backend.cuda.compiler.compile_source``, CUDA only), ``host``
+   (host library export: ``backends.cuda.build._export_host_library``, CUDA only),
+   ``store`` (``KernelCache.store``) and ``rest`` (TIRx passes + codegen + glue: the
+   compile minus the other parts); the device compiler used is reported too;
 3. reload of that kernel from the disk cache in another fresh process: trace + key +
    verify + load, no compilation;
 4. the per-call overhead of a cached tiny kernel (``C = A + B`` on 256 floats; the CPU
@@ -106,6 +112,57 @@ def _child_import_tirx() -> dict:
     return {"seconds": time.perf_counter() - start}
 
 
+SPLIT_PARTS = ("lower", "device", "host", "store")
+
+
+def _timed_parts(kind: str) -> tuple[dict, dict]:
+    """Wrap the functions that do each part of a compile; returns (seconds, info)."""
+    import importlib
+
+    seconds = dict.fromkeys(SPLIT_PARTS, 0.0)
+    info: dict = {}
+    targets = [
+        ("lower", f"tilelang.backends.{kind}.pipeline", "lower"),
+        ("store", "tilelang.cache.kernel_cache", "KernelCache.store"),
+    ]
+    if kind == "cuda":
+        targets += [
+            ("device", "tvm_tirx.backend.cuda.compiler", "compile_source"),
+            ("host", "tilelang.backends.cuda.build", "_export_host_library"),
+        ]
+    for part, module_name, attr in targets:
+        try:
+            owner = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        *path, name = attr.split(".")
+        for step in path:
+            owner = getattr(owner, step)
+        original = getattr(owner, name, None)
+        if original is None:
+            continue
+
+        def wrapper(*args, _part=part, _original=original, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                seconds[_part] += time.perf_counter() - start
+
+        setattr(owner, name, wrapper)
+    if kind == "cuda":
+        from tilelang.backends.cuda import build as cuda_build
+
+        original_build = cuda_build.build_cuda
+
+        def build_cuda(*args, **kwargs):
+            info["compiler"] = kwargs.get("compiler")
+            return original_build(*args, **kwargs)
+
+        cuda_build.build_cuda = build_cuda
+    return seconds, info
+
+
 def _child_gemm(target: str) -> dict:
     import tilelang
     from tilelang.backends.registry import get_backend, resolve_target
@@ -120,13 +177,19 @@ def _child_gemm(target: str) -> dict:
         return original(self, *args, **kwargs)
 
     backend.build = counting
+    parts, info = _timed_parts(kind)
     matmul = readme_gemm(target)
     start = time.perf_counter()
     func = matmul.get_tir(4096, 4096, 4096)
     traced = time.perf_counter()
     tilelang.compile(func, out_idx=[-1], target=target)
     done = time.perf_counter()
-    return {"trace": traced - start, "compile": done - traced, "built": len(builds)}
+    result = {"trace": traced - start, "compile": done - traced, "built": len(builds)}
+    if builds:  # a cold compile: report its parts
+        result.update({f"part_{name}": value for name, value in parts.items()})
+        result["part_rest"] = result["compile"] - sum(parts.values())
+        result["compiler"] = info.get("compiler")
+    return result
 
 
 def _run_child(mode: str, env: dict, target: str) -> dict:
@@ -183,6 +246,9 @@ def measure(target: str, runs: int, repeats: int, inner: int) -> dict:
         for name, rows in (("cold", cold), ("reload", warm)):
             for part in ("trace", "compile"):
                 results[f"gemm_{name}_{part}"] = statistics.median(row[part] for row in rows)
+        for part in (*SPLIT_PARTS, "rest"):
+            results[f"gemm_cold_{part}"] = statistics.median(row[f"part_{part}"] for row in cold)
+        results["gemm_cold_compiler"] = cold[0].get("compiler") or ""
 
     import torch
 
@@ -235,6 +301,15 @@ def table(results: dict, target: str) -> str:
         ("import tvm_tirx alone (fresh process)", results["import_tirx"], "s"),
         ("README GEMM cold: trace", results["gemm_cold_trace"], "s"),
         ("README GEMM cold: compile + store", results["gemm_cold_compile"], "s"),
+        ("  of which: our passes (lower)", results["gemm_cold_lower"], "s"),
+        (
+            f"  of which: device compile ({results.get('gemm_cold_compiler') or 'n/a'})",
+            results["gemm_cold_device"],
+            "s",
+        ),
+        ("  of which: host library export", results["gemm_cold_host"], "s"),
+        ("  of which: store in the cache", results["gemm_cold_store"], "s"),
+        ("  of which: rest (TIRx passes, codegen, glue)", results["gemm_cold_rest"], "s"),
         ("README GEMM reload (2nd process): trace", results["gemm_reload_trace"], "s"),
         ("README GEMM reload (2nd process): key + load", results["gemm_reload_compile"], "s"),
         ("call: tiny kernel, JITKernel, C given", results["call_tilelang_inplace"], "us"),

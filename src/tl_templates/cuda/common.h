@@ -6,7 +6,10 @@
 //   * fixed-width integer types that work under both nvcc and NVRTC
 //     (NVRTC has no <cstdint>; libcu++'s <cuda/std/cstdint> is used instead, the same
 //     way TIRx's generated prelude does it),
-//   * the half / bfloat16 type aliases `half_t` and `bfloat16_t` (global and in `tl::`),
+//   * the half / bfloat16 type aliases `half_t` and `bfloat16_t` (global and in `tl::`);
+//     `TL_NO_FP16` / `TL_NO_BF16`, when defined before this header, leave out cuda_fp16.h /
+//     cuda_bf16.h and the matching alias (the build glue defines them for kernels that use
+//     no half / bfloat16 values: each of those headers costs the device compiler time),
 //   * the `TL_DEVICE` / `TL_HOST_DEVICE` function qualifiers,
 //   * `tl::ceildiv` and `tl::smem_ptr_to_uint` (generic -> 32-bit shared address).
 //
@@ -32,8 +35,12 @@ using cuda::std::uint8_t;
 #include <cstdint>
 #endif
 
+#ifndef TL_NO_BF16
 #include <cuda_bf16.h>
+#endif
+#ifndef TL_NO_FP16
 #include <cuda_fp16.h>
+#endif
 
 // Qualifier for device helpers: always inlined, device only.
 #ifndef TL_DEVICE
@@ -45,13 +52,21 @@ using cuda::std::uint8_t;
 #endif
 
 // 16-bit floating point element types as tilelang names them.
+#ifndef TL_NO_FP16
 using half_t = __half;
+#endif
+#ifndef TL_NO_BF16
 using bfloat16_t = __nv_bfloat16;
+#endif
 
 namespace tl {
 
+#ifndef TL_NO_FP16
 using half_t = ::half_t;
+#endif
+#ifndef TL_NO_BF16
 using bfloat16_t = ::bfloat16_t;
+#endif
 
 // Integer ceiling division: ceildiv(7, 4) == 2. Requires b > 0 and a >= 0.
 template <typename T>

@@ -8,7 +8,8 @@ built with the system C compiler, so neither TIRx's LLVM backend nor orcjit is n
 and packages the result as a :class:`CudaArtifact`:
 
 * the CUDA source, with tilelang's device headers (``src/tl_templates/cuda/*.h``) pasted
-  in front of it,
+  in front of it (by default only the headers whose ``tl::`` helpers the generated code
+  calls; see :func:`select_headers`),
 * the compiled device binary (a cubin),
 * the host shared library (the C host module exported with ``export_library``; it
   embeds the device module and is what ``runtime.load_kernel`` loads),
@@ -21,7 +22,12 @@ How the TIRx hooks are used (see also the module docstring of ``runtime``):
   generated source through the global function ``tvm_callback_cuda_postproc(code,
   target) -> code`` before handing it to the device compiler. This module registers one
   dispatcher for it that is a no-op except inside ``build_cuda`` on the calling thread,
-  where it prepends the header text and records the final source.
+  where it prepends the header text and records the final source. It also drops the
+  ``<cuda/std/type_traits>`` block of TIRx's prelude when nothing uses ``std::`` traits:
+  under NVRTC that one include costs about half a second of every compile.
+* Host library: the C host code is compiled by a C compiler (``$CC``, gcc, cc or clang;
+  TIRx's default is the slower C++ compiler), in parallel with the packed device module,
+  which is an assembler ``.incbin`` of its bytes rather than a C byte array; then linked.
 * Compiler choice and flags: ``target["backend_config"]["cuda"]`` with the keys
   ``compiler`` ("nvcc" | "nvrtc"), ``target_format``, and argv lists ``nvcc``,
   ``nvrtc``, ``ptxas``. A list replaces TIRx's default list, so the defaults are kept
@@ -40,6 +46,9 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -55,6 +64,7 @@ __all__ = [
     "build_cuda",
     "header_names",
     "header_prelude",
+    "select_headers",
     "template_dir",
 ]
 
@@ -107,14 +117,16 @@ def header_names() -> tuple[str, ...]:
     return HEADER_ORDER
 
 
-def _resolve_header_request(extra_headers: bool | Sequence[str]) -> list[str]:
+def _resolve_header_request(extra_headers: bool | str | Sequence[str]) -> list[str] | str:
+    if extra_headers == "auto":
+        return "auto"
     if extra_headers is True:
         return list(HEADER_ORDER)
     if extra_headers is False or extra_headers is None:
         return []
     if isinstance(extra_headers, str | bytes) or not isinstance(extra_headers, Sequence):
         raise TypeError(
-            "extra_headers must be a bool or a sequence of header names such as "
+            "extra_headers must be 'auto', a bool or a sequence of header names such as "
             f"['copy.h', 'mma.h'], got {extra_headers!r}"
         )
     names = []
@@ -127,13 +139,110 @@ def _resolve_header_request(extra_headers: bool | Sequence[str]) -> list[str]:
     return names
 
 
-def header_prelude(extra_headers: bool | Sequence[str] = True) -> str:
+_COMMENT_OR_STRING_RE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+_IDENT_RE = re.compile(r"[A-Za-z_]\w*")
+_TL_NAME_RE = re.compile(r"\btl::(\w+)")
+_HEADER_CACHE: dict[tuple[str, int, int], tuple[frozenset[str], tuple[str, ...]]] = {}
+
+
+def _code_tokens(text: str) -> set[str]:
+    """Identifiers of C/C++ text outside comments and string literals."""
+    return set(_IDENT_RE.findall(_COMMENT_OR_STRING_RE.sub(" ", text)))
+
+
+def _header_info(name: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(identifiers, local includes) of one device header; cached by path, mtime, size."""
+    path = template_dir() / name
+    try:
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        cached = _HEADER_CACHE.get(key)
+        if cached is not None:
+            return cached
+        text = path.read_text()
+    except OSError as err:
+        raise CudaBuildError(
+            f"device header {name!r} not found in {path.parent} "
+            "(set TILELANG_TEMPLATE_PATH to the directory that holds tl_templates/)"
+        ) from err
+    includes = tuple(
+        match.group(1)
+        for match in map(_LOCAL_INCLUDE_RE.match, text.splitlines())
+        if match and (path.parent / match.group(1)).is_file()
+    )
+    info = (frozenset(_code_tokens(text)), includes)
+    _HEADER_CACHE[key] = info
+    return info
+
+
+def select_headers(code: str) -> list[str]:
+    """Return the device headers that generated CUDA ``code`` needs, in paste order.
+
+    Every helper in ``tl_templates/cuda`` lives in ``namespace tl`` and lowered code calls
+    it as ``tl::name``. A header is selected when it spells one of the names that ``code``
+    calls (outside comments and strings); ``common.h`` always is. When a called name
+    appears in no header at all, every header is selected (the device compiler then
+    reports the unknown name exactly as with ``extra_headers=True``).
+    """
+    used = set(_TL_NAME_RE.findall(_COMMENT_OR_STRING_RE.sub(" ", code)))
+    selected = [HEADER_ORDER[0]]
+    known: set[str] = set(_header_info(HEADER_ORDER[0])[0])
+    for name in HEADER_ORDER[1:]:
+        tokens = _header_info(name)[0]
+        known |= tokens
+        if used & tokens:
+            selected.append(name)
+    if used - known:
+        return list(HEADER_ORDER)
+    return selected
+
+
+def _pasted_order(names: Sequence[str]) -> list[str]:
+    """``names`` with each header's local includes first, once each, in paste order."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        for dep in _header_info(name)[1]:
+            visit(dep)
+        order.append(name)
+
+    for name in names:
+        visit(name)
+    return order
+
+
+def _type_defines(code: str, headers: Sequence[str]) -> list[str]:
+    """``TL_NO_FP16`` / ``TL_NO_BF16`` when neither ``code`` nor the pasted headers other
+    than common.h mention half / bfloat16 types (see common.h)."""
+    tokens = _code_tokens(code)
+    for name in _pasted_order(headers):
+        if name != HEADER_ORDER[0]:
+            tokens |= _header_info(name)[0]
+    defines = []
+    if not any("half" in tok for tok in tokens) and "cuda_fp16" not in tokens:
+        defines.append("TL_NO_FP16")
+    # half4_bfloat164: the template behind TIRx's fp16 `half4`, also emitted without bf16.
+    if not any("bfloat16" in tok for tok in tokens - {"half4_bfloat164"}) and (
+        "cuda_bf16" not in tokens
+    ):
+        defines.append("TL_NO_BF16")
+    return defines
+
+
+def header_prelude(
+    extra_headers: bool | Sequence[str] = True, *, defines: Sequence[str] = ()
+) -> str:
     """Return the text that ``build_cuda`` pastes in front of the generated CUDA source.
 
     ``extra_headers`` is ``True`` (all headers), ``False`` (none) or a sequence of header
     names (``"copy.h"``...); each header's local includes (``#include "common.h"``) are
-    inlined first, once. The result does not depend on any include path.
+    inlined first, once. The result does not depend on any include path. ``defines``
+    (e.g. ``["TL_NO_BF16"]``) become ``#define NAME 1`` lines before the first header.
     """
+    if extra_headers == "auto":
+        raise ValueError("header_prelude needs the header names; see select_headers(code)")
     directory = template_dir()
     seen: set[str] = set()
     parts: list[str] = []
@@ -157,7 +266,10 @@ def header_prelude(extra_headers: bool | Sequence[str] = True) -> str:
                 paste(match.group(1))
                 continue
             body.append(line)
-        parts.append(f"// ---- tl_templates/cuda/{name} ----\n" + "\n".join(body) + "\n")
+        header = f"// ---- tl_templates/cuda/{name} ----\n"
+        if not parts and defines:
+            header += "".join(f"#define {macro} 1\n" for macro in defines)
+        parts.append(header + "\n".join(body) + "\n")
 
     for name in _resolve_header_request(extra_headers):
         paste(name)
@@ -172,9 +284,40 @@ def header_prelude(extra_headers: bool | Sequence[str] = True) -> str:
 class _HookState(threading.local):
     def __init__(self) -> None:
         self.active = False
-        self.prefix = ""
+        self.request: list[str] | str = []
+        self.headers: list[str] = []
         self.captured: list[str] = []
         self.config: dict[str, Any] | None = None
+
+
+# TIRx's CUDA prelude (tvm_tirx/backend/cuda/codegen/header.py) includes the type traits
+# for NVRTC and for nvcc. Under NVRTC <cuda/std/type_traits> alone costs ~0.5 s per
+# compile (measured with NVRTC 13.0), so both are dropped when no `std::` name is used.
+_RTC_TRAITS_RE = re.compile(
+    r"^[ \t]*#include <cuda/std/type_traits>\n[ \t]*namespace std \{\n"
+    r"(?:[ \t]*using cuda::std::\w+;\n)*[ \t]*\}\n",
+    re.M,
+)
+_HOST_TRAITS_RE = re.compile(r"^[ \t]*#include <type_traits>\n", re.M)
+_STD_USE_RE = re.compile(r"(?<![:\w])std::")
+
+
+def _slim_prelude(code: str) -> str:
+    """Drop the type-traits includes of TIRx's prelude when nothing uses ``std::``."""
+    slim = _HOST_TRAITS_RE.sub("", _RTC_TRAITS_RE.sub("", code, count=1), count=1)
+    if slim is code or _STD_USE_RE.search(_COMMENT_OR_STRING_RE.sub(" ", slim)):
+        return code
+    return slim
+
+
+def _with_headers(code: str, request: list[str] | str) -> tuple[str, list[str]]:
+    """Paste the requested device headers in front of generated ``code``."""
+    code = _slim_prelude(code)
+    names = select_headers(code) if request == "auto" else list(request)
+    if not names:
+        return code, []
+    prefix = header_prelude(names, defines=_type_defines(code, names))
+    return prefix + code, names
 
 
 _STATE = _HookState()
@@ -191,7 +334,7 @@ def _postproc(code: str, target: Any) -> str:
         code = str(_PREVIOUS_HOOK(code, target))
     state = _STATE
     if state.active:
-        code = state.prefix + code
+        code, state.headers = _with_headers(code, state.request)
         state.captured.append(code)
     return code
 
@@ -556,8 +699,100 @@ def _pack_imports_to_c(module: Any, is_system_lib: bool, prefix: str, workspace_
     return path
 
 
+def _c_compiler() -> list[str] | None:
+    """The C compiler for the host library: ``$CC``, else gcc, cc or clang on PATH.
+
+    TIRx's default is the C++ compiler (``g++``), which takes ~3x longer on the generated
+    C host code than a C compiler does.
+    """
+    env = os.environ.get("CC", "").split()
+    if env:
+        return env
+    for name in ("gcc", "cc", "clang"):
+        path = shutil.which(name)
+        if path:
+            return [path]
+    return None
+
+
+_ASM_BLOB = """\t.section .rodata
+\t.globl {symbol}
+\t.type {symbol}, %object
+\t.p2align 4
+{symbol}:
+\t.incbin "{path}"
+\t.size {symbol}, {size}
+\t.section .note.GNU-stack,"",%progbits
+"""
+
+
+def _pack_imports_to_asm(module: Any, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
+    """Serialise the imported device module as an assembler ``.incbin`` of its bytes.
+
+    The same bytes and symbol (``__tvm_ffi__library_bin``) as
+    ``runtime.ModulePackImportsToC``, without a C compiler parsing a hex array
+    (~6 characters per cubin byte). Falls back to the C array for system libraries.
+    """
+    import tvm_ffi
+
+    if is_system_lib or prefix or not re.fullmatch(r"[A-Za-z0-9_./-]+", workspace_dir):
+        return _pack_imports_to_c(module, is_system_lib, prefix, workspace_dir)
+    blob = tvm_ffi.get_global_func("runtime.ModulePackImportsToTensor")(module).numpy().tobytes()
+    blob_path = os.path.join(workspace_dir, "devc.bin")
+    Path(blob_path).write_bytes(blob)
+    path = os.path.join(workspace_dir, "devc.s")
+    Path(path).write_text(
+        _ASM_BLOB.format(symbol="__tvm_ffi__library_bin", path=blob_path, size=len(blob))
+    )
+    return path
+
+
+def _shared_library_compiler(cc: list[str]) -> Any:
+    """An ``export_library`` ``fcompile``: compile every input in parallel, then link."""
+
+    def fcompile(output: str, objects: Sequence[str], options: Sequence[str] | None = None):
+        options = list(options or ())
+        procs, linked = [], []
+        for source in [objects] if isinstance(objects, str) else list(objects):
+            if source.endswith((".o", ".a", ".so")):
+                linked.append(source)
+                continue
+            obj = os.path.splitext(source)[0] + ".o"
+            cmd = [*cc, "-c", "-fPIC", "-o", obj]
+            if not source.endswith(".s"):  # -include / -I are for the C files
+                cmd += options
+            cmd.append(source)
+            procs.append(
+                (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            )
+            linked.append(obj)
+        failures = []
+        for cmd, proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                failures.append(f"{' '.join(cmd)}\n{out.decode(errors='replace')}")
+        if failures:
+            raise RuntimeError("Compilation error:\n" + "\n".join(failures))
+        cmd = [*cc, "-shared", "-fPIC", "-o", output, *linked]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"Link error:\n{' '.join(cmd)}\n{proc.stdout.decode(errors='replace')}"
+            )
+
+    fcompile.output_format = "so"
+    return fcompile
+
+
 def _export_host_library(executable: Any) -> bytes:
-    """Export the C host module (with its device import) as a shared library's bytes."""
+    """Export the C host module (with its device import) as a shared library's bytes.
+
+    With a C compiler on PATH (``$CC``, gcc, cc, clang) the host C file and the packed
+    device module (an ``.incbin`` assembler file on Linux) compile in parallel and are
+    then linked; otherwise TIRx's default compiler builds the C host and a C byte array.
+    """
+    cc = _c_compiler()
+    linux = sys.platform.startswith("linux")
     with tempfile.TemporaryDirectory(prefix="tilelang_cuda_") as tmp:
         types_header = os.path.join(tmp, "tilelang_host_types.h")
         Path(types_header).write_text(_HOST_TYPES_HEADER)
@@ -567,7 +802,8 @@ def _export_host_library(executable: Any) -> bytes:
         try:
             executable.export_library(
                 library_path,
-                fpack_imports=_pack_imports_to_c,
+                fcompile=_shared_library_compiler(cc) if cc else None,
+                fpack_imports=_pack_imports_to_asm if cc and linux else _pack_imports_to_c,
                 workspace_dir=workspace,
                 options=["-include", types_header],
             )
@@ -614,7 +850,7 @@ def build_cuda(
     compiler: str = "nvrtc",
     compile_flags: Sequence[str] = (),
     ptxas_flags: Sequence[str] = (),
-    extra_headers: bool | Sequence[str] = True,
+    extra_headers: bool | str | Sequence[str] = "auto",
     fast_math: bool = True,
     entry_name: str | None = None,
     pipeline: str = "default",
@@ -630,7 +866,10 @@ def build_cuda(
             appended after TIRx's defaults. Architecture/output options are reserved.
         ptxas_flags: extra ptxas options, appended after TIRx's defaults.
         extra_headers: paste tilelang's device headers in front of the generated source:
-            ``True`` (all), ``False`` (none) or a sequence of names such as ``["copy.h"]``.
+            ``"auto"`` (common.h and the headers whose ``tl::`` helpers the generated code
+            calls, see :func:`select_headers`), ``True`` (all), ``False`` (none) or a
+            sequence of names such as ``["copy.h"]``. cuda_fp16.h / cuda_bf16.h are left
+            out when neither the kernel nor the pasted headers use half / bfloat16.
         fast_math: keep TIRx's default ``--use_fast_math``.
         entry_name: host function to expose; default: the only public function.
         pipeline: TIRx pipeline name passed to ``tvm_tirx.tirx.compile``.
@@ -639,7 +878,7 @@ def build_cuda(
         A :class:`CudaArtifact`. Its ``meta`` holds ``entry_name``, ``functions`` (each
         parameter's name, kind, dtype and shape, symbolic dims as strings),
         ``symbolic_dims``, ``kernel_names``, ``arch``, ``compiler``, ``compile_flags``,
-        ``ptxas_flags``, ``extra_headers``, ``backend_config``, ``device_format`` and
+        ``ptxas_flags``, ``extra_headers`` (the pasted headers), ``backend_config``, ``device_format`` and
         ``host_embeds`` (``"binary"`` or ``"source"``).
 
     Raises:
@@ -661,8 +900,9 @@ def build_cuda(
         raise ValueError(f"compiler must be 'nvcc' or 'nvrtc', got {compiler!r}")
     compile_flags = _check_flags("compile_flags", compile_flags)
     ptxas_flags = _check_flags("ptxas_flags", ptxas_flags)
-    header_list = _resolve_header_request(extra_headers)
-    prefix = header_prelude(header_list)
+    header_request = _resolve_header_request(extra_headers)
+    if header_request != "auto":
+        header_prelude(header_request)  # a missing header fails here, before compiling
 
     functions = _public_functions(mod)
     if entry_name is None:
@@ -698,7 +938,7 @@ def build_cuda(
     if state.active:
         raise CudaBuildError("build_cuda is not re-entrant on one thread")
     compile_here = compiler == "nvcc" or _nvrtc_available()
-    state.active, state.prefix, state.captured = True, prefix, []
+    state.active, state.request, state.headers, state.captured = True, header_request, [], []
     state.config = config if compile_here else None
     try:
         with _device_factory():
@@ -709,7 +949,9 @@ def build_cuda(
         ) from err
     finally:
         captured = state.captured
-        state.active, state.prefix, state.captured, state.config = False, "", [], None
+        header_list = state.headers
+        state.active, state.request, state.headers, state.captured = False, [], [], []
+        state.config = None
 
     host = executable.mod
     devices = [m for m in host.imports if m.kind == "cuda"]
