@@ -25,14 +25,71 @@ def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True):
 
 
 def annotate_layout(layout_map: dict):
-    """Fix the layout of shared/fragment buffers (a hint; ignored where the target has no use)."""
+    """Fix the layout of shared tiles and fragments: ``T.annotate_layout({buf: layout})``.
+
+    A shared tile takes a :class:`tilelang.layout.Layout` (e.g. ``make_swizzled_layout(buf)``
+    or a padded ``T.Layout(buf.shape, lambda i, j: i * (bK + 8) + j)``) or a Python function
+    of the indices returning the physical index (upstream TileLang accepts both); a
+    fragment takes a :class:`tilelang.layout.Fragment`. On CUDA the layout wins over
+    what layout inference would choose (a tile op that cannot use it is an error naming
+    both lines); on the CPU a shared layout is a performance hint with no effect.
+
+    Each entry becomes a ``tl.annotate_layout(buf)`` statement carrying the layout and this
+    line (:mod:`tilelang.ops.annotate_layout`).
+    """
+    from ..layout import Fragment, Layout
+    from ..layout.annotation import check_layout, encode
+    from ..ops.annotate_layout import ANNOTATE_LAYOUT
+    from ..ops.region import is_tensor
+
     builder.state()
     if not isinstance(layout_map, dict):
-        raise errors.TraceError("T.annotate_layout takes a dict {buffer: layout}")
-    state = builder.state()
-    annotations = getattr(state, "layout_annotations", {})
-    annotations.update(layout_map)
-    state.layout_annotations = annotations
+        raise errors.TraceError(
+            f"T.annotate_layout takes a dict {{buffer: layout}}, got {type(layout_map).__name__}"
+        )
+    loc = builder.user_loc()
+    for buf, layout in layout_map.items():
+        if not is_tensor(buf):
+            raise errors.TraceError(
+                f"T.annotate_layout: the keys must be buffers (T.alloc_shared / "
+                f"T.alloc_fragment), got {type(buf).__name__} {buf!r}"
+            )
+        name, scope = buf.name, str(getattr(buf.ty, "scope", ""))
+        fragment = scope == "local.fragment"
+        if not (fragment or scope.startswith("shared")):
+            raise errors.TraceError(
+                f"T.annotate_layout: {name} is a {scope or 'global'} buffer; only shared "
+                "tiles (T.alloc_shared) and fragments (T.alloc_fragment) take a layout"
+            )
+        shape = list(buf.ty.shape)
+        if fragment and not isinstance(layout, Fragment):
+            raise errors.TraceError(
+                f"T.annotate_layout: {name} is a fragment and needs a tilelang.layout.Fragment, "
+                f"got {type(layout).__name__}"
+            )
+        if not fragment and isinstance(layout, Fragment):
+            raise errors.TraceError(
+                f"T.annotate_layout: {name} is a shared tile and needs a Layout (logical index "
+                "-> physical index), got a Fragment (a register layout)"
+            )
+        if not isinstance(layout, Layout):
+            if not callable(layout):
+                raise errors.TraceError(
+                    f"T.annotate_layout: the layout of {name} must be a Layout, a Fragment or "
+                    f"a function of the indices, got {type(layout).__name__}"
+                )
+            try:
+                layout = Layout(shape, layout)
+            except (TypeError, ValueError) as err:
+                raise errors.TraceError(
+                    f"T.annotate_layout: the layout function of {name}: {err}"
+                ) from None
+        try:
+            check_layout(layout, shape, name)
+        except ValueError as err:
+            raise errors.TraceError(f"T.annotate_layout: {err}") from None
+        call = ANNOTATE_LAYOUT.make(buf, loc=loc, **encode(layout))
+        _T.emit_(ir.Evaluate(call, loc=loc))
 
 
 def sync_threads():

@@ -1,6 +1,7 @@
 """Tile ops: one module per op, each with its IR form and per-backend lowering."""
 
 from . import (  # noqa: F401  # noqa: F401
+    annotate_layout,
     atomic,
     copy,
     copy_cuda,

@@ -7,8 +7,16 @@ with scope ``local.fragment``) and the block's thread count.
 Guarantees: ``InferResult.layouts`` maps every fragment Var to a Fragment and
 ``InferResult.loops`` maps every parallel nest (``loop_key`` of its outermost For) to a Fragment over
 the nest's iteration space, such that for every fragment access ``F[idx]`` in a nest
-the thread running iteration ``x`` owns ``F[idx(x)]``. Conflicts raise a CompileError
-naming the buffer(s) and the user's line.
+the thread running iteration ``x`` owns ``F[idx(x)]``. Shared tiles map to the Layout
+an op rule (gemm's swizzle) or ``T.annotate_layout`` gave them. Conflicts raise a
+CompileError naming the buffer(s) and the user's lines of both sides.
+
+``T.annotate_layout`` (``tl.annotate_layout`` statements, and the legacy function
+attribute ``tl.layout_map``) is applied first: those layouts are fixed before any rule
+runs, so the rules adapt to them (gemm keeps a known shared layout, loops take a known
+fragment) or report a conflict naming the annotation's line. A gemm that reads an
+annotated shared operand with ``ldmatrix`` needs its 16-byte rows stored contiguously
+(:func:`check_annotated_gemm_operands`).
 
 Levels (upstream TileLang's): "strict" (gemm fixes its accumulator), "common"
 (reduce, fragment copies, loops touching a fragment with a known layout propagate),
@@ -32,6 +40,7 @@ from .. import errors
 from ..backends.cuda.context import LayoutInferContext
 from ..layout import Fragment, make_parallel_fragment
 from ..layout import _expr as E
+from ..layout.annotation import contiguous_vectors
 from ..layout.fragment import _thread_splits
 from ..ops.registry import layout_rule_for, tile_op_of
 from .thread_utils import _bits, is_fragment, is_global, is_shared
@@ -243,11 +252,24 @@ class _Inference:
         self.threads, self.arch = threads, arch
         self.prefer_mma = prefer_mma
         self.layout_map: dict = {}
+        self.origins: dict = {}  # Var handle -> (who, loc) of the rule that set its layout
         self.ops, self.nests, self.fragments, self.serial_frags = [], [], [], []
+        self.annotated: list = []  # (Var, Layout, loc) of T.annotate_layout statements
         self.loop_layouts: dict = {}
         self._collect(func.body, in_nest=False)
         for var, layout in (annotations or {}).items():
             self._set(var, layout, None, "T.annotate_layout")
+        for var, layout, loc in self.annotated:
+            self._annotate(var, layout, loc)
+
+    def _annotate(self, var, layout, loc) -> None:
+        if isinstance(layout, Fragment) and layout.get_thread_size() > self.threads:
+            raise errors.compile_error(
+                f"T.annotate_layout: the fragment of {var.name} uses "
+                f"{layout.get_thread_size()} threads but the block has {self.threads}",
+                loc,
+            )
+        self._set(var, layout, loc, "T.annotate_layout")
 
     def _collect(self, stmt, in_nest):
         nest = parallel_nest(stmt) if not in_nest else None
@@ -256,6 +278,12 @@ class _Inference:
             self._collect(nest.body, in_nest=True)
             return
         found = tile_op_of(stmt)
+        if found is not None and found[0].name == "annotate_layout":
+            from ..ops.annotate_layout import annotation_of
+
+            var, layout = annotation_of(*found)
+            self.annotated.append((var, layout, found[1].loc))
+            return
         if found is not None:
             self.ops.append(found)
             return
@@ -277,15 +305,24 @@ class _Inference:
                 return v
         return None
 
+    def origin(self, var) -> str:
+        """``who (file:line)`` of the rule that set ``var``'s layout ('' when unknown)."""
+        who, loc = self.origins.get(var.__chandle__(), ("", None))
+        at = errors.where(loc) if loc is not None else ""
+        return f"{who} ({at})" if at else who
+
     def _set(self, var, layout, loc, who) -> bool:
         old = self.get(var)
         if old is None:
             self.layout_map[var] = layout
+            self.origins[var.__chandle__()] = (who, loc)
             return True
-        if not same_threads(old, layout):
+        # gemm lowers its fragments register by register: the whole map must match
+        if not _same_layout(old, layout, exact=who == "T.gemm"):
+            here = errors.where(loc) if loc is not None else ""
             raise errors.compile_error(
-                f"layout conflict for {var.name}: {who} needs {layout!r} but it already has "
-                f"{old!r}",
+                f"layout conflict for {var.name}: {who}{f' ({here})' if here else ''} needs "
+                f"{layout!r} but {self.origin(var) or 'an earlier rule'} gave it {old!r}",
                 loc,
             )
         return False
@@ -328,11 +365,14 @@ class _Inference:
             old = self.get(tensor)
             if old is None:
                 self.layout_map[tensor] = want
+                self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
                 changed = True
             elif not same_threads(old, want):
+                here = errors.where(nest.loc)
                 raise errors.compile_error(
-                    f"layout conflict: {tensor.name} is accessed in a T.Parallel loop whose "
-                    f"layout is {loop!r}, but {tensor.name} already has {old!r}",
+                    f"layout conflict: {tensor.name} is accessed in a T.Parallel loop"
+                    f"{f' ({here})' if here else ''} whose layout is {loop!r}, but "
+                    f"{self.origin(tensor) or 'an earlier rule'} gave {tensor.name} {old!r}",
                     nest.loc,
                 )
         return changed
@@ -398,7 +438,71 @@ class _Inference:
                 else default_fragment(shape, self.threads, 1)
             )
             self.layout_map[var] = layout
+        check_annotated_gemm_operands(self)
         return InferResult(self.layout_map, self.loop_layouts, self.nests)
+
+
+def _same_layout(old, new, exact=False) -> bool:
+    """Fragments: same threads (:func:`same_threads`; ``exact``: same registers too);
+    memory layouts: the same map."""
+    if isinstance(old, Fragment) and isinstance(new, Fragment) and exact:
+        try:
+            return bool(old.is_equal(new))
+        except Exception:  # noqa: BLE001 - incomparable layouts are different
+            return False
+    if isinstance(old, Fragment) or isinstance(new, Fragment):
+        return same_threads(old, new)
+    try:
+        return old.input_dim == new.input_dim and bool(old.is_equal(new))
+    except Exception:  # noqa: BLE001 - incomparable layouts are different
+        return False
+
+
+#: 16-bit A/B tiles (and int8 K-major ones) are read by ``ldmatrix``: 16-byte rows.
+_LDMATRIX_BYTES = 16
+
+
+def check_annotated_gemm_operands(inference) -> None:
+    """Raise when a gemm reads an annotated shared operand it cannot read correctly.
+
+    The mma.sync lowering (``ops/gemm_cuda.py``) reads fp16/bf16 operands, and int8
+    operands stored K-major, with ``ldmatrix``: each lane addresses 16 contiguous bytes
+    of the stored tile's last axis, at a 16-byte aligned place. It addresses them through
+    the tile's layout, so any annotated layout keeping those 16-byte runs contiguous and
+    aligned (swizzles, padded rows) is read correctly; others are a conflict naming the
+    annotation's line and the gemm's line. float32 (tf32) and int8 MN-major operands are
+    read element by element and take any layout.
+    """
+    from ..ops.gemm import gemm_dims
+
+    annotated = {var.__chandle__() for var, _, _ in inference.annotated}
+    for op, call in inference.ops:
+        if op.name != "gemm":
+            continue
+        v = op.view(call)
+        try:
+            a, b, *_ = gemm_dims(v)
+        except errors.TileLangError:
+            continue
+        for view, k_major in ((a, not v.transpose_A), (b, bool(v.transpose_B))):
+            tensor = view.tensor
+            if tensor.__chandle__() not in annotated or not is_shared(tensor):
+                continue
+            bits = _bits(tensor)
+            if bits == 32 or (bits == 8 and not k_major):
+                continue
+            layout = inference.get(tensor)
+            vec = _LDMATRIX_BYTES * 8 // bits
+            shape = [int(d) for d in layout.get_input_shape()]
+            if not contiguous_vectors(layout, vec):
+                raise errors.compile_error(
+                    f"layout conflict for {tensor.name}: T.gemm ({errors.where(call.loc)}) "
+                    f"reads it with ldmatrix, which needs each run of {vec} elements "
+                    f"({_LDMATRIX_BYTES} bytes) of its last axis (shape {shape}) stored "
+                    f"contiguously and {_LDMATRIX_BYTES}-byte aligned, but "
+                    f"{inference.origin(tensor)} gave it {layout!r}",
+                    call.loc,
+                )
 
 
 def _unit_stride(idx, inner) -> bool:
@@ -438,6 +542,22 @@ def _fragments_in(stmt, shallow=False):
 
     tvm_ffi.structural_walk(node, [(ir.TensorLoad, visit), (ir.TensorStore, visit)])
     return out
+
+
+def strip_layout_annotations(body):
+    """``body`` without its ``tl.annotate_layout`` statements (consumed by layout inference).
+
+    Later passes see only the layout map; a statement naming a shared tile outside the
+    loop that uses it would otherwise keep ``pipeline_planning`` from multi-buffering it.
+    """
+    from .stmt import StmtMutator
+
+    class _Strip(StmtMutator):
+        def visit_Evaluate(self, stmt, ctx):
+            found = tile_op_of(stmt)
+            return None if found is not None and found[0].name == "annotate_layout" else stmt
+
+    return _Strip("cuda")(body)
 
 
 def infer_layouts(func, threads: int, arch: str, annotations=None) -> InferResult:

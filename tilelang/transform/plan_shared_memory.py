@@ -10,6 +10,12 @@ top-level statements of the kernel body that mention them) do not overlap share 
 a barrier is placed before the first statement of a tile that reuses another's bytes
 unless one is already between them. A total above the architecture's limit raises a
 CompileError naming the buffers. ``last_plan`` keeps {name: (offset, bytes)} for tests.
+
+Padded layouts: a tile whose Layout (``layouts``, e.g. ``T.annotate_layout`` with rows of
+``bK + 8``) reaches past its element count gets the bytes its largest offset needs, and
+its typed view becomes a tensor of the same rank whose first extent covers them (the
+thread-level accesses, split over the tile's trailing extents by
+``thread_utils.physical``, already index it that way).
 """
 
 from __future__ import annotations
@@ -18,8 +24,18 @@ from tvm_tirx import ir
 
 from .. import errors
 from ..layout import _expr as E
-from .stmt import alloc_of, launch_of, uses_any
-from .thread_utils import _bits, alloc, decl_view, is_shared, is_sync, new_tensor, sync_threads
+from ..layout.annotation import storage_elements
+from .stmt import alloc_of, launch_of, substitute, uses_any
+from .thread_utils import (
+    _bits,
+    alloc,
+    decl_view,
+    is_shared,
+    is_sync,
+    new_tensor,
+    scope_of,
+    sync_threads,
+)
 
 ALIGN = 16
 LIMITS = {
@@ -63,6 +79,28 @@ def _bytes(var) -> int:
     return (n * _bits(var) + 7) // 8
 
 
+def _layout_of(var, layouts):
+    for k, v in (layouts or {}).items():
+        if k.same_as(var):
+            return v
+    return None
+
+
+def _storage_var(var, layouts):
+    """``var`` itself, or a same-rank tensor holding its padded layout's largest offset."""
+    layout = _layout_of(var, layouts)
+    shape = [E.as_const_int(d) for d in var.ty.shape]
+    if layout is None or None in shape or not shape:
+        return var
+    need = storage_elements(layout)
+    have = int(E.prod(shape))
+    if need <= have:
+        return var
+    inner = int(E.prod(shape[1:]))
+    rows = -(-need // inner)
+    return new_tensor(var.name, [rows] + shape[1:], str(var.ty.dtype), scope_of(var))
+
+
 def _split(body):
     """(path of launch regions, innermost statements)."""
     path = []
@@ -82,7 +120,12 @@ def _wrap(path, stmts):
     return body
 
 
-def plan_shared_memory(body, arch: str = "sm_90a"):
+def plan_shared_memory(body, arch: str = "sm_90a", layouts=None):
+    """Place every shared tile of ``body`` in one ``shared.dyn`` buffer (module docstring).
+
+    ``layouts`` maps tile Vars to their Layouts (the CUDA pipeline's layout map); only
+    padded ones change anything here.
+    """
     path, stmts = _split(body)
     tiles = []  # (var, index of its alloc)
     for s in stmts:
@@ -112,10 +155,11 @@ def plan_shared_memory(body, arch: str = "sm_90a"):
         uses[var.__chandle__()] = (min(idx), max(idx)) if idx else (0, -1)
     placed = []  # (var, offset, size, first, last)
     syncs_before = set()
+    storage = {v.__chandle__(): _storage_var(v, layouts) for v in tiles}
     order = sorted(tiles, key=lambda v: uses[v.__chandle__()][0])
     for var in order:
         first, last = uses[var.__chandle__()]
-        size = (_bytes(var) + ALIGN - 1) // ALIGN * ALIGN
+        size = (_bytes(storage[var.__chandle__()]) + ALIGN - 1) // ALIGN * ALIGN
         align = _tile_alignment(size)
         busy = sorted(
             (o, o + sz, pl) for (_, o, sz, f, pl) in placed if not (pl < first or last < f)
@@ -139,7 +183,10 @@ def plan_shared_memory(body, arch: str = "sm_90a"):
             f"shared memory: {total} bytes needed but {arch} allows {limit}: {names}"
         )
     smem = new_tensor("smem", [total], "uint8", "shared.dyn")
-    views = {v.__chandle__(): decl_view(v, smem, o) for v, o, _, _, _ in placed}
+    views = {v.__chandle__(): decl_view(storage[v.__chandle__()], smem, o) for v, o, *_ in placed}
+    renamed = {
+        v: storage[v.__chandle__()] for v in tiles if not storage[v.__chandle__()].same_as(v)
+    }
     for v, o, sz, _, _ in placed:
         last_plan[v.name] = (o, sz)
     out = [alloc(smem)]
@@ -150,5 +197,5 @@ def plan_shared_memory(body, arch: str = "sm_90a"):
             continue
         if k in syncs_before:
             out.append(sync_threads())
-        out.append(s)
+        out.append(substitute(s, renamed) if renamed else s)
     return _wrap(path, out)

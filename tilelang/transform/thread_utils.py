@@ -106,6 +106,9 @@ def physical(var, indices, ctx):
     ``[rows, cols]`` to ``[1, rows // 8, 512]``), so the output coordinates are flattened
     row-major over the layout's output shape and split again over the tensor's own
     shape: the element lands at the same storage offset the gemm lowering computes.
+    A padded layout (``T.annotate_layout``, rows of ``cols + 8``) reaches offsets past the
+    tile's element count: the leading index then exceeds the tile's first extent, and
+    ``plan_shared_memory`` gives the tile a storage shape whose first extent covers them.
     """
     layout = ctx.get_layout(var) if is_shared(var) else None
     if layout is None:
@@ -115,10 +118,10 @@ def physical(var, indices, ctx):
     shape = [E.as_const_int(d) for d in var.ty.shape]
     if out_shape == shape:
         return coords
-    if None in out_shape or None in shape or E.prod(out_shape) != E.prod(shape):
+    if None in out_shape or None in shape or E.prod(out_shape) < E.prod(shape):
         raise ValueError(
-            f"the layout of {var.name} maps {list(var.ty.shape)} to {out_shape}, which does "
-            "not have the tensor's size"
+            f"the layout of {var.name} maps {list(var.ty.shape)} to {out_shape}, which is "
+            "smaller than the tensor"
         )
     flat = None
     for coord, extent in zip(coords, out_shape):

@@ -4,6 +4,7 @@
       ─► rasterize_blocks      T.use_swizzle: blocks renumbered in panels (L2 reuse)
       ─► layout_inference      every fragment and T.Parallel nest gets a Fragment
       ─► pipeline_planning     (if present: cp.async software pipelining of T.Pipelined)
+      ─► apply_shared_layouts  element accesses of laid-out shared tiles go through the layout
       ─► lower_parallel        T.Parallel nests partitioned over threads by their layout
       ─► lower tile ops        tl.copy/fill/reduce/gemm/... by their ("op", "cuda") rules
       ─► lower_fragments       fragments -> per-thread register arrays
@@ -26,9 +27,10 @@ from ... import errors
 from ...layout import _expr as E
 from ...ops import lowering_for, tile_op_of
 from ...ops.registry import _LOWERINGS
+from ...transform.apply_shared_layouts import apply_shared_layouts
 from ...transform.insert_sync import insert_sync
 from ...transform.instrument import on_body, run_stages
-from ...transform.layout_inference import infer_layouts
+from ...transform.layout_inference import infer_layouts, strip_layout_annotations
 from ...transform.lower_fragments import lower_fragments
 from ...transform.lower_parallel import lower_parallel
 from ...transform.plan_shared_memory import plan_shared_memory
@@ -124,7 +126,8 @@ def lower(func, target=None, pass_configs=None):
             {tag: var for tag, _, var in launches_of(f.body)[0]},
         )
         state.update(tvar=tvar, threads=threads, info=info, locals=locals_, ctx=ctx)
-        return f  # layouts live in the context; the IR is unchanged
+        # layouts live in the context; the consumed T.annotate_layout statements go
+        return f.with_body(strip_layout_annotations(f.body))
 
     def pipeline_planning(f):
         if importlib.util.find_spec("tilelang.transform.pipeline_planning") is None:
@@ -144,6 +147,7 @@ def lower(func, target=None, pass_configs=None):
         ("rasterize_blocks", rasterize_blocks),
         ("layout_inference", layout_inference),
         ("pipeline_planning", pipeline_planning),
+        ("apply_shared_layouts", on_body(lambda b: apply_shared_layouts(b, state["ctx"]))),
         (
             "lower_parallel",
             on_body(
@@ -161,7 +165,10 @@ def lower(func, target=None, pass_configs=None):
         ),
         ("hoist_allocs", on_body(hoist_allocs)),
         ("insert_sync", on_body(lambda b: insert_sync(b, state["tvar"]))),
-        ("plan_shared_memory", on_body(lambda b: plan_shared_memory(b, arch))),
+        (
+            "plan_shared_memory",
+            on_body(lambda b: plan_shared_memory(b, arch, state["ctx"].layout_map)),
+        ),
         ("strip_schedule_hints", on_body(lambda b: StripScheduleHints("cuda")(b, state["ctx"]))),
     ]
     return run_stages(func, stages, pass_configs)
