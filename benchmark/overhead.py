@@ -20,8 +20,9 @@ Measures, each a median of several runs:
 4. the per-call overhead of a cached tiny kernel (``C = A + B`` on 256 floats; the CPU
    backend runs it as a parallel loop) against torch eager (``torch.add(a, b, out=c)``,
    ``a + b``), plus the raw tvm-ffi function without JITKernel's Python wrapper. "call" is
-   the host cost: batches of asynchronous calls with one synchronize per batch (the GPU runs a
-   tiny kernel faster than the host launches it); "call+sync" (CUDA only) waits for every call.
+   the host cost: a batch of ``--inner`` asynchronous calls is timed, the synchronize that
+   follows is not (100 launches stay far below the launch queue's depth, so the host never
+   waits for the GPU); "call+sync" (CUDA only) is the round trip, a sync after every call.
 
 Child processes get a private ``TILELANG_CACHE_DIR`` under a temporary directory.
 """
@@ -260,14 +261,18 @@ def measure(target: str, runs: int, repeats: int, inner: int) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def timed(fn):
-        """Host cost per call: batches of ``inner`` asynchronous calls, one sync per batch."""
-
-        def batch():
+        """Host cost per call: ``inner`` asynchronous calls timed, then one untimed sync."""
+        samples = []
+        for rep in range(repeats + 1):
+            sync()
+            start = time.perf_counter()
             for _ in range(inner):
                 fn()
+            elapsed = time.perf_counter() - start
             sync()
-
-        return _per_call(batch, repeats, 1) / inner
+            if rep:  # the first batch warms up
+                samples.append(elapsed / inner)
+        return statistics.median(samples)
 
     def timed_sync(fn):
         """Round trip per call: launch, then wait for the kernel (sync after every call)."""
