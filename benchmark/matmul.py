@@ -84,6 +84,14 @@ EXTRA = [
     _cfg(256, 128, 64, 256, 4, raster=4),
     _cfg(256, 128, 64, 256, 4, raster=8),
     _cfg(128, 128, 64, 128, 4, raster=8),
+    # mma.sync: deeper pipelines (4 stages beat 3 by ~15% on the H200)
+    _cfg(128, 128, 32, 128, 4, path="mma", split=False),
+    _cfg(128, 128, 32, 128, 5, path="mma"),
+    _cfg(128, 128, 32, 128, 6, path="mma"),
+    _cfg(128, 128, 32, 128, 5, path="mma", split=False),
+    _cfg(128, 128, 64, 128, 4, path="mma"),
+    _cfg(128, 256, 32, 256, 5, path="mma"),
+    _cfg(256, 128, 32, 256, 5, path="mma"),
 ]
 
 
