@@ -1,0 +1,74 @@
+"""Where the time of one cached CUDA kernel call goes (run on a GPU).
+
+    python benchmark/launch_path.py [--inner 100] [--repeats 200]
+
+Host cost per call (a batch of asynchronous calls timed, the sync after it untimed), from
+the floor up:
+
+1. a tvm-ffi call of a trivial global function with three torch CUDA tensors (Python ->
+   C++ dispatch + DLPack exchange, no launch);
+2. ``torch.cuda._sleep(0)``: torch's cheapest kernel launch (dispatcher + cudaLaunchKernel);
+3. our tiny kernel (``C = A + B``, 256 floats) through the raw tvm-ffi function: the C
+   host module's argument checks + TIRx's CUDA module launch (cuLaunchKernel);
+4. the same through ``JITKernel.__call__``;
+5. ``torch.add(a, b, out=c)`` for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def host_cost(fn, sync, inner: int, repeats: int) -> float:
+    """Median seconds per call of ``fn`` over batches of ``inner`` asynchronous calls."""
+    samples = []
+    for rep in range(repeats + 1):
+        sync()
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        elapsed = time.perf_counter() - start
+        sync()
+        if rep:
+            samples.append(elapsed / inner)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inner", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=200)
+    args = parser.parse_args()
+
+    import torch
+    import tvm_ffi
+
+    from benchmark.overhead import tiny_add
+
+    a, b, c = (torch.randn(256, device="cuda") for _ in range(3))
+    kernel = tiny_add("cuda", None)
+    raw = kernel.torch_function
+    trivial = tvm_ffi.get_global_func("ffi.Array")  # builds a 3-element array of tensors
+    sync = torch.cuda.synchronize
+    rows = [
+        ("tvm-ffi call, 3 CUDA tensors, no launch", lambda: trivial(a, b, c)),
+        ("torch.cuda._sleep(0) (torch's cheapest launch)", lambda: torch.cuda._sleep(0)),
+        ("tiny kernel, raw tvm-ffi function", lambda: raw(a, b, c)),
+        ("tiny kernel, JITKernel", lambda: kernel(a, b, c)),
+        ("torch.add(a, b, out=c)", lambda: torch.add(a, b, out=c)),
+    ]
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for name, fn in rows:
+        cost = host_cost(fn, sync, args.inner, args.repeats)
+        print(f"{name:<52} {cost * 1e6:8.3f} us")
+
+
+if __name__ == "__main__":
+    main()
