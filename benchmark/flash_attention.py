@@ -1,9 +1,13 @@
 """FlashAttention forward: the upstream-style example kernel vs torch SDPA on the same inputs.
 
     python benchmark/flash_attention.py [--batch 4] [--heads 16] [--seq 4096] [--dim 128]
+        [--variants leading hoist split auto]
 
 CUDA events, median of ``--iters`` runs after warm-up; TFLOP/s counts 4*b*h*s*s*d (half of it
 for causal) and the ratio is ours over torch's time inverted (higher is better).
+``--variants`` runs every config once per value of ``pipeline_planning.COPY_SCHEDULE``
+(``leading``: only K's copy pipelined, the schedule before; ``hoist``/``split``/``auto``:
+every copy, see ``tilelang/transform/pipeline_copies.py``); default: the module's setting.
 """
 
 from __future__ import annotations
@@ -21,7 +25,11 @@ sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
 
 from example_mha_fwd_bshd import flashattn  # noqa: E402
 
+import tilelang  # noqa: E402
 from tilelang.profiler import bench  # noqa: E402
+from tilelang.transform import pipeline_planning  # noqa: E402
+
+CONFIGS = ((128, 128, 2, 256), (128, 64, 2, 128), (64, 64, 1, 128))
 
 
 def main():
@@ -31,10 +39,32 @@ def main():
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=("leading", "hoist", "split", "auto"),
+        default=[pipeline_planning.COPY_SCHEDULE],
+        help="copy schedules to compare (pipeline_planning.COPY_SCHEDULE)",
+    )
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=None,
+        help="bMxbN/threads/stages configs, e.g. 128x128/256/2 (default: the three below)",
+    )
     args = parser.parse_args()
+    configs = CONFIGS
+    if args.configs:
+        configs = []
+        for c in args.configs:
+            tile, threads, stages = c.split("/")
+            bm, bn = tile.split("x")
+            configs.append((int(bm), int(bn), int(stages), int(threads)))
     b, h, s, d = args.batch, args.heads, args.seq, args.dim
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'causal':>7} {'config':>22} {'ms':>9} {'TFLOP/s':>9} {'torch ms':>9} {'ratio':>6}")
+    print(
+        f"{'causal':>7} {'schedule':>8} {'config':>22} {'ms':>9} {'TFLOP/s':>9} {'torch ms':>9} {'ratio':>6}"
+    )
     for causal in (False, True):
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
@@ -42,29 +72,37 @@ def main():
         ref = ref_fn().transpose(1, 2)
         t_ref = bench(ref_fn, warmup=10, rep=args.iters, device="cuda")
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-        for bm, bn, stages, threads in ((128, 128, 2, 256), (128, 64, 2, 128), (64, 64, 1, 128)):
-            label = f"{bm}x{bn}/{threads}t/{stages}s"
+        for (bm, bn, stages, threads), variant in (
+            (c, var) for c in configs for var in args.variants
+        ):
+            pipeline_planning.COPY_SCHEDULE = variant
+            label = f"{variant:>8} {bm}x{bn}/{threads}t/{stages}s"
             if causal and bm > bn:
                 # The example (as upstream's) has no Check_inf step: with block_M > block_N a
                 # causal row can be fully masked inside one K block, giving -inf - -inf = NaN.
-                print(f"{str(causal):>7} {label:>22}  skipped: causal needs block_M <= block_N")
+                print(f"{str(causal):>7} {label:>31}  skipped: causal needs block_M <= block_N")
                 continue
             try:
-                kernel = flashattn(
+                # get_tir + compile, not the memoised @jit factory: the module flag is not in
+                # the kernel cache key, so an otherwise unused pass config keys each variant
+                tir = flashattn.get_tir(
                     b, h, s, d, causal, block_M=bm, block_N=bn, num_stages=stages, threads=threads
+                )
+                kernel = tilelang.compile(
+                    tir, out_idx=[3], target="cuda", pass_configs={"bench.copy_schedule": variant}
                 )
                 out = kernel(q, k, v)
                 err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
                 if not err < 1e-2:
-                    print(f"{str(causal):>7} {label:>22}  wrong result (rel err {err:.3g})")
+                    print(f"{str(causal):>7} {label:>31}  wrong result (rel err {err:.3g})")
                     continue
                 t = bench(lambda: kernel(q, k, v), warmup=10, rep=args.iters, device="cuda")  # noqa: B023
                 print(
-                    f"{str(causal):>7} {label:>22} {t:9.3f} {flops / t / 1e9:9.1f} {t_ref:9.3f} {t_ref / t:6.2f}"
+                    f"{str(causal):>7} {label:>31} {t:9.3f} {flops / t / 1e9:9.1f} {t_ref:9.3f} {t_ref / t:6.2f}"
                 )
             except Exception as err:  # noqa: BLE001 - report and go on to the next config
                 print(
-                    f"{str(causal):>7} {label:>22}  failed: {type(err).__name__}: {str(err)[:120]}"
+                    f"{str(causal):>7} {label:>31}  failed: {type(err).__name__}: {str(err)[:120]}"
                 )
 
 

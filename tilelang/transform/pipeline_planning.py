@@ -65,6 +65,17 @@ ldmatrix after the barrier::
   those reads and the copies (it sees whole tiles, not stages). ``MMA_SPLIT = False``
   (module attribute) keeps the plain schedule above.
 
+Copies after the leading ones (``COPY_SCHEDULE``, :mod:`.pipeline_copies`): a later
+top-level ``T.copy(global -> shared)`` that can move to the top of the body (FlashAttention's
+V copy, after Q @ K^T and softmax) is pipelined too. ``"hoist"`` (default with ``S >= 2``)
+adds it to the leading copies (the schedules above, one group and one barrier per
+iteration); ``"split"`` (default with ``S == 1``) gives it its own stages and group, waited
+for (with its own barrier) where it stood, so that with one stage its load overlaps the
+statements before it. ``"leading"`` keeps later copies synchronous (the old schedule).
+Outside ``"leading"``, a wgmma gemm also skips its own fence when its A is in registers, or
+when a shared operand is no pipelined tile but nothing else in the loop touches it (Q in
+FlashAttention: written before the loop, fenced by the loop's fence in every iteration).
+
 ``WGMMA_IN_FLIGHT = False`` (module attribute) turns the in-flight schedule off;
 ``WGMMA_COPIES_AFTER = True`` issues the copies after the wgmma batch (the gemm is marked
 ``tl_wgmma_defer_wait`` and the loop waits for ``wait_group 1`` after the copies).
@@ -109,6 +120,7 @@ from ..ops.gemm_wgmma import (
 )
 from ..ops.region import RegionView, _const
 from .insert_sync import ATTR_ASYNC_STAGES
+from .pipeline_copies import _later_copies, _plan_split_copies
 from .stmt import StmtMutator, alloc_of, launch_of, substitute
 
 VEC_BYTES = 16
@@ -120,6 +132,12 @@ WGMMA_IN_FLIGHT = True
 WGMMA_COPIES_AFTER = False
 #: Split a lone mma.sync gemm body into phases with double-buffered fragments (module doc).
 MMA_SPLIT = True
+#: Which global->shared copies of a pipelined loop body become cp.async stages:
+#: ``"leading"``: only the copies that start the body (the others stay synchronous);
+#: ``"hoist"``: also the later ones, issued with the leading ones (one group, one wait);
+#: ``"split"``: the later ones each in their own group, waited for where they stood;
+#: ``"auto"``: ``"hoist"`` with ``num_stages >= 2``, ``"split"`` with 1 (see module doc).
+COPY_SCHEDULE = "auto"
 
 
 def make_alloc(var) -> ir.Bind:
@@ -327,8 +345,16 @@ class _Planner(StmtMutator):
         copies, rest = _leading_copies(loop.body, ctx)
         if not copies:
             return None
+        mode = copy_schedule(stages)
+        later = []
+        if mode != "leading":
+            later = _later_copies(rest, loop, ctx, [c.dst.tensor for c in copies], self.root)
+        if mode == "hoist" or (mode == "split" and stages >= 2 and not later):
+            copies = copies + [c for _, c in later]
+            rest = [s for i, s in enumerate(rest) if i not in {j for j, _ in later}]
+            later = []
         tiles = []
-        for c in copies:
+        for c in copies + [c for _, c in later]:
             t = c.dst.tensor
             if any(t.same_as(x) for x in tiles):
                 return None
@@ -348,13 +374,18 @@ class _Planner(StmtMutator):
         self.replaced.update(mapping)
         k, begin, end = loop.var, loop.begin, loop.end
         rel = k - begin
-        rest, wgmma, in_flight = self._mark_wgmma(rest, tiles, stages)
+        # a later copy's own wait point fences its tile: mark as if the copy were not there
+        at = {i for i, _ in later}
+        nop = ir.Evaluate(ir.const(0, "int32"))
+        marked = [nop if i in at else s for i, s in enumerate(rest)]
+        marked, wgmma, in_flight = self._mark_wgmma(marked, tiles, stages, bool(later))
+        rest = [rest[i] if i in at else s for i, s in enumerate(marked)]
         ahead = stages - 2 if in_flight is not None else stages - 1
         fence = [fence_proxy_async()] if wgmma else []
 
-        def issue(k_value, stage, ictx=ctx, pred=None):
+        def issue(k_value, stage, ictx=ctx, pred=None, group=None):
             stmts = []
-            for c in copies:
+            for c in copies if group is None else group:
                 new = mapping[c.dst.tensor]
                 dst = RegionView(new, [stage, *c.dst.begins], [1, *c.dst.extents])
                 layout = self.pctx.get_layout(new)
@@ -366,6 +397,8 @@ class _Planner(StmtMutator):
                 return stmts
             return [ir.If(cond, ir.SeqStmt(stmts) if len(stmts) > 1 else stmts[0], None)]
 
+        if later:
+            return _plan_split_copies(loop, ctx, stages, rest, copies, later, mapping, issue, fence)
         body_rest = _restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
         if stages == 1:
             new_body = [*issue(k, ir.const(0, "int32")), cp_async_commit(), cp_async_wait(0)]
@@ -459,7 +492,7 @@ class _Planner(StmtMutator):
         new_loop = _with_loop(loop, new_body, {ATTR_ASYNC_STAGES: 1})
         return ir.SeqStmt([*prologue, new_loop, cp_async_wait(0)])
 
-    def _mark_wgmma(self, rest, tiles, stages):
+    def _mark_wgmma(self, rest, tiles, stages, split=False):
         """(rest with wgmma gemms marked, whether any is wgmma, the in-flight plan or None)."""
         found = []  # plans of every wgmma gemm in the body, nested ones included
 
@@ -481,15 +514,16 @@ class _Planner(StmtMutator):
             attrs = {}
             a, b = plan.A.tensor, plan.B.tensor
             before = rest[:i]
-            if (
-                any(a.same_as(t) for t in tiles)
-                and any(b.same_as(t) for t in tiles)
-                and not any(_uses(x, a) or _uses(x, b) for x in before)
+            others = rest[:i] + rest[i + 1 :]
+            shared = [b] if plan.a_in_regs else [a, b]
+            old_rule = COPY_SCHEDULE == "leading"  # as before: A and B both pipelined tiles
+            if not (old_rule and plan.a_in_regs) and all(
+                self._fenced_operand(t, tiles, before, others) for t in shared
             ):
                 attrs[ATTR_FENCED] = True
-            others = rest[:i] + rest[i + 1 :]
             if (
                 WGMMA_IN_FLIGHT
+                and not split
                 and stages >= 3
                 and len(found) == 1
                 and not any(_uses(x, plan.c.tensor) for x in others)
@@ -502,6 +536,26 @@ class _Planner(StmtMutator):
             if attrs:
                 out[i] = _with_attrs(s, attrs)
         return out, True, in_flight
+
+    def _fenced_operand(self, t, tiles, before, others) -> bool:
+        """Whether the loop's fence after its cp.async wait covers shared operand ``t``.
+
+        A pipelined tile not touched before the gemm, or (with ``COPY_SCHEDULE`` other
+        than ``"leading"``) a tile nothing else in the loop touches: its writes precede
+        the loop, and every iteration fences (each thread its own writes) before its
+        barrier.
+        """
+        if any(t.same_as(x) for x in tiles):
+            return not any(_uses(x, t) for x in before)
+        return COPY_SCHEDULE != "leading" and not any(_uses(x, t) for x in others)
+
+
+def copy_schedule(stages: int) -> str:
+    """The effective ``COPY_SCHEDULE`` for a loop of ``stages`` stages."""
+    if COPY_SCHEDULE == "auto":
+        return "hoist" if stages >= 2 else "split"
+    assert COPY_SCHEDULE in ("leading", "hoist", "split"), COPY_SCHEDULE
+    return COPY_SCHEDULE
 
 
 def _has_local(pctx, tensor) -> bool:
