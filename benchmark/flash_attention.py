@@ -50,7 +50,7 @@ def main():
         "--configs",
         nargs="+",
         default=None,
-        help="bMxbN/threads/stages configs, e.g. 128x128/256/2 (default: the three below)",
+        help="bMxbN/threads/stages configs, e.g. 128x128/256/2 (default: 128x128/256/2 128x64/128/2 64x64/128/1)",
     )
     args = parser.parse_args()
     configs = CONFIGS
