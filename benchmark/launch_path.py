@@ -18,27 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-
-
-def host_cost(fn, sync, inner: int, repeats: int) -> float:
-    """Median seconds per call of ``fn`` over batches of ``inner`` asynchronous calls."""
-    samples = []
-    for rep in range(repeats + 1):
-        sync()
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        elapsed = time.perf_counter() - start
-        sync()
-        if rep:
-            samples.append(elapsed / inner)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -50,7 +33,7 @@ def main() -> None:
     import torch
     import tvm_ffi
 
-    from benchmark.overhead import tiny_add
+    from benchmark.overhead import host_cost, tiny_add
 
     a, b, c = (torch.randn(256, device="cuda") for _ in range(3))
     kernel = tiny_add("cuda", None)

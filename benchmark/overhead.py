@@ -221,6 +221,22 @@ def _per_call(fn, repeats: int, inner: int) -> float:
     return statistics.median(samples)
 
 
+def host_cost(fn, sync, inner: int, repeats: int) -> float:
+    """Median host seconds per call of ``fn``: ``inner`` asynchronous calls timed, then one
+    untimed ``sync()`` (the first batch warms up)."""
+    samples = []
+    for rep in range(repeats + 1):
+        sync()
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        elapsed = time.perf_counter() - start
+        sync()
+        if rep:
+            samples.append(elapsed / inner)
+    return statistics.median(samples)
+
+
 def measure(target: str, runs: int, repeats: int, inner: int) -> dict:
     """All measurements (seconds); see the module docstring."""
     results = {}
@@ -261,18 +277,7 @@ def measure(target: str, runs: int, repeats: int, inner: int) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def timed(fn):
-        """Host cost per call: ``inner`` asynchronous calls timed, then one untimed sync."""
-        samples = []
-        for rep in range(repeats + 1):
-            sync()
-            start = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            elapsed = time.perf_counter() - start
-            sync()
-            if rep:  # the first batch warms up
-                samples.append(elapsed / inner)
-        return statistics.median(samples)
+        return host_cost(fn, sync, inner, repeats)
 
     def timed_sync(fn):
         """Round trip per call: launch, then wait for the kernel (sync after every call)."""

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 
 import pytest
+from source_lines import line_of
 
 import tilelang
 import tilelang.language as T
 
 THIS_FILE = os.path.basename(__file__)
-
-
-def line_of(func, needle: str) -> int:
-    """Absolute line number of the first line of ``func``'s source containing ``needle``."""
-    lines, first = inspect.getsourcelines(func)
-    for k, text in enumerate(lines):
-        if needle in text:
-            return first + k
-    raise AssertionError(f"{needle!r} not in the source of {func.__name__}")
 
 
 def assert_names_line(err: Exception, line: int):

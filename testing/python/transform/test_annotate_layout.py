@@ -9,7 +9,6 @@ larger allocation); conflicts name both lines. GPU runs are in
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shutil
@@ -17,6 +16,7 @@ import shutil
 import numpy as np
 import pytest
 import tvm_ffi
+from source_lines import line_of
 from tvm_tirx import ir
 
 import tilelang
@@ -32,15 +32,6 @@ THIS_FILE = os.path.basename(__file__)
 SM80 = {"kind": "cuda", "arch": "sm_80"}
 SM90 = {"kind": "cuda", "arch": "sm_90a"}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-
-
-def line_of(func, needle: str) -> int:
-    """Absolute line number of the first line of ``func``'s source containing ``needle``."""
-    lines, first = inspect.getsourcelines(func)
-    for k, text in enumerate(lines):
-        if needle in text:
-            return first + k
-    raise AssertionError(f"{needle!r} not in the source of {func.__name__}")
 
 
 def names_line(err, func, needle) -> bool:
