@@ -288,6 +288,7 @@ class _HookState(threading.local):
         self.headers: list[str] = []
         self.captured: list[str] = []
         self.config: dict[str, Any] | None = None
+        self.fmap: dict[str, dict[str, Any]] | None = None  # kernel FunctionInfo, see below
 
 
 # TIRx's CUDA prelude (tvm_tirx/backend/cuda/codegen/header.py) includes the type traits
@@ -327,6 +328,7 @@ _PREVIOUS_HOOK: Any = None
 _FACTORY_NAME = "ffi.Module.create.cuda"
 _FALLBACK_FACTORY_NAME = "ffi.Module.create.cuda_fallback"
 _FACTORY_USERS = 0
+_REAL_FACTORY: Any = None  # the CUDA runtime's factory, once wrapped by _recording_factory
 
 
 def _postproc(code: str, target: Any) -> str:
@@ -367,6 +369,8 @@ def _cross_compile_factory(data: Any, fmt: str, fmap: Any, source_map: Any) -> A
     import tvm_ffi
 
     fallback = tvm_ffi.get_global_func(_FALLBACK_FACTORY_NAME)
+    if _STATE.active:
+        _STATE.fmap = _plain_function_info(fmap)
     config = _STATE.config if _STATE.active else None
     if config is None or str(fmt) != "cuda":
         return fallback(data, fmt, fmap, source_map)
@@ -374,16 +378,33 @@ def _cross_compile_factory(data: Any, fmt: str, fmap: Any, source_map: Any) -> A
     return fallback(binary, binary_format, fmap, source_map)
 
 
+def _recording_factory(*args: Any) -> Any:
+    """Forwards to the CUDA runtime's ``ffi.Module.create.cuda(data, fmt, fmap, ...)``,
+    recording the kernels' FunctionInfo (``fmap``) for direct launch during ``build_cuda``."""
+    state = _STATE
+    if state.active and len(args) >= 3 and hasattr(args[2], "items"):
+        state.fmap = _plain_function_info(args[2])
+    return _REAL_FACTORY(*args)
+
+
 @contextlib.contextmanager
-def _device_factory() -> Iterator[None]:
-    """Register :func:`_cross_compile_factory` while at least one build needs it."""
-    global _FACTORY_USERS
+def _device_factory(record: bool = False) -> Iterator[None]:
+    """Register :func:`_cross_compile_factory` while at least one build needs it.
+
+    With ``record`` and the real CUDA runtime loaded, its factory is wrapped (once per
+    process, forwarding everything) by :func:`_recording_factory`.
+    """
+    global _FACTORY_USERS, _REAL_FACTORY
     import tvm_ffi
 
     with _HOOK_LOCK:
         if _FACTORY_USERS == 0:
-            if tvm_ffi.get_global_func(_FACTORY_NAME, allow_missing=True) is not None:
+            real = tvm_ffi.get_global_func(_FACTORY_NAME, allow_missing=True)
+            if real is not None:
                 owned = False  # the real CUDA runtime is loaded: it compiles by itself
+                if record and _REAL_FACTORY is None:
+                    _REAL_FACTORY = real
+                    tvm_ffi.register_global_func(_FACTORY_NAME, _recording_factory, override=True)
             else:
                 tvm_ffi.register_global_func(_FACTORY_NAME, _cross_compile_factory)
                 owned = True
@@ -747,13 +768,386 @@ def _pack_imports_to_asm(module: Any, is_system_lib: bool, prefix: str, workspac
     return path
 
 
-def _shared_library_compiler(cc: list[str]) -> Any:
-    """An ``export_library`` ``fcompile``: compile every input in parallel, then link."""
+# --------------------------------------------------------------------------- direct launch
+
+# Build option: replace each kernel launch of the C host code (a tvm-ffi packed call into
+# TIRx's CUDA module) by a direct cuLaunchKernel; see :func:`_direct_launch_source`.
+# ``build_cuda(direct_launch=None)`` reads this flag. It is part of tilelang's sources, so
+# changing the default here changes every cache key (``source_fingerprint``); setting it at
+# run time does not, so clear the cache (or bypass it) when toggling it in a process.
+DIRECT_LAUNCH = False
+
+_DIRECT_CUBIN_SYMBOL = "__tilelang_cubin"
+_DYN_SMEM_TAG = "tirx.use_dyn_shared_memory"
+_LAUNCH_DIMS = {
+    "blockIdx.x": "gx",
+    "blockIdx.y": "gy",
+    "blockIdx.z": "gz",
+    "threadIdx.x": "bx",
+    "threadIdx.y": "by",
+    "threadIdx.z": "bz",
+    _DYN_SMEM_TAG: "smem",
+}
+# Kernel parameter types: (C type, TVMFFIAny field the host code fills).
+_DIRECT_ARG_TYPES = {
+    "handle": ("void*", "v_ptr"),
+    "int8": ("int8_t", "v_int64"),
+    "int16": ("int16_t", "v_int64"),
+    "int32": ("int32_t", "v_int64"),
+    "int64": ("int64_t", "v_int64"),
+    "uint8": ("uint8_t", "v_int64"),
+    "uint16": ("uint16_t", "v_int64"),
+    "uint32": ("uint32_t", "v_int64"),
+    "uint64": ("uint64_t", "v_int64"),
+    "float32": ("float", "v_float64"),
+    "float64": ("double", "v_float64"),
+}
+_PACKED_CALL_RE = re.compile(
+    r"TVMFFIFunctionCall\((\w+)_packed, \(TVMFFIAny\*\) (\w+), (\d+), &(\w+)\)"
+)
+_SET_DEVICE_RE = re.compile(r"TVMBackendSetDevice\(2, (\w+)\)")
+
+# The shared part of the direct-launch C code: libcuda entry points resolved with dlopen /
+# dlsym on first use, the per-device module (cuModuleLoadData of the embedded cubin in the
+# context current at first launch on that device), kernel lookup, the dynamic shared
+# memory opt-in and error reporting. Launches go through the packed call whenever the
+# current context is not the one the module was loaded in, or anything failed at init.
+_DIRECT_PRELUDE = r"""
+/* ---- tilelang direct launch (tilelang/backends/cuda/build.py, DIRECT_LAUNCH) ---- */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#define TL_DL_MAX_DEVICES 64
+#define TL_DL_DEFAULT_SMEM 49152
+#define TL_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+typedef int tl_CUresult;
+extern const unsigned char __tilelang_cubin[] __attribute__((visibility("hidden")));
+static struct {
+  int state; /* 0: not tried, 1: resolved, -1: unavailable */
+  tl_CUresult (*ctxGetCurrent)(void**);
+  tl_CUresult (*moduleLoadData)(void**, const void*);
+  tl_CUresult (*moduleGetFunction)(void**, void*, const char*);
+  tl_CUresult (*funcSetAttribute)(void*, int, int);
+  tl_CUresult (*launchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, void*, void**, void**);
+  tl_CUresult (*getErrorName)(tl_CUresult, const char**);
+  tl_CUresult (*getErrorString)(tl_CUresult, const char**);
+} __tl_cu;
+static pthread_mutex_t __tl_dl_lock = PTHREAD_MUTEX_INITIALIZER;
+static void* __tl_dl_module[TL_DL_MAX_DEVICES];
+static void* __tl_dl_context[TL_DL_MAX_DEVICES];
+typedef struct {
+  const char* name;
+  void* fn[TL_DL_MAX_DEVICES];
+  int smem[TL_DL_MAX_DEVICES];
+  unsigned char failed[TL_DL_MAX_DEVICES];
+} __tl_dl_kernel;
+
+/* Under __tl_dl_lock. */
+static int __tl_dl_driver(void) {
+  if (__tl_cu.state == 0) {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    __tl_cu.state = -1;
+    if (lib != NULL) {
+      *(void**)(&__tl_cu.ctxGetCurrent) = dlsym(lib, "cuCtxGetCurrent");
+      *(void**)(&__tl_cu.moduleLoadData) = dlsym(lib, "cuModuleLoadData");
+      *(void**)(&__tl_cu.moduleGetFunction) = dlsym(lib, "cuModuleGetFunction");
+      *(void**)(&__tl_cu.funcSetAttribute) = dlsym(lib, "cuFuncSetAttribute");
+      *(void**)(&__tl_cu.launchKernel) = dlsym(lib, "cuLaunchKernel");
+      *(void**)(&__tl_cu.getErrorName) = dlsym(lib, "cuGetErrorName");
+      *(void**)(&__tl_cu.getErrorString) = dlsym(lib, "cuGetErrorString");
+      if (__tl_cu.ctxGetCurrent && __tl_cu.moduleLoadData && __tl_cu.moduleGetFunction &&
+          __tl_cu.funcSetAttribute && __tl_cu.launchKernel) {
+        __tl_cu.state = 1;
+      }
+    }
+  }
+  return __tl_cu.state == 1;
+}
+
+/* First launch of kernel k on device dev: load the module in the current context and look
+   the kernel up. NULL (and k->failed[dev]) when anything fails: the packed call is used. */
+static void* __tl_dl_resolve(__tl_dl_kernel* k, int dev) {
+  void* fn = NULL;
+  pthread_mutex_lock(&__tl_dl_lock);
+  fn = k->fn[dev];
+  if (fn == NULL && !k->failed[dev]) {
+    void* ctx = NULL;
+    if (__tl_dl_driver() && __tl_cu.ctxGetCurrent(&ctx) == 0 && ctx != NULL) {
+      if (__tl_dl_module[dev] == NULL) {
+        void* mod = NULL;
+        if (__tl_cu.moduleLoadData(&mod, __tilelang_cubin) == 0 && mod != NULL) {
+          __tl_dl_context[dev] = ctx;
+          __tl_dl_module[dev] = mod;
+        }
+      }
+      if (__tl_dl_module[dev] == NULL || __tl_dl_context[dev] != ctx ||
+          __tl_cu.moduleGetFunction(&fn, __tl_dl_module[dev], k->name) != 0) {
+        fn = NULL;
+      }
+    }
+    if (fn != NULL) {
+      __atomic_store_n(&k->fn[dev], fn, __ATOMIC_RELEASE);
+    } else {
+      k->failed[dev] = 1;
+    }
+  }
+  pthread_mutex_unlock(&__tl_dl_lock);
+  return fn;
+}
+
+static int __tl_dl_error(const char* kernel, const char* what, tl_CUresult rc, unsigned gx,
+                         unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned smem) {
+  const char* name = "?";
+  const char* text = "?";
+  char message[768];
+  if (__tl_cu.getErrorName == NULL || __tl_cu.getErrorName(rc, &name) != 0 || name == NULL) {
+    name = "?";
+  }
+  if (__tl_cu.getErrorString == NULL || __tl_cu.getErrorString(rc, &text) != 0 ||
+      text == NULL) {
+    text = "?";
+  }
+  snprintf(message, sizeof(message),
+           "CUDA kernel '%s' (tilelang direct launch): %s failed with %s (%d): %s "
+           "[grid=(%u, %u, %u), block=(%u, %u, %u), dynamic shared memory=%u bytes]",
+           kernel, what, name, (int)rc, text, gx, gy, gz, bx, by, bz, smem);
+  TVMFFIErrorSetRaisedFromCStr("RuntimeError", message);
+  return -1;
+}
+
+/* Raise the kernel's dynamic shared memory limit to smem bytes (once per size increase). */
+static tl_CUresult __tl_dl_smem(__tl_dl_kernel* k, int dev, void* fn, unsigned smem) {
+  tl_CUresult rc = 0;
+  pthread_mutex_lock(&__tl_dl_lock);
+  if ((int)smem > k->smem[dev]) {
+    rc = __tl_cu.funcSetAttribute(fn, TL_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  (int)smem);
+    if (rc == 0) {
+      __atomic_store_n(&k->smem[dev], (int)smem, __ATOMIC_RELEASE);
+    }
+  }
+  pthread_mutex_unlock(&__tl_dl_lock);
+  return rc;
+}
+/* ---- end of the shared direct-launch code ---- */
+"""
+
+_DIRECT_KERNEL = r"""
+static __tl_dl_kernel __tl_dl_k{index} = {{"{name}"}};
+/* Launches {name}: args = its {nargs} parameters then the launch values {tags}. */
+static int __tl_dl_launch{index}(void* packed, TVMFFIAny* args, int num_args, TVMFFIAny* result,
+                               int32_t dev) {{
+  if (dev >= 0 && dev < TL_DL_MAX_DEVICES && num_args == {nvalues}) {{
+    void* fn = __atomic_load_n(&__tl_dl_k{index}.fn[dev], __ATOMIC_ACQUIRE);
+    void* ctx = NULL;
+    if (fn == NULL && !__tl_dl_k{index}.failed[dev]) {{
+      fn = __tl_dl_resolve(&__tl_dl_k{index}, dev);
+    }}
+    if (fn != NULL && __tl_cu.ctxGetCurrent(&ctx) == 0 && ctx == __tl_dl_context[dev]) {{
+{locals}      void* params[{nparams}] = {{{params}}};
+      unsigned gx = {gx}, gy = {gy}, gz = {gz};
+      unsigned bx = {bx}, by = {by}, bz = {bz};
+      unsigned smem = {smem};
+      void* stream = TVMFFIEnvGetStream(2, dev);
+      tl_CUresult rc;
+      if (smem > TL_DL_DEFAULT_SMEM &&
+          (int)smem > __atomic_load_n(&__tl_dl_k{index}.smem[dev], __ATOMIC_ACQUIRE)) {{
+        rc = __tl_dl_smem(&__tl_dl_k{index}, dev, fn, smem);
+        if (rc != 0) {{
+          return __tl_dl_error("{name}",
+                               "cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                               rc, gx, gy, gz, bx, by, bz, smem);
+        }}
+      }}
+      rc = __tl_cu.launchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, params, NULL);
+      if (rc != 0) {{
+        return __tl_dl_error("{name}", "cuLaunchKernel", rc, gx, gy, gz, bx, by, bz, smem);
+      }}
+      return 0;
+    }}
+  }}
+  return TVMFFIFunctionCall(packed, args, num_args, result);
+}}
+"""
+
+
+def _plain_function_info(fmap: Any) -> dict[str, dict[str, Any]]:
+    """The parts of TIRx's CUDA ``fmap`` (name -> ``runtime.FunctionInfo``) direct launch needs."""
+    info: dict[str, dict[str, Any]] = {}
+    for name, item in fmap.items():
+        try:
+            info[str(name)] = {
+                "arg_types": [str(t) for t in item.arg_types],
+                "launch_param_tags": [str(t) for t in item.launch_param_tags],
+                "arg_extra_tags": [int(t) for t in getattr(item, "arg_extra_tags", ())],
+                "cuda_launch_fields": len(getattr(item, "cuda_launch_fields", ())),
+                "cuda_kernel_attrs": len(getattr(item, "cuda_kernel_attrs", {})),
+            }
+        except Exception as err:  # noqa: BLE001 - an unknown layout: that kernel keeps the packed call
+            info[str(name)] = {"error": f"unreadable FunctionInfo: {err}"}
+    return info
+
+
+def _direct_launch_unsupported(info: dict[str, Any] | None) -> str | None:
+    """Why a kernel cannot be launched directly, or None when it can."""
+    if info is None:
+        return "no FunctionInfo was captured for it"
+    if "error" in info:
+        return info["error"]
+    for dtype in info["arg_types"]:
+        if dtype not in _DIRECT_ARG_TYPES:
+            return f"parameter type {dtype!r}"
+    if any(info["arg_extra_tags"]):
+        return f"parameter tags {info['arg_extra_tags']} (e.g. grid-constant tensor maps)"
+    for tag in info["launch_param_tags"]:
+        if tag not in _LAUNCH_DIMS:
+            return f"launch tag {tag!r}"
+    if info["cuda_launch_fields"] or info["cuda_kernel_attrs"]:
+        return "CUDA launch fields / kernel attributes (clusters, PDL, ...)"
+    return None
+
+
+def _direct_kernel_code(index: int, name: str, info: dict[str, Any]) -> str:
+    arg_types = info["arg_types"]
+    tags = info["launch_param_tags"]
+    locals_, params = [], []
+    for i, dtype in enumerate(arg_types):
+        ctype, field_name = _DIRECT_ARG_TYPES[dtype]
+        locals_.append(f"      {ctype} a{i} = ({ctype})args[{i}].{field_name};\n")
+        params.append(f"&a{i}")
+    dims = dict.fromkeys(("gx", "gy", "gz", "bx", "by", "bz"), "1")
+    dims["smem"] = "0"
+    for j, tag in enumerate(tags):
+        dims[_LAUNCH_DIMS[tag]] = f"(unsigned)args[{len(arg_types) + j}].v_int64"
+    return _DIRECT_KERNEL.format(
+        index=index,
+        name=name,
+        nargs=len(arg_types),
+        tags=", ".join(tags) or "(none)",
+        nvalues=len(arg_types) + len(tags),
+        locals="".join(locals_),
+        nparams=max(1, len(params)),
+        params=", ".join(params) or "NULL",
+        **dims,
+    )
+
+
+def _direct_launch_source(
+    host_c: str, kernels: dict[str, dict[str, Any]]
+) -> tuple[str, list[str], dict[str, str]]:
+    """Replace the packed kernel-launch calls of TIRx's C host code by direct launches.
+
+    Each ``TVMFFIFunctionCall(<kernel>_packed, (TVMFFIAny*) stack, n, &result)`` whose
+    kernel is in ``kernels`` (name -> FunctionInfo fields, see :func:`_plain_function_info`)
+    and can be launched directly becomes ``__tl_dl_launch<i>(<kernel>_packed, stack, n,
+    &result, <device id>)``: the stack holds the kernel's parameters then one value per
+    launch tag (``blockIdx.*`` = grid, ``threadIdx.*`` = block, ``tirx.use_dyn_shared_memory``
+    = dynamic shared memory bytes), exactly what TIRx's CUDA module reads. The device id is
+    the variable of the preceding ``TVMBackendSetDevice(kDLCUDA, ...)``.
+
+    Returns (source, kernels launched directly, {kernel: why not} for the others).
+    """
+    reasons: dict[str, str] = {}
+    indices: dict[str, int] = {}
+    parts: list[str] = []
+    pos = 0
+    for match in _PACKED_CALL_RE.finditer(host_c):
+        name, stack, count, result = match.groups()
+        if name not in kernels:
+            continue  # not a kernel launch (or an unknown one): left alone
+        why = _direct_launch_unsupported(kernels.get(name))
+        devices = _SET_DEVICE_RE.findall(host_c, 0, match.start())
+        if why is None and not devices:
+            why = "no TVMBackendSetDevice(2, ...) before its launch"
+        if why is None:
+            info = kernels[name]
+            expected = len(info["arg_types"]) + len(info["launch_param_tags"])
+            if int(count) != expected:
+                why = f"the packed call passes {count} values, FunctionInfo describes {expected}"
+        if why is not None:
+            reasons[name] = why
+            continue
+        index = indices.setdefault(name, len(indices))
+        parts.append(host_c[pos : match.start()])
+        parts.append(
+            f"__tl_dl_launch{index}({name}_packed, (TVMFFIAny*) {stack}, {count}, "
+            f"&{result}, {devices[-1]})"
+        )
+        pos = match.end()
+    if not indices:
+        return host_c, [], reasons
+    parts.append(host_c[pos:])
+    body = "".join(parts)
+    code = _DIRECT_PRELUDE + "".join(
+        _direct_kernel_code(index, name, kernels[name]) for name, index in indices.items()
+    )
+    # After the includes and the declarations TIRx emits, before the first function.
+    anchor = body.find("#ifdef __cplusplus")
+    if anchor < 0:
+        anchor = 0
+    for name in indices:
+        reasons.pop(name, None)
+    return body[:anchor] + code + body[anchor:], list(indices), reasons
+
+
+def _direct_cubin_asm(blob_path: str) -> str:
+    return (
+        "\t.section .rodata\n"
+        f"\t.globl {_DIRECT_CUBIN_SYMBOL}\n"
+        f"\t.hidden {_DIRECT_CUBIN_SYMBOL}\n"
+        f"\t.type {_DIRECT_CUBIN_SYMBOL}, %object\n"
+        "\t.p2align 4\n"
+        f"{_DIRECT_CUBIN_SYMBOL}:\n"
+        f'\t.incbin "{blob_path}"\n'
+        "\t.byte 0\n"  # a NUL after the image (harmless for cubin/fatbin)
+        f"\t.size {_DIRECT_CUBIN_SYMBOL}, .-{_DIRECT_CUBIN_SYMBOL}\n"
+        '\t.section .note.GNU-stack,"",%progbits\n'
+    )
+
+
+@dataclass
+class _DirectLaunch:
+    """Inputs and outcome of the direct-launch rewrite for one host library export."""
+
+    kernels: dict[str, dict[str, Any]]
+    device_binary: bytes
+    applied: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    host_source: str | None = None
+    error: str | None = None
+
+
+def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None) -> Any:
+    """An ``export_library`` ``fcompile``: compile every input in parallel, then link.
+
+    With ``direct``, the C host file's kernel launches are rewritten for direct launch
+    (:func:`_direct_launch_source`) and the device binary is embedded a second time as
+    the raw image ``__tilelang_cubin``. If the rewritten file fails to compile, the
+    original file is compiled instead (``direct.error`` says why).
+    """
+
+    def run_all(jobs: list[tuple[list[str], str]]) -> list[tuple[str, str]]:
+        procs = [
+            (cmd, source, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            for cmd, source in jobs
+        ]
+        failures = []
+        for cmd, source, proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                failures.append((source, f"{' '.join(cmd)}\n{out.decode(errors='replace')}"))
+        return failures
 
     def fcompile(output: str, objects: Sequence[str], options: Sequence[str] | None = None):
         options = list(options or ())
-        procs, linked = [], []
-        for source in [objects] if isinstance(objects, str) else list(objects):
+        jobs, linked, originals = [], [], {}
+        sources = [objects] if isinstance(objects, str) else list(objects)
+        if direct is not None:
+            sources = _apply_direct_launch(sources, output, direct, originals)
+        for source in sources:
             if source.endswith((".o", ".a", ".so")):
                 linked.append(source)
                 continue
@@ -762,18 +1156,20 @@ def _shared_library_compiler(cc: list[str]) -> Any:
             if not source.endswith(".s"):  # -include / -I are for the C files
                 cmd += options
             cmd.append(source)
-            procs.append(
-                (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-            )
+            jobs.append((cmd, source))
             linked.append(obj)
-        failures = []
-        for cmd, proc in procs:
-            out, _ = proc.communicate()
-            if proc.returncode != 0:
-                failures.append(f"{' '.join(cmd)}\n{out.decode(errors='replace')}")
+        failures = run_all(jobs)
+        if failures and direct is not None and all(src in originals for src, _ in failures):
+            # The rewritten host code did not compile: keep the packed calls.
+            direct.error = "the rewritten host code did not compile:\n" + failures[0][1]
+            direct.applied, direct.host_source = [], None
+            for source, _ in failures:
+                Path(source).write_text(originals[source])
+            failures = run_all([job for job in jobs if job[1] in originals])
         if failures:
-            raise RuntimeError("Compilation error:\n" + "\n".join(failures))
-        cmd = [*cc, "-shared", "-fPIC", "-o", output, *linked]
+            raise RuntimeError("Compilation error:\n" + "\n".join(text for _, text in failures))
+        extra = ["-ldl", "-lpthread"] if direct is not None and direct.applied else []
+        cmd = [*cc, "-shared", "-fPIC", "-o", output, *linked, *extra]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         if proc.returncode != 0:
             raise RuntimeError(
@@ -784,16 +1180,52 @@ def _shared_library_compiler(cc: list[str]) -> Any:
     return fcompile
 
 
-def _export_host_library(executable: Any) -> bytes:
+def _apply_direct_launch(
+    sources: list[str], output: str, direct: _DirectLaunch, originals: dict[str, str]
+) -> list[str]:
+    """Rewrite the C host file(s) among ``sources`` for direct launch; returns the sources
+    to compile (plus the assembler file embedding the raw device binary when rewritten)."""
+    for source in sources:
+        if not source.endswith(".c"):
+            continue
+        text = Path(source).read_text()
+        if "TVMFFIFunctionCall(" not in text:
+            continue
+        patched, applied, skipped = _direct_launch_source(text, direct.kernels)
+        direct.skipped.update(skipped)
+        if applied:
+            originals[source] = text
+            Path(source).write_text(patched)
+            direct.applied += applied
+            direct.host_source = patched
+    if not direct.applied:
+        return sources
+    folder = os.path.dirname(os.path.abspath(output))
+    blob = os.path.join(folder, "tilelang_cubin.bin")
+    Path(blob).write_bytes(direct.device_binary)
+    asm = os.path.join(folder, "tilelang_cubin.s")
+    Path(asm).write_text(_direct_cubin_asm(blob))
+    return [*sources, asm]
+
+
+def _export_host_library(executable: Any, direct: _DirectLaunch | None = None) -> bytes:
     """Export the C host module (with its device import) as a shared library's bytes.
 
     With a C compiler on PATH (``$CC``, gcc, cc, clang) the host C file and the packed
     device module (an ``.incbin`` assembler file on Linux) compile in parallel and are
     then linked; otherwise TIRx's default compiler builds the C host and a C byte array.
+    ``direct`` (Linux with a C compiler only) turns on the direct-launch rewrite; its
+    ``applied`` / ``skipped`` / ``error`` fields report what happened.
     """
     cc = _c_compiler()
     linux = sys.platform.startswith("linux")
+    if direct is not None and not (cc and linux):
+        direct.error = "direct launch needs Linux and a C compiler ($CC, gcc, cc or clang)"
+        direct = None
     with tempfile.TemporaryDirectory(prefix="tilelang_cuda_") as tmp:
+        if direct is not None and not re.fullmatch(r"[A-Za-z0-9_./-]+", tmp):
+            direct.error = f"the temporary directory {tmp!r} cannot be named in .incbin"
+            direct = None
         types_header = os.path.join(tmp, "tilelang_host_types.h")
         Path(types_header).write_text(_HOST_TYPES_HEADER)
         library_path = os.path.join(tmp, HOST_LIBRARY_FILE)
@@ -802,7 +1234,7 @@ def _export_host_library(executable: Any) -> bytes:
         try:
             executable.export_library(
                 library_path,
-                fcompile=_shared_library_compiler(cc) if cc else None,
+                fcompile=_shared_library_compiler(cc, direct) if cc else None,
                 fpack_imports=_pack_imports_to_asm if cc and linux else _pack_imports_to_c,
                 workspace_dir=workspace,
                 options=["-include", types_header],
@@ -854,6 +1286,7 @@ def build_cuda(
     fast_math: bool = True,
     entry_name: str | None = None,
     pipeline: str = "default",
+    direct_launch: bool | None = None,
 ) -> CudaArtifact:
     """Compile a thread-level TIRx module for CUDA and package it as a CudaArtifact.
 
@@ -873,13 +1306,19 @@ def build_cuda(
         fast_math: keep TIRx's default ``--use_fast_math``.
         entry_name: host function to expose; default: the only public function.
         pipeline: TIRx pipeline name passed to ``tvm_tirx.tirx.compile``.
+        direct_launch: launch the kernels from the host library with ``cuLaunchKernel``
+            instead of a packed call into TIRx's CUDA module (see
+            :func:`_direct_launch_source`); ``None`` reads the module flag
+            :data:`DIRECT_LAUNCH`. Kernels it cannot handle keep the packed call.
 
     Returns:
         A :class:`CudaArtifact`. Its ``meta`` holds ``entry_name``, ``functions`` (each
         parameter's name, kind, dtype and shape, symbolic dims as strings),
         ``symbolic_dims``, ``kernel_names``, ``arch``, ``compiler``, ``compile_flags``,
         ``ptxas_flags``, ``extra_headers`` (the pasted headers), ``backend_config``, ``device_format`` and
-        ``host_embeds`` (``"binary"`` or ``"source"``).
+        ``host_embeds`` (``"binary"`` or ``"source"``), ``direct_launch`` (the option),
+        ``direct_launch_kernels`` (kernels launched directly) and ``direct_launch_skipped``
+        ({kernel or "*": why it keeps the packed call}).
 
     Raises:
         TypeError / ValueError: a bad argument (the message names it).
@@ -900,6 +1339,9 @@ def build_cuda(
         raise ValueError(f"compiler must be 'nvcc' or 'nvrtc', got {compiler!r}")
     compile_flags = _check_flags("compile_flags", compile_flags)
     ptxas_flags = _check_flags("ptxas_flags", ptxas_flags)
+    if direct_launch is None:
+        direct_launch = DIRECT_LAUNCH
+    direct_launch = bool(direct_launch)
     header_request = _resolve_header_request(extra_headers)
     if header_request != "auto":
         header_prelude(header_request)  # a missing header fails here, before compiling
@@ -940,8 +1382,9 @@ def build_cuda(
     compile_here = compiler == "nvcc" or _nvrtc_available()
     state.active, state.request, state.headers, state.captured = True, header_request, [], []
     state.config = config if compile_here else None
+    state.fmap = None
     try:
-        with _device_factory():
+        with _device_factory(record=direct_launch):
             executable = tirx.compile(mod, target=target, pipeline=pipeline)
     except Exception as err:
         raise CudaBuildError(
@@ -950,8 +1393,9 @@ def build_cuda(
     finally:
         captured = state.captured
         header_list = state.headers
+        function_info = state.fmap
         state.active, state.request, state.headers, state.captured = False, [], [], []
-        state.config = None
+        state.config, state.fmap = None, None
 
     host = executable.mod
     devices = [m for m in host.imports if m.kind == "cuda"]
@@ -978,7 +1422,27 @@ def build_cuda(
     else:  # no device compiler can run here (NVRTC without cuda-bindings)
         device_binary, device_format = None, None
 
-    host_library = _export_host_library(executable)
+    direct = None
+    direct_skipped: dict[str, str] = {}
+    if direct_launch:
+        if device_binary is None or device_format not in ("cubin", "fatbin"):
+            direct_skipped["*"] = f"no cubin/fatbin device binary (format {device_format!r})"
+        elif function_info is None:
+            direct_skipped["*"] = "the kernels' FunctionInfo was not captured"
+        else:
+            direct = _DirectLaunch(kernels=function_info, device_binary=device_binary)
+    host_library = (
+        _export_host_library(executable, direct) if direct else (_export_host_library(executable))
+    )
+    host_source = str(host.inspect_source())
+    direct_kernels: list[str] = []
+    if direct is not None:
+        direct_kernels = list(direct.applied)
+        direct_skipped.update(direct.skipped)
+        if direct.error:
+            direct_skipped["*"] = direct.error
+        if direct.host_source is not None:
+            host_source = direct.host_source
 
     import tvm_ffi
 
@@ -999,12 +1463,15 @@ def build_cuda(
         "backend_config": config,
         "device_format": device_format,
         "host_embeds": host_embeds,
+        "direct_launch": direct_launch,
+        "direct_launch_kernels": direct_kernels,
+        "direct_launch_skipped": direct_skipped,
         "tvm_tirx_version": getattr(tvm_tirx, "__version__", "unknown"),
         "tvm_ffi_version": getattr(tvm_ffi, "__version__", "unknown"),
     }
     return CudaArtifact(
         kernel_source=kernel_source,
-        host_source=str(host.inspect_source()),
+        host_source=host_source,
         host_library=host_library,
         device_binary=device_binary,
         meta=meta,
