@@ -775,7 +775,8 @@ def _pack_imports_to_asm(module: Any, is_system_lib: bool, prefix: str, workspac
 # ``build_cuda(direct_launch=None)`` reads this flag. It is part of tilelang's sources, so
 # changing the default here changes every cache key (``source_fingerprint``); setting it at
 # run time does not, so clear the cache (or bypass it) when toggling it in a process.
-DIRECT_LAUNCH = False
+# ``TILELANG_CUDA_DIRECT_LAUNCH=0/1`` overrides the default (read at import).
+DIRECT_LAUNCH = os.environ.get("TILELANG_CUDA_DIRECT_LAUNCH", "0").strip() == "1"
 
 _DIRECT_CUBIN_SYMBOL = "__tilelang_cubin"
 _DYN_SMEM_TAG = "tirx.use_dyn_shared_memory"
