@@ -71,9 +71,8 @@ def readme_gemm(target):
     return matmul
 
 
-def tiny_add(target, out_idx):
-    """``C = A + B`` on 256 float32 values, one block."""
-    import tilelang
+def tiny_add_func():
+    """The ``C = A + B`` prim_func on 256 float32 values, one block."""
     import tilelang.language as T
 
     @T.prim_func
@@ -86,7 +85,14 @@ def tiny_add(target, out_idx):
             for i in T.Parallel(256):
                 C[i] = A[i] + B[i]
 
-    return tilelang.compile(tiny_add_kernel, out_idx=out_idx, target=target)
+    return tiny_add_kernel
+
+
+def tiny_add(target, out_idx):
+    """:func:`tiny_add_func` compiled by ``tilelang.compile``."""
+    import tilelang
+
+    return tilelang.compile(tiny_add_func(), out_idx=out_idx, target=target)
 
 
 # --------------------------------------------------------------------------- children

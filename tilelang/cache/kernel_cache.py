@@ -188,6 +188,8 @@ def key_material(
         "versions": _versions(),
         "source_fingerprint": source_fingerprint(),
         "machine": [platform.system(), platform.machine()],
+        # build switches read from the environment (the CUDA host code's launch path)
+        "env": {"TILELANG_CUDA_DIRECT_LAUNCH": os.environ.get("TILELANG_CUDA_DIRECT_LAUNCH", "")},
     }
 
 
