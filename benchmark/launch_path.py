@@ -35,18 +35,18 @@ def build_tiny_add(direct: bool):
     import torch
 
     from benchmark.overhead import tiny_add_func
-    from tilelang.backends.cuda import build as cuda_build
+    from tilelang.backends.cuda import direct_launch as cuda_direct_launch
     from tilelang.backends.cuda import pipeline
     from tilelang.backends.cuda.runtime import load_kernel
 
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-    saved = cuda_build.DIRECT_LAUNCH
-    cuda_build.DIRECT_LAUNCH = direct
+    saved = cuda_direct_launch.DIRECT_LAUNCH
+    cuda_direct_launch.DIRECT_LAUNCH = direct
     try:
         artifact = pipeline.build(tiny_add_func(), {"kind": "cuda", "arch": arch})
     finally:
-        cuda_build.DIRECT_LAUNCH = saved
+        cuda_direct_launch.DIRECT_LAUNCH = saved
     return artifact, load_kernel(artifact)
 
 

@@ -149,10 +149,10 @@ def _install_launch_bounds_hook():
     of the backend's postproc hook (which pastes the headers)."""
     import re
 
-    from tilelang.backends.cuda import build as cuda_build
+    from tilelang.backends.cuda import headers as cuda_headers
 
-    cuda_build._install_postproc_hook()
-    previous = cuda_build._PREVIOUS_HOOK
+    cuda_headers._install_postproc_hook()
+    previous = cuda_headers._PREVIOUS_HOOK
     if getattr(previous, "_launch_bounds_hook", False):
         return
 
@@ -166,7 +166,7 @@ def _install_launch_bounds_hook():
         return code
 
     hook._launch_bounds_hook = True
-    cuda_build._PREVIOUS_HOOK = hook
+    cuda_headers._PREVIOUS_HOOK = hook
 
 
 def build(func, arch, in_flight=True, after=False, split=True, lb=0):

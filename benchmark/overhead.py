@@ -12,7 +12,7 @@ Measures, each a median of several runs:
    into its parts (wall time of each, measured by wrapping the function that does it):
    ``lower`` (tilelang's passes: ``backends.<target>.pipeline.lower``), ``device``
    (NVRTC/nvcc: ``tvm_tirx.backend.cuda.compiler.compile_source``, CUDA only), ``host``
-   (host library export: ``backends.cuda.build._export_host_library``, CUDA only),
+   (host library export: ``backends.cuda.host_library._export_host_library``, CUDA only),
    ``store`` (``KernelCache.store``) and ``rest`` (TIRx passes + codegen + glue: the
    compile minus the other parts); the device compiler used is reported too;
 3. reload of that kernel from the disk cache in another fresh process: trace + key +
@@ -135,7 +135,7 @@ def _timed_parts(kind: str) -> tuple[dict, dict]:
     if kind == "cuda":
         targets += [
             ("device", "tvm_tirx.backend.cuda.compiler", "compile_source"),
-            ("host", "tilelang.backends.cuda.build", "_export_host_library"),
+            ("host", "tilelang.backends.cuda.host_library", "_export_host_library"),
         ]
     for part, module_name, attr in targets:
         try:

@@ -12,7 +12,7 @@ the same file. Loading it needs:
   torch's current stream. It also raises a kernel's dynamic shared-memory limit
   (``cuFuncSetAttribute``) when a launch asks for more than the default 48 KB.
 
-Artifacts built with ``DIRECT_LAUNCH`` (``build.py``; ``meta["direct_launch_kernels"]``)
+Artifacts built with ``DIRECT_LAUNCH`` (``direct_launch.py``; ``meta["direct_launch_kernels"]``)
 launch those kernels from the host library itself: on first call per device it
 ``dlopen``s ``libcuda.so.1``, loads its own raw copy of the cubin in the current context
 and then calls ``cuLaunchKernel`` on tvm-ffi's stream, falling back to the packed call

@@ -16,6 +16,8 @@ from tvm_tirx.script import tirx as T
 
 from tilelang.backends.cuda import build as cuda_build
 from tilelang.backends.cuda import build_cuda
+from tilelang.backends.cuda import headers as cuda_headers
+from tilelang.backends.cuda import host_library as cuda_host_library
 from tilelang.backends.cuda.build import CudaArtifact, header_names, select_headers
 
 HAVE_NVCC = shutil.which("nvcc") is not None and shutil.which("ptxas") is not None
@@ -75,13 +77,13 @@ def test_slim_prelude_keeps_traits_when_used():
         "  #include <type_traits>\n"
         "#endif\n"
     )
-    slim = cuda_build._slim_prelude(block + "int main_kernel();\n")
+    slim = cuda_headers._slim_prelude(block + "int main_kernel();\n")
     assert "type_traits" not in slim and "namespace std" not in slim and "<cstdint>" in slim
     used = block + "template <class T> int f() { return std::is_same_v<T, int>; }\n"
-    assert cuda_build._slim_prelude(used) == used
+    assert cuda_headers._slim_prelude(used) == used
     # cuda::std:: names are not std:: uses
     keeps = block + "cuda::std::int32_t x;\n"
-    assert "type_traits" not in cuda_build._slim_prelude(keeps)
+    assert "type_traits" not in cuda_headers._slim_prelude(keeps)
 
 
 # --------------------------------------------------------------------------- nvcc builds
@@ -168,7 +170,7 @@ def test_host_library_embeds_the_packed_device_module(monkeypatch):
     art = build_cuda(make_vadd(), arch="sm_90a", compiler="nvcc")
     assert art.device_binary in art.host_library
     # the TIRx default path (C++ compiler, C byte array) embeds the same cubin
-    monkeypatch.setattr(cuda_build, "_c_compiler", lambda: None)
+    monkeypatch.setattr(cuda_host_library, "_c_compiler", lambda: None)
     fallback = build_cuda(make_vadd(), arch="sm_90a", compiler="nvcc")
     assert fallback.device_binary == art.device_binary
     assert fallback.device_binary in fallback.host_library

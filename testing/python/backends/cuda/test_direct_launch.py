@@ -1,4 +1,4 @@
-"""Direct kernel launch from the C host library (``build.DIRECT_LAUNCH``).
+"""Direct kernel launch from the C host library (``direct_launch.DIRECT_LAUNCH``).
 
 With the option on, ``build_cuda`` rewrites each kernel launch of TIRx's C host code (a
 ``TVMFFIFunctionCall`` into TIRx's CUDA module) into a ``cuLaunchKernel`` of a function
@@ -10,11 +10,12 @@ results with torch on the default and on a side stream.
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import tilelang.language as T
-from tilelang.backends.cuda import build as cuda_build
+from tilelang.backends.cuda import direct_launch as cuda_direct_launch
 from tilelang.backends.cuda import pipeline
 
 ARCH = "sm_90a"
@@ -33,7 +34,7 @@ def _arch():
 
 
 def _build(func, direct, monkeypatch):
-    monkeypatch.setattr(cuda_build, "DIRECT_LAUNCH", direct)
+    monkeypatch.setattr(cuda_direct_launch, "DIRECT_LAUNCH", direct)
     return pipeline.build(func, {"kind": "cuda", "arch": _arch()})
 
 
@@ -107,7 +108,7 @@ def test_rewrite_compiles_and_drops_packed_launch(factory, monkeypatch):
     assert artifact.host_library[:4] == b"\x7fELF"
     nm = shutil.which("nm")
     if nm:
-        path = cuda_build.Path(pytest.importorskip("tempfile").mkdtemp()) / "host.so"
+        path = Path(pytest.importorskip("tempfile").mkdtemp()) / "host.so"
         path.write_bytes(artifact.host_library)
         symbols = subprocess.run([nm, str(path)], capture_output=True, text=True).stdout
         assert "__tilelang_cubin" in symbols
@@ -158,7 +159,7 @@ def test_unsupported_kernels_keep_the_packed_call():
         "cuda_launch_fields": 0,
         "cuda_kernel_attrs": 0,
     }
-    out, applied, skipped = cuda_build._direct_launch_source(host, {"k_kernel": info})
+    out, applied, skipped = cuda_direct_launch._direct_launch_source(host, {"k_kernel": info})
     assert applied == ["k_kernel"] and skipped == {}
     assert "__tl_dl_launch0(k_kernel_packed, (TVMFFIAny*) stack_ffi_any, 3, &r, dev_id)" in out
     cases = {
@@ -169,12 +170,12 @@ def test_unsupported_kernels_keep_the_packed_call():
         "launch fields": {"cuda_launch_fields": 1},
     }
     for why, change in cases.items():
-        out, applied, skipped = cuda_build._direct_launch_source(
+        out, applied, skipped = cuda_direct_launch._direct_launch_source(
             host, {"k_kernel": {**info, **change}}
         )
         assert out == host and applied == []
         assert why in skipped["k_kernel"], skipped
-    out, applied, skipped = cuda_build._direct_launch_source(host, {})
+    out, applied, skipped = cuda_direct_launch._direct_launch_source(host, {})
     assert out == host and applied == [] and skipped == {}
 
 

@@ -1,0 +1,189 @@
+"""Host library of a CUDA artifact: the C host module exported as a shared library.
+
+The C host code is compiled by a C compiler (:func:`_c_compiler`: ``$CC``, gcc, cc or
+clang; TIRx's default is the slower C++ compiler), in parallel with the packed device
+module, which is an assembler ``.incbin`` of its bytes (:func:`_pack_imports_to_asm`)
+rather than a C byte array; then linked (:func:`_shared_library_compiler`). With a
+:class:`~.direct_launch._DirectLaunch` the kernel launches are rewritten for direct launch
+on the way. Entry point: :func:`_export_host_library`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .direct_launch import _apply_direct_launch, _DirectLaunch
+from .errors import CudaBuildError
+
+HOST_LIBRARY_FILE = "host.so"  # also the artifact's file name (see build.py)
+
+# The C host code generator spells float16 pointers `half*`, a type C does not have.
+_HOST_TYPES_HEADER = """#include <stdint.h>
+typedef uint16_t half;
+"""
+
+
+def _pack_imports_to_c(module: Any, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
+    """Serialise the imported device module as a C byte array (no LLVM involved).
+
+    Without this, ``export_library`` packs imports into an object file through TIRx's
+    LLVM backend whenever that backend happens to be installed.
+    """
+    import tvm_ffi
+
+    pack = tvm_ffi.get_global_func("runtime.ModulePackImportsToC")
+    path = os.path.join(workspace_dir, f"{prefix}devc.c")
+    Path(path).write_text(str(pack(module, is_system_lib, prefix)))
+    return path
+
+
+def _c_compiler() -> list[str] | None:
+    """The C compiler for the host library: ``$CC``, else gcc, cc or clang on PATH.
+
+    TIRx's default is the C++ compiler (``g++``), which takes ~3x longer on the generated
+    C host code than a C compiler does.
+    """
+    env = os.environ.get("CC", "").split()
+    if env:
+        return env
+    for name in ("gcc", "cc", "clang"):
+        path = shutil.which(name)
+        if path:
+            return [path]
+    return None
+
+
+_ASM_BLOB = """\t.section .rodata
+\t.globl {symbol}
+\t.type {symbol}, %object
+\t.p2align 4
+{symbol}:
+\t.incbin "{path}"
+\t.size {symbol}, {size}
+\t.section .note.GNU-stack,"",%progbits
+"""
+
+
+def _pack_imports_to_asm(module: Any, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
+    """Serialise the imported device module as an assembler ``.incbin`` of its bytes.
+
+    The same bytes and symbol (``__tvm_ffi__library_bin``) as
+    ``runtime.ModulePackImportsToC``, without a C compiler parsing a hex array
+    (~6 characters per cubin byte). Falls back to the C array for system libraries.
+    """
+    import tvm_ffi
+
+    if is_system_lib or prefix or not re.fullmatch(r"[A-Za-z0-9_./-]+", workspace_dir):
+        return _pack_imports_to_c(module, is_system_lib, prefix, workspace_dir)
+    blob = tvm_ffi.get_global_func("runtime.ModulePackImportsToTensor")(module).numpy().tobytes()
+    blob_path = os.path.join(workspace_dir, "devc.bin")
+    Path(blob_path).write_bytes(blob)
+    path = os.path.join(workspace_dir, "devc.s")
+    Path(path).write_text(
+        _ASM_BLOB.format(symbol="__tvm_ffi__library_bin", path=blob_path, size=len(blob))
+    )
+    return path
+
+
+def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None) -> Any:
+    """An ``export_library`` ``fcompile``: compile every input in parallel, then link.
+
+    With ``direct``, the C host file's kernel launches are rewritten for direct launch
+    (:func:`_direct_launch_source`) and the device binary is embedded a second time as
+    the raw image ``__tilelang_cubin``. If the rewritten file fails to compile, the
+    original file is compiled instead (``direct.error`` says why).
+    """
+
+    def run_all(jobs: list[tuple[list[str], str]]) -> list[tuple[str, str]]:
+        procs = [
+            (cmd, source, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            for cmd, source in jobs
+        ]
+        failures = []
+        for cmd, source, proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                failures.append((source, f"{' '.join(cmd)}\n{out.decode(errors='replace')}"))
+        return failures
+
+    def fcompile(output: str, objects: Sequence[str], options: Sequence[str] | None = None):
+        options = list(options or ())
+        jobs, linked, originals = [], [], {}
+        sources = [objects] if isinstance(objects, str) else list(objects)
+        if direct is not None:
+            sources = _apply_direct_launch(sources, output, direct, originals)
+        for source in sources:
+            if source.endswith((".o", ".a", ".so")):
+                linked.append(source)
+                continue
+            obj = os.path.splitext(source)[0] + ".o"
+            cmd = [*cc, "-c", "-fPIC", "-o", obj]
+            if not source.endswith(".s"):  # -include / -I are for the C files
+                cmd += options
+            cmd.append(source)
+            jobs.append((cmd, source))
+            linked.append(obj)
+        failures = run_all(jobs)
+        if failures and direct is not None and all(src in originals for src, _ in failures):
+            # The rewritten host code did not compile: keep the packed calls.
+            direct.error = "the rewritten host code did not compile:\n" + failures[0][1]
+            direct.applied, direct.host_source = [], None
+            for source, _ in failures:
+                Path(source).write_text(originals[source])
+            failures = run_all([job for job in jobs if job[1] in originals])
+        if failures:
+            raise RuntimeError("Compilation error:\n" + "\n".join(text for _, text in failures))
+        extra = ["-ldl", "-lpthread"] if direct is not None and direct.applied else []
+        cmd = [*cc, "-shared", "-fPIC", "-o", output, *linked, *extra]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"Link error:\n{' '.join(cmd)}\n{proc.stdout.decode(errors='replace')}"
+            )
+
+    fcompile.output_format = "so"
+    return fcompile
+
+
+def _export_host_library(executable: Any, direct: _DirectLaunch | None = None) -> bytes:
+    """Export the C host module (with its device import) as a shared library's bytes.
+
+    With a C compiler on PATH (``$CC``, gcc, cc, clang) the host C file and the packed
+    device module (an ``.incbin`` assembler file on Linux) compile in parallel and are
+    then linked; otherwise TIRx's default compiler builds the C host and a C byte array.
+    ``direct`` (Linux with a C compiler only) turns on the direct-launch rewrite; its
+    ``applied`` / ``skipped`` / ``error`` fields report what happened.
+    """
+    cc = _c_compiler()
+    linux = sys.platform.startswith("linux")
+    if direct is not None and not (cc and linux):
+        direct.error = "direct launch needs Linux and a C compiler ($CC, gcc, cc or clang)"
+        direct = None
+    with tempfile.TemporaryDirectory(prefix="tilelang_cuda_") as tmp:
+        if direct is not None and not re.fullmatch(r"[A-Za-z0-9_./-]+", tmp):
+            direct.error = f"the temporary directory {tmp!r} cannot be named in .incbin"
+            direct = None
+        types_header = os.path.join(tmp, "tilelang_host_types.h")
+        Path(types_header).write_text(_HOST_TYPES_HEADER)
+        library_path = os.path.join(tmp, HOST_LIBRARY_FILE)
+        workspace = os.path.join(tmp, "workspace")
+        os.mkdir(workspace)
+        try:
+            executable.export_library(
+                library_path,
+                fcompile=_shared_library_compiler(cc, direct) if cc else None,
+                fpack_imports=_pack_imports_to_asm if cc and linux else _pack_imports_to_c,
+                workspace_dir=workspace,
+                options=["-include", types_header],
+            )
+        except Exception as err:
+            raise CudaBuildError(f"exporting the host library failed: {err}") from err
+        return Path(library_path).read_bytes()
