@@ -8,60 +8,11 @@ conflicts) are in ``testing/python/transform/test_annotate_layout.py``.
 from __future__ import annotations
 
 import pytest
+from annotate_layout_kernels import elementwise, gemm
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.layout import Fragment, Layout, make_swizzled_layout
-
-
-def _gemm(M, N, K, bM, bN, bK, threads, stages, ann, dtype):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
-             C: T.Tensor((M, N), "float32")):  # fmt: skip
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared((bM, bK), dtype)
-            B_shared = T.alloc_shared((bK, bN), dtype)
-            C_local = T.alloc_fragment((bM, bN), "float32")
-            if ann == "swizzle":
-                swz = {
-                    A_shared: make_swizzled_layout(A_shared),
-                    B_shared: make_swizzled_layout(B_shared),
-                }
-                T.annotate_layout(swz)
-            else:
-                pads = {
-                    A_shared: T.Layout((bM, bK), lambda i, j: i * (bK + 8) + j),
-                    B_shared: lambda i, j: i * (bN + 8) + j,
-                }
-                T.annotate_layout(pads)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
-                T.copy(A[by * bM, k * bK], A_shared)
-                T.copy(B[k * bK, bx * bN], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * bM, bx * bN])
-
-    return main
-
-
-def _elementwise(M, N, bM=64, bN=64, shared="pad"):
-    @T.prim_func
-    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
-            S = T.alloc_shared((bM, bN), "float16")
-            F = T.alloc_fragment((bM, bN), "float32")
-            lay = (lambda i, j: i * (bN + 8) + j) if shared == "pad" else make_swizzled_layout(S)
-            frag = Fragment((bM, bN), forward_thread_fn=lambda i, j: (i * bN + j) // 32 % 128)
-            T.annotate_layout({S: lay, F: frag})
-            for i, j in T.Parallel(bM, bN):
-                S[i, j] = A[by * bM + i, bx * bN + j] * 2
-            T.copy(S, F)
-            for i, j in T.Parallel(bM, bN):
-                F[i, j] = F[i, j] + 1
-            T.copy(F, S)
-            T.copy(S, B[by * bM, bx * bN])
-
-    return main
+from tilelang.layout import Fragment, Layout
 
 
 def _gpu():
@@ -87,7 +38,7 @@ def _gpu():
 )
 def test_gemm_annotated_gpu(ann, dtype, M, N, K, bM, bN, bK, threads, stages):
     torch, load = _gpu()
-    kernel = load(_gemm(M, N, K, bM, bN, bK, threads, stages, ann, dtype))
+    kernel = load(gemm(M, N, K, bM, bN, bK, threads, stages, ann, dtype=dtype))
     tdt = getattr(torch, dtype)
     a = torch.randn(M, K, device="cuda").to(tdt)
     b = torch.randn(K, N, device="cuda").to(tdt)
@@ -103,7 +54,7 @@ def test_gemm_annotated_gpu(ann, dtype, M, N, K, bM, bN, bK, threads, stages):
 @pytest.mark.parametrize("M,N", [(1024, 1024), (1000, 136)])
 def test_parallel_through_annotated_tile_gpu(shared, M, N):
     torch, load = _gpu()
-    kernel = load(_elementwise(M, N, shared=shared))
+    kernel = load(elementwise(M, N, shared=shared))
     a = torch.randn(M, N, device="cuda", dtype=torch.float16)
     b = torch.empty_like(a)
     kernel(a, b)
