@@ -1,7 +1,8 @@
 """Kernel cache: compile a kernel, or reuse one built before (see ``kernel_cache.py``).
 
 Public API (upstream names): :func:`clear_cache`, :func:`disable_cache`,
-:func:`enable_cache`, :func:`is_cache_enabled`, :func:`get_cache_dir`.
+:func:`enable_cache`, :func:`is_cache_enabled`, :func:`get_cache_dir`; ours:
+:func:`prune_cache`, :func:`get_cache_max_bytes` (``TILELANG_CACHE_MAX_BYTES``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from .kernel_cache import (
     disable_cache,
     enable_cache,
     get_cache_dir,
+    get_cache_max_bytes,
     is_cache_enabled,
+    prune_cache,
 )
 
 __all__ = [
@@ -25,7 +28,9 @@ __all__ = [
     "disable_cache",
     "enable_cache",
     "get_cache_dir",
+    "get_cache_max_bytes",
     "is_cache_enabled",
+    "prune_cache",
 ]
 
 

@@ -24,6 +24,11 @@ checks ``entry.json`` and every file's size and sha256 before the artifact's
 ``load(dir)``; a bad entry is discarded (under the lock) and rebuilt, never a crash.
 Nothing is unpickled.
 
+Size: after each store, entries beyond ``$TILELANG_CACHE_MAX_BYTES`` (default ``8G``; suffixes
+K/M/G/T; ``0`` or ``none`` for no limit) are removed, least recently used first (a load
+touches ``entry.json``; entries whose key lock is held are skipped; the new entry is kept).
+:func:`prune_cache` does the same on demand.
+
 A backend takes part when its artifact class has ``save(dir)`` and a classmethod
 ``load(dir)`` (``backend.artifact_type``, else CpuArtifact / CudaArtifact by kind);
 others compile every time. While an IR dump or pass timing is requested, the cache is
@@ -88,6 +93,45 @@ def enable_cache() -> None:
     """Undo :func:`disable_cache` (the environment variable still applies)."""
     global _DISABLED
     _DISABLED = False
+
+
+_DEFAULT_MAX_BYTES = 8 << 30
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, name: str = "TILELANG_CACHE_MAX_BYTES") -> int | None:
+    """Bytes of a size like ``"512M"``, ``"8G"``, ``"1000000"``; None for ``0``/``none``."""
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B") if text else ""
+    if raw in ("0", "NONE", "OFF", "UNLIMITED"):
+        return None
+    number, unit = raw, ""
+    if raw and raw[-1] in _SIZE_UNITS:
+        number, unit = raw[:-1], raw[-1]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(
+            f"{name}={text!r}: expected a size such as 8G, 512M or 1000000 (bytes), "
+            "or 0/none for no limit"
+        )
+    return int(value * _SIZE_UNITS[unit])
+
+
+def get_cache_max_bytes() -> int | None:
+    """The size limit of the kernel cache (``$TILELANG_CACHE_MAX_BYTES``, default 8 GiB)."""
+    text = os.environ.get("TILELANG_CACHE_MAX_BYTES", "").strip()
+    return parse_size(text) if text else _DEFAULT_MAX_BYTES
+
+
+def prune_cache(max_bytes: int | None = None) -> int:
+    """Remove least recently used kernels until the cache holds at most ``max_bytes``.
+
+    ``max_bytes`` defaults to :func:`get_cache_max_bytes`. Returns the bytes removed.
+    """
+    limit = get_cache_max_bytes() if max_bytes is None else max_bytes
+    return 0 if limit is None else KernelCache().prune(limit)
 
 
 def clear_cache() -> None:
@@ -297,6 +341,8 @@ class KernelCache:
             artifact_dir = self.verify(key, expected_type)
         except FileNotFoundError:
             return None
+        with contextlib.suppress(OSError):  # last use, for the size limit's LRU order
+            os.utime(self.entry_dir(key) / ENTRY_FILE)
         try:
             artifact = expected_type.load(artifact_dir)
             return JITKernel(func, artifact=artifact, **options)
@@ -338,6 +384,43 @@ class KernelCache:
             shutil.rmtree(trash, ignore_errors=True)
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
+
+    def entries(self) -> list[tuple[float, int, str]]:
+        """``(last use, bytes, key)`` of every entry, oldest first (sizes from entry.json)."""
+        out = []
+        for meta_path in (self.root / "kernels").glob(f"*/*/{ENTRY_FILE}"):
+            try:
+                used = meta_path.stat().st_mtime
+                files = json.loads(meta_path.read_bytes()).get("files", {})
+                size = sum(int(info.get("size", 0)) for info in files.values())
+                size += meta_path.stat().st_size
+            except (OSError, ValueError, AttributeError, TypeError):
+                used, size = 0.0, 0  # unreadable: oldest, removed first
+            out.append((used, size, meta_path.parent.name))
+        out.sort()
+        return out
+
+    def prune(self, max_bytes: int, keep: tuple[str, ...] = ()) -> int:
+        """Discard least recently used entries until at most ``max_bytes`` remain.
+
+        Entries in ``keep`` and entries whose key lock is held elsewhere stay. Returns the
+        bytes removed.
+        """
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        removed = 0
+        for _, size, key in entries:
+            if total <= max_bytes:
+                break
+            if key in keep:
+                continue
+            with self.lock(key, timeout=0) as held:
+                if not held:
+                    continue
+                self.discard(key)
+            total -= size
+            removed += size
+        return removed
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float | None = None):
@@ -414,4 +497,14 @@ class KernelCache:
                         f"tilelang cache: could not store kernel in {self.root}: {err}",
                         stacklevel=3,
                     )
-            return kernel
+        if held:
+            self._enforce_limit(keep=(key,))
+        return kernel
+
+    def _enforce_limit(self, keep: tuple[str, ...]) -> None:
+        limit = get_cache_max_bytes()
+        if limit is not None:
+            try:
+                self.prune(limit, keep=keep)
+            except OSError as err:
+                warnings.warn(f"tilelang cache: could not prune {self.root}: {err}", stacklevel=4)

@@ -304,3 +304,57 @@ def test_cuda_artifact_is_cached_without_a_gpu(cache_dir, monkeypatch):
     again = tilelang.compile(kernels.add_one(), out_idx=[-1], target="cuda -arch=sm_80")
     assert again.artifact == first.artifact
     assert again.get_kernel_source() == first.get_kernel_source()
+
+
+def _sizes(root: Path) -> dict[str, int]:
+    return {key: size for _, size, key in kernel_cache.KernelCache(root).entries()}
+
+
+def test_size_limit_evicts_least_recently_used(cache_dir, monkeypatch):
+    blocks = (32, 64, 128)
+    for block in blocks:  # three entries, oldest first
+        tilelang.compile(kernels.add_one(block=block), out_idx=[-1], target="cpu")
+    keys = [_key(kernels.add_one(block=block)) for block in blocks]
+    sizes = _sizes(cache_dir)
+    assert set(sizes) == set(keys) and all(size > 0 for size in sizes.values())
+    for age, key in zip((300, 200, 100), keys):  # distinct last-use times, block 32 oldest
+        meta = cache_dir / "kernels" / key[:2] / key / "entry.json"
+        os.utime(meta, (meta.stat().st_atime - age, meta.stat().st_mtime - age))
+    # a load marks an entry used: block 32 becomes the newest, block 64 the oldest
+    _forget_memory()
+    _check(tilelang.compile(kernels.add_one(block=32), out_idx=[-1], target="cpu"))
+    # room for the new entry and one more: the least recently used two go
+    monkeypatch.setenv("TILELANG_CACHE_MAX_BYTES", str(sizes[keys[0]] + sizes[keys[2]] + 2 * 4096))
+    _forget_memory()
+    tilelang.compile(kernels.add_one(block=16), out_idx=[-1], target="cpu")
+    left = set(_sizes(cache_dir))
+    assert _key(kernels.add_one(block=16)) in left  # the entry just stored is kept
+    assert keys[1] not in left and keys[0] in left, left
+    total = sum(_sizes(cache_dir).values())
+    assert total <= sizes[keys[0]] + sizes[keys[2]] + 2 * 4096
+
+
+def test_prune_cache_and_unlimited(cache_dir, monkeypatch):
+    tilelang.compile(kernels.add_one(), out_idx=[-1], target="cpu")
+    monkeypatch.setenv("TILELANG_CACHE_MAX_BYTES", "none")
+    assert tilelang.cache.get_cache_max_bytes() is None
+    assert tilelang.cache.prune_cache() == 0 and _entries(cache_dir)
+    removed = tilelang.cache.prune_cache(max_bytes=0)
+    assert removed > 0 and not _entries(cache_dir)
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("8G", 8 << 30), ("512m", 512 << 20), ("1.5K", 1536), ("1000", 1000), ("2GiB", 2 << 30),
+     ("0", None), ("none", None)],
+)  # fmt: skip
+def test_size_limit_parsing(monkeypatch, text, expected):
+    monkeypatch.setenv("TILELANG_CACHE_MAX_BYTES", text)
+    assert tilelang.cache.get_cache_max_bytes() == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "-5G", "G"])
+def test_bad_size_limit_names_the_variable(monkeypatch, text):
+    monkeypatch.setenv("TILELANG_CACHE_MAX_BYTES", text)
+    with pytest.raises(ValueError, match="TILELANG_CACHE_MAX_BYTES"):
+        tilelang.cache.get_cache_max_bytes()
