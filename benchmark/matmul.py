@@ -40,16 +40,14 @@ import tilelang.language as T  # noqa: E402
 
 
 def _cfg(
-    bM, bN, bK, threads, stages, path="wgmma", raster=0, in_flight=True, after=False, split=True,
-    lb=0,
+    bM, bN, bK, threads, stages, path="wgmma", raster=0, in_flight=True, after=False, split=True
 ):  # fmt: skip
     name = f"{bM}x{bN}x{bK}/{threads}t/{stages}s"
     name += (f"+r{raster}" if raster else "") + ("-ovl" if not in_flight else "")
     name += ("+ca" if after else "") + ("-nosplit" if not split else "")
-    name += f"+lb{lb}" if lb else ""
     return dict(
         name=name, bM=bM, bN=bN, bK=bK, threads=threads, stages=stages, path=path,
-        raster=raster, in_flight=in_flight, after=after, split=split, lb=lb,
+        raster=raster, in_flight=in_flight, after=after, split=split,
     )  # fmt: skip
 
 
@@ -94,14 +92,9 @@ EXTRA = [
     _cfg(128, 128, 64, 128, 4, path="mma"),
     _cfg(128, 256, 32, 256, 5, path="mma"),
     _cfg(256, 128, 32, 256, 5, path="mma"),
-    # mma.sync, 16 warps per SM: 128x128 tiles on 8 warps (64x32 warp tiles) need <= 128
-    # registers for 2 CTAs per SM (ptxas alone picks 144-166: 1 CTA, 8 warps); +lb2 asks
-    # for it with __launch_bounds__(256, 2) (a few spilled bytes)
+    # mma.sync, 128x128 tiles on 8 warps (1 CTA per SM at 144-166 registers). Forcing two
+    # CTAs per SM with __launch_bounds__(256, 2) measured 0.39-0.46x (RESULTS.md, 6578522)
     _cfg(128, 128, 32, 256, 4, path="mma"),
-    _cfg(128, 128, 32, 256, 4, path="mma", lb=2),
-    _cfg(128, 128, 32, 256, 3, path="mma", lb=2),
-    _cfg(128, 128, 32, 256, 5, path="mma", lb=2),
-    _cfg(128, 128, 64, 256, 3, path="mma", lb=2),
 ]
 
 
@@ -139,55 +132,21 @@ def arch_of_device() -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-#: ``+lbN``: the minimum CTAs per SM written into the kernel's ``__launch_bounds__`` (TIRx
-#: codegen only writes the thread count for a traced kernel), set while building.
-_MIN_BLOCKS = [0]
-
-
-def _install_launch_bounds_hook():
-    """Chain a CUDA-source rewrite ``__launch_bounds__(T)`` -> ``(T, _MIN_BLOCKS)`` in front
-    of the backend's postproc hook (which pastes the headers)."""
-    import re
-
-    from tilelang.backends.cuda import headers as cuda_headers
-
-    cuda_headers._install_postproc_hook()
-    previous = cuda_headers._PREVIOUS_HOOK
-    if getattr(previous, "_launch_bounds_hook", False):
-        return
-
-    def hook(code, target):
-        if previous is not None:
-            code = str(previous(code, target))
-        if _MIN_BLOCKS[0]:
-            code = re.sub(
-                r"__launch_bounds__\((\d+)\)", rf"__launch_bounds__(\1, {_MIN_BLOCKS[0]})", code
-            )
-        return code
-
-    hook._launch_bounds_hook = True
-    cuda_headers._PREVIOUS_HOOK = hook
-
-
-def build(func, arch, in_flight=True, after=False, split=True, lb=0):
+def build(func, arch, in_flight=True, after=False, split=True):
     """A callable ``kern(a, b, c)`` and how it was built."""
     from tilelang.transform import pipeline_planning
 
     errors = []
-    if not in_flight or after or not split or lb:  # module switches: build directly, no caches
+    if not in_flight or after or not split:  # module switches: build directly, no caches
         from tilelang.backends.cuda import load_kernel, pipeline
 
-        if lb:
-            _install_launch_bounds_hook()
         pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = in_flight, after
         pipeline_planning.MMA_SPLIT = split
-        _MIN_BLOCKS[0] = lb
         try:
             return load_kernel(pipeline.build(func, {"kind": "cuda", "arch": arch})), "pipeline"
         finally:
             pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = True, False
             pipeline_planning.MMA_SPLIT = True
-            _MIN_BLOCKS[0] = 0
     try:
         import tilelang
 
@@ -269,9 +228,7 @@ def main():
                         size, size, size, cfg["bM"], cfg["bN"], cfg["bK"], cfg["threads"],
                         cfg["stages"], dtype, dtype, cfg["raster"],
                     )  # fmt: skip
-                    kern, how = build(
-                        func, target, cfg["in_flight"], cfg["after"], cfg["split"], cfg["lb"]
-                    )
+                    kern, how = build(func, target, cfg["in_flight"], cfg["after"], cfg["split"])
                     c.fill_(float("nan"))
                     kern(a, b, c)
                     check(c, a, b, size)
