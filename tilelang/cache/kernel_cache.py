@@ -205,6 +205,16 @@ def _out_idx(out_idx, n: int) -> list[int]:
     return [int(i) + n if int(i) < 0 else int(i) for i in items]
 
 
+def _host_code_cpu(target) -> list[str]:
+    """The CPU model a CPU-backend kernel is compiled for (its code uses that CPU's ISA)."""
+    kind = target.get("kind") if isinstance(target, dict) else str(target).split()[0]
+    if kind not in ("cpu", "llvm", "c", "host"):
+        return []
+    from ..backends.cpu.pipeline import host_cpu
+
+    return [host_cpu() or "generic"]
+
+
 def key_material(
     func, *, target, out_idx=None, execution_backend="auto", pass_configs=None, compile_flags=None
 ) -> dict:
@@ -231,7 +241,7 @@ def key_material(
         "compile_flags": _jsonable(list(compile_flags or [])),
         "versions": _versions(),
         "source_fingerprint": source_fingerprint(),
-        "machine": [platform.system(), platform.machine()],
+        "machine": [platform.system(), platform.machine(), *_host_code_cpu(target)],
         # build switches read from the environment (the CUDA host code's launch path)
         "env": {"TILELANG_CUDA_DIRECT_LAUNCH": os.environ.get("TILELANG_CUDA_DIRECT_LAUNCH", "")},
     }

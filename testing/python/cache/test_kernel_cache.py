@@ -358,3 +358,16 @@ def test_bad_size_limit_names_the_variable(monkeypatch, text):
     monkeypatch.setenv("TILELANG_CACHE_MAX_BYTES", text)
     with pytest.raises(ValueError, match="TILELANG_CACHE_MAX_BYTES"):
         tilelang.cache.get_cache_max_bytes()
+
+
+def test_key_covers_the_cpu_model(monkeypatch):
+    func = kernels.add_one()
+    monkeypatch.setenv("TILELANG_CPU_MCPU", "generic")
+    generic = _key(func)
+    monkeypatch.setenv("TILELANG_CPU_MCPU", "x86-64-v3")
+    assert _key(func) != generic
+    # CUDA keys do not depend on the host CPU model
+    cuda = {"kind": "cuda", "arch": "sm_90a"}
+    v3 = _key(func, target=cuda)
+    monkeypatch.setenv("TILELANG_CPU_MCPU", "generic")
+    assert _key(func, target=cuda) == v3

@@ -26,7 +26,37 @@ from ...transform.stmt import StripScheduleHints, contains
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 
-TARGET = {"kind": "llvm"}
+TARGET = {"kind": "llvm"}  # plus "mcpu": see host_target()
+
+
+def _host_cpu_name() -> str:
+    """LLVM's name for this machine's CPU (e.g. ``znver4``), or "" when unknown."""
+    get = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUName", allow_missing=True)
+    try:
+        name = str(get()) if get is not None else ""
+    except Exception:  # noqa: BLE001 - no LLVM backend here: baseline code
+        return ""
+    return "" if name in ("generic", "") else name
+
+
+def host_cpu() -> str:
+    """The CPU the backend compiles for: ``$TILELANG_CPU_MCPU`` (``generic``: the baseline
+    instruction set, portable across machines of the architecture), else this machine's.
+
+    Code for the host CPU uses its vector and half-precision conversion instructions (an fp16
+    GEMM runs ~100x faster on an AMD EPYC than with baseline x86-64, whose fp16 conversions
+    are library calls); the kernel cache's key includes this name.
+    """
+    name = os.environ.get("TILELANG_CPU_MCPU", "").strip()
+    if name:
+        return "" if name == "generic" else name
+    return _host_cpu_name()
+
+
+def host_target() -> dict:
+    """The LLVM target of :func:`build` (``TARGET`` with the :func:`host_cpu`)."""
+    mcpu = host_cpu()
+    return {**TARGET, "mcpu": mcpu} if mcpu else dict(TARGET)
 
 
 def _uses_atomics(body) -> bool:
@@ -58,7 +88,7 @@ def lower(func, pass_configs=None):
 def build(func, pass_configs=None, out_dir=None):
     """Compile ``func`` for the host CPU; returns (shared-library path, lowered function)."""
     lowered = lower(func, pass_configs)
-    exe = _tirx.compile(lowered, target=dict(TARGET))
+    exe = _tirx.compile(lowered, target=host_target())
     out_dir = out_dir or tempfile.mkdtemp(prefix="tilelang_cpu_")
     path = os.path.join(out_dir, "kernel.so")
     exe.export_library(path)
