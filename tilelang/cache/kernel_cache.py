@@ -207,8 +207,9 @@ def _out_idx(out_idx, n: int) -> list[int]:
 
 def _host_code_cpu(target) -> list[str]:
     """The CPU model a CPU-backend kernel is compiled for (its code uses that CPU's ISA)."""
-    kind = target.get("kind") if isinstance(target, dict) else str(target).split()[0]
-    if kind not in ("cpu", "llvm", "c", "host"):
+    from ..backends.registry import resolve_target
+
+    if resolve_target(target)["kind"] != "cpu":
         return []
     from ..backends.cpu.pipeline import host_cpu
 
