@@ -18,7 +18,11 @@ from gemm_kernels import make  # noqa: E402
 from tilelang.ops.gemm_cuda_standalone import build_standalone  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-ARCH_FLAGS = {"sm_80": ["-arch=sm_80"], "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"]}
+ARCH_FLAGS = {
+    "sm_80": ["-arch=sm_80"],
+    "sm_90": ["-arch=sm_90"],
+    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
+}
 
 
 def ptxas_report(source: str, arch: str, tmp_path) -> dict:
@@ -86,6 +90,44 @@ def test_benchmark_configs_no_spills(cfg, tmp_path):
     art = build_standalone(make(M=4096, N=4096, K=4096, **cfg), arch="sm_90a")
     rep = ptxas_report(art.get_kernel_source(), "sm_90a", tmp_path)
     assert rep["spill_bytes"] == 0, rep["log"]
+
+
+# The best mma.sync configs of benchmark/matmul.py on the H200 (bK=64, 8 warps, up to 192 KB
+# of shared memory: the full pipeline's dynamic shared memory, not the standalone builder's
+# static arrays), built for sm_90 (no wgmma) as the benchmark builds them.
+BIG_MMA_CONFIGS = [
+    dict(bM=128, bN=256, bK=64, threads=256, stages=4),
+    dict(bM=256, bN=128, bK=64, threads=256, stages=3),
+]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cfg", BIG_MMA_CONFIGS)
+def test_big_mma_configs_no_spills(cfg, tmp_path):
+    import tilelang
+
+    kernel = tilelang.compile(make(M=8192, N=8192, K=8192, **cfg), target="cuda -arch=sm_90")
+    rep = ptxas_report(kernel.get_kernel_source(), "sm_90", tmp_path)
+    assert rep["spill_bytes"] == 0, rep["log"]
+    assert "mma.sync.aligned.m16n8k16" in rep["ptx"]
+    assert "wgmma" not in rep["ptx"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cfg", BIG_MMA_CONFIGS)
+def test_big_mma_configs_match_torch_with_tails(cfg):
+    """The benchmark's large mma.sync tiles on shapes that are not tile multiples."""
+    import torch
+
+    import tilelang
+
+    m, n, k = 300, 520, 200
+    kernel = tilelang.compile(make(M=m, N=n, K=k, **cfg), target="cuda -arch=sm_90")
+    a = torch.randn((m, k), dtype=torch.float16, device="cuda")
+    b = torch.randn((k, n), dtype=torch.float16, device="cuda")
+    c = torch.empty((m, n), dtype=torch.float32, device="cuda")
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.double().matmul(b.double()).float(), rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.cuda
