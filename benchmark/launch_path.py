@@ -125,9 +125,13 @@ def main() -> None:
     import tvm_ffi
 
     from benchmark.overhead import host_cost, tiny_add
+    from tilelang.backends.cuda.runtime import direct_launch_counts
 
     a, b, c = (torch.randn(256, device="cuda") for _ in range(3))
     kernel = tiny_add("cuda", None)
+    print(
+        f"JITKernel artifact: direct-launched kernels {kernel.artifact.meta.get('direct_launch_kernels')}"
+    )
     built = {direct: build_tiny_add(direct) for direct in (False, True)}
     for direct, (artifact, fn) in built.items():
         c.zero_()
@@ -162,6 +166,9 @@ def main() -> None:
         rows.append((floor_name, None))
     for name, _ in rows:
         print(f"{name:<52} {statistics.median(samples[name]) * 1e6:8.3f} us")
+    for label, loaded in (("raw DIRECT_LAUNCH=True", direct), ("JITKernel", kernel.torch_function)):
+        launched, fallbacks = direct_launch_counts(loaded)
+        print(f"{label}: {launched} direct launches, {fallbacks} through the packed call")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,8 @@ static struct {
   tl_CUresult (*getErrorString)(tl_CUresult, const char**);
 } __tl_cu;
 static pthread_mutex_t __tl_dl_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Launches of this library's kernels: [0] direct, [1] through the packed call (fallback). */
+static uint64_t __tl_dl_counts[2];
 static void* __tl_dl_module[TL_DL_MAX_DEVICES];
 static void* __tl_dl_context[TL_DL_MAX_DEVICES];
 typedef struct {
@@ -182,6 +184,18 @@ static tl_CUresult __tl_dl_smem(__tl_dl_kernel* k, int dev, void* fn, unsigned s
   pthread_mutex_unlock(&__tl_dl_lock);
   return rc;
 }
+/* The exported function __tilelang_direct_launch_counts(which): which = 0 gives the number
+   of direct launches so far, 1 the number of launches that fell back to the packed call. */
+TVM_DLL int32_t __tvm_ffi___tilelang_direct_launch_counts(void* self, void* args,
+                                                          int32_t num_args, void* result) {
+  TVMFFIAny* in = (TVMFFIAny*)args;
+  TVMFFIAny* out = (TVMFFIAny*)result;
+  int which = (num_args >= 1 && in[0].type_index == kTVMFFIInt) ? (int)in[0].v_int64 : 0;
+  out->type_index = kTVMFFIInt;
+  out->zero_padding = 0;
+  out->v_int64 = (int64_t)__atomic_load_n(&__tl_dl_counts[which == 1], __ATOMIC_RELAXED);
+  return 0;
+}
 /* ---- end of the shared direct-launch code ---- */
 """
 
@@ -216,9 +230,11 @@ static int __tl_dl_launch{index}(void* packed, TVMFFIAny* args, int num_args, TV
       if (rc != 0) {{
         return __tl_dl_error("{name}", "cuLaunchKernel", rc, gx, gy, gz, bx, by, bz, smem);
       }}
+      __atomic_fetch_add(&__tl_dl_counts[0], 1, __ATOMIC_RELAXED);
       return 0;
     }}
   }}
+  __atomic_fetch_add(&__tl_dl_counts[1], 1, __ATOMIC_RELAXED);
   return TVMFFIFunctionCall(packed, args, num_args, result);
 }}
 """

@@ -112,8 +112,25 @@ def load_kernel(artifact: CudaArtifact | str | os.PathLike, entry_name: str | No
     name = artifact.entry_name if entry_name is None else entry_name
     module = load_module(artifact)
     try:
-        return module.get_function(name)
+        function = module.get_function(name)
     except AttributeError as err:
         raise CudaRuntimeError(
             f"entry_name {name!r} is not in the artifact's host library"
         ) from err
+    function.tilelang_module = module  # for direct_launch_counts (the function keeps it alive)
+    return function
+
+
+def direct_launch_counts(loaded: Any) -> tuple[int, int]:
+    """(direct launches, packed-call fallbacks) of the kernels of a loaded host library.
+
+    ``loaded`` is what :func:`load_module` or :func:`load_kernel` returned (each load is a
+    separate library with its own counts; ``JITKernel.torch_function`` is the latter). A
+    library built without direct launch has no counter: (0, 0).
+    """
+    module = getattr(loaded, "tilelang_module", loaded)
+    try:
+        counts = module.get_function("__tilelang_direct_launch_counts")
+    except AttributeError:
+        return (0, 0)
+    return (int(counts(0)), int(counts(1)))

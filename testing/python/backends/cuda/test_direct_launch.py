@@ -114,6 +114,7 @@ def test_rewrite_compiles_and_drops_packed_launch(factory, monkeypatch):
         assert "__tilelang_cubin" in symbols
         dynamic = subprocess.run([nm, "-D", str(path)], capture_output=True, text=True).stdout
         assert "cuLaunchKernel" not in dynamic  # resolved with dlsym, libcuda not linked
+        assert "__tvm_ffi___tilelang_direct_launch_counts" in dynamic
 
 
 def test_gemm_passes_dynamic_shared_memory(monkeypatch):
@@ -219,6 +220,25 @@ def test_gpu_tiny_add(monkeypatch):
         fn(a2, b2, c)
         torch.cuda.current_stream().synchronize()
         torch.testing.assert_close(c, a2 + b2)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("out_idx", [None, [-1]])
+def test_gpu_jit_kernel_calls_launch_directly(out_idx):
+    """tilelang.compile's default build: every call a cuLaunchKernel, none the packed call."""
+    import torch
+
+    import tilelang
+    from tilelang.backends.cuda.runtime import direct_launch_counts
+
+    kernel = tilelang.compile(tiny_add(), out_idx=out_idx, target="cuda")
+    assert kernel.artifact.meta["direct_launch_kernels"] == kernel.artifact.meta["kernel_names"]
+    a, b = (torch.randn(256, device="cuda") for _ in range(2))
+    for _ in range(5):
+        c = kernel(a, b) if out_idx else kernel(a, b, c := torch.empty(256, device="cuda"))
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c, a + b)
+    assert direct_launch_counts(kernel.torch_function) == (5, 0)
 
 
 @pytest.mark.cuda
