@@ -235,7 +235,11 @@ def test_gpu_jit_kernel_calls_launch_directly(out_idx):
     assert kernel.artifact.meta["direct_launch_kernels"] == kernel.artifact.meta["kernel_names"]
     a, b = (torch.randn(256, device="cuda") for _ in range(2))
     for _ in range(5):
-        c = kernel(a, b) if out_idx else kernel(a, b, c := torch.empty(256, device="cuda"))
+        if out_idx:
+            c = kernel(a, b)
+        else:
+            c = torch.empty(256, device="cuda")
+            kernel(a, b, c)
     torch.cuda.synchronize()
     torch.testing.assert_close(c, a + b)
     assert direct_launch_counts(kernel.torch_function) == (5, 0)
