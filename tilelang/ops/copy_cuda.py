@@ -7,7 +7,8 @@
 - shared -> fragment: warp-wide ``ldmatrix`` where the two layouts fit it
   (``copy_ldmatrix_cuda.py``), else as below.
 - fragment <-> shared/global: each thread moves the elements its fragment layout gives it.
-- fragment <-> fragment: register to register when both have the same layout.
+- fragment <-> fragment: register to register when both have the same layout, otherwise
+  through a shared workspace (``copy_exchange_cuda.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..transform.vectorize import (
 )
 from .bounds import in_bounds
 from .copy import matched_axes
+from .copy_exchange_cuda import lower_fragment_exchange
 from .copy_ldmatrix_cuda import lower_ldmatrix_copy
 from .irb import store
 from .region import RegionView
@@ -223,9 +225,7 @@ def lower_copy_cuda(v, ctx):
     if sf and df:
         ls, ld = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
         if not ls.is_equal(ld):
-            raise errors.compile_error(
-                f"T.copy: fragments {src.name} and {dst.name} have different layouts", v.loc
-            )
+            return lower_fragment_exchange(src, dst, sa, da, ctx, v.loc)
         lvar = ir.Var("fl", "int32")
         body = store(
             ctx.local_of(dst.tensor), [lvar], ir.TensorLoad(ctx.local_of(src.tensor), [lvar])
