@@ -125,20 +125,11 @@ def build_mma_library(arch: str) -> ctypes.CDLL:
     return library
 
 
-def time_ms(fn, iters: int, warmup: int = 3) -> float:
-    """Median of ``iters`` CUDA-event timings of ``fn``."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def time_ms(fn, iters: int) -> float:
+    """Median CUDA-event time of ``fn`` (``matmul.time_ms`` with 3 warm-up calls)."""
+    import matmul  # noqa: PLC0415
+
+    return matmul.time_ms(fn, iters, warmup=3)
 
 
 def peak_table(library, iters: int) -> list[tuple[str, float]]:
