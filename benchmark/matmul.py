@@ -238,8 +238,6 @@ def main():
             runners = {}
             for cfg in selected:
                 name, path = cfg["name"], cfg["path"]
-                if path == "mma" and dtype != args.dtypes[0]:
-                    continue  # the reference path once per size
                 target = arch.rstrip("a") if path == "mma" else arch
                 try:
                     func = matmul_kernel(
