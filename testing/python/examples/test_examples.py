@@ -57,6 +57,13 @@ def test_softmax(device):
     _load("softmax/example_softmax.py").main(70, 192, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(64, 512), (70, 300)])
+def test_rms_norm(device, shape):
+    _skip_without(device)
+    _load("norm/example_rms_norm.py").main(*shape, device=device)
+
+
 def test_quickstart_runs(capsys):
     if torch.cuda.is_available():
         pytest.skip("the quickstart's CPU path is what CI can run")
