@@ -64,6 +64,20 @@ def test_rms_norm(device, shape):
     _load("norm/example_rms_norm.py").main(*shape, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,split_k", [((256, 256, 1024), 4), ((100, 72, 500), 3)])
+def test_gemm_splitk(device, shape, split_k):
+    _skip_without(device)
+    _load("gemm_splitk/example_gemm_splitk.py").main(*shape, split_k, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(1024, 1024), (100, 300)])
+def test_gemv(device, shape):
+    _skip_without(device)
+    _load("gemv/example_gemv.py").main(*shape, device=device)
+
+
 def test_quickstart_runs(capsys):
     if torch.cuda.is_available():
         pytest.skip("the quickstart's CPU path is what CI can run")
