@@ -46,6 +46,14 @@ def test_flash_attention_fwd(device, causal):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_bwd(device, causal):
+    _skip_without(device)
+    path = "flash_attention/example_mha_bwd_bshd.py"
+    _load(path).main(2, 3, 192, 64, causal, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_elementwise(device):
     _skip_without(device)
     _load("elementwise/example_elementwise_add.py").main(333, 150, device=device)
