@@ -110,6 +110,7 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
     offsets_v = offsets[:-1] + [offsets[-1] + v] if vec > 1 else offsets
     stmt, _ = body_fn(offsets_v, inner)
     body = for_(v, vec, stmt, ir.ForKind.UNROLLED) if vec > 1 else stmt
+    v2 = None  # the zero fill's lane variable
     if pred_body is not None:
         other = None
         if zero_fill is not None:
@@ -131,7 +132,10 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
         if n_vec % threads:
             body = ir.If(vi < n_vec, body, None)
         if var is not it:  # the second form of the copy: loop variables of its own
-            body = substitute(body, {it: var, v: ir.Var(f"{name}_vs", "int32")})
+            fresh = {it: var, v: ir.Var(f"{name}_vs", "int32")}
+            if v2 is not None:  # the zero fill stands in both forms
+                fresh[v2] = ir.Var(f"{name}_zs", "int32")
+            body = substitute(body, fresh)
         kind = ir.ForKind.UNROLLED if iters <= 16 else ir.ForKind.DEFAULT
         return for_(var, iters, body, kind, loc=loc or ir.UNKNOWN_LOC)
 
