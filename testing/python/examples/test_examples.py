@@ -86,6 +86,20 @@ def test_gemv(device, shape):
     _load("gemv/example_gemv.py").main(*shape, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(256, 256, 256), (100, 130, 70)])
+def test_blocksparse_gemm(device, shape):
+    _skip_without(device)
+    _load("blocksparse_gemm/example_blocksparse_gemm.py").main(*shape, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(256, 256, 256), (100, 72, 96)])
+def test_dequant_gemm_w4a16(device, shape):
+    _skip_without(device)
+    _load("dequantize_gemm/example_dequant_gemm_w4a16.py").main(*shape, device=device)
+
+
 def test_quickstart_runs(capsys):
     if torch.cuda.is_available():
         pytest.skip("the quickstart's CPU path is what CI can run")

@@ -4,11 +4,13 @@
 (cp.async, ldmatrix, mma.sync, shuffles, barriers, atomics), so the kernels CI cannot run
 on a GPU are still checked against float64 references, tails included. The ``sm_80``
 lowering (mma.sync) is emulated for the gemm examples; the wgmma form has its own
-emulation tests (``backends/cuda/test_gemm_wgmma_*.py``).
+emulation tests (``backends/cuda/test_gemm_wgmma_*.py``). With nvcc on PATH, every
+kernel here is also built for sm_80 and sm_90a (TIRx's passes, codegen and nvcc run).
 """
 
 import importlib.util
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -109,3 +111,52 @@ def test_flash_attention_bwd(causal, rng):
         np.testing.assert_allclose(
             got.astype(np.float64), want.detach().numpy(), rtol=2e-2, atol=2e-2, err_msg=name
         )
+
+
+def test_blocksparse_gemm(rng):
+    module = _load("blocksparse_gemm/example_blocksparse_gemm.py")
+    M, N, K = 100, 130, 70
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    mask = rng.random((2, 3, 3)) < 0.5
+    out = _emulate(
+        module.blocksparse_matmul.get_tir(M, N, K), SM80, a, b, mask, np.zeros((M, N), np.float32)
+    )[3]
+    ref = module.reference(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(mask))
+    np.testing.assert_allclose(out, ref.numpy(), rtol=1e-3, atol=1e-2)
+
+
+def test_dequant_gemm_w4a16(rng):
+    module = _load("dequantize_gemm/example_dequant_gemm_w4a16.py")
+    M, N, K = 100, 72, 96
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    codes = torch.from_numpy(rng.integers(0, 16, size=(K, N)))
+    scale = (rng.random(N) + 0.5).astype(np.float16)
+    packed = module.pack_int4(codes).numpy()
+    out = _emulate(
+        module.dequant_matmul.get_tir(M, N, K), SM80, a, packed, scale, np.zeros((M, N), np.float32)
+    )[3]
+    weights = ((codes.numpy() - 8).astype(np.float16) * scale).astype(np.float64)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ weights, rtol=1e-3, atol=2e-2)
+
+
+def _kernels():
+    """(example, kernel, args) of the kernels above, at the shapes the tests use."""
+    yield "gemm/example_gemm.py", "matmul", (129, 257, 33)
+    yield "gemv/example_gemv.py", "gemv", (100, 300)
+    yield "norm/example_rms_norm.py", "rms_norm", (70, 300)
+    yield "norm/example_rms_norm.py", "rms_norm_splitk", (70, 300)
+    yield "gemm_splitk/example_gemm_splitk.py", "matmul_splitk", (100, 72, 500, 64, 64, 32, 3)
+    yield "blocksparse_gemm/example_blocksparse_gemm.py", "blocksparse_matmul", (100, 130, 70)
+    yield "dequantize_gemm/example_dequant_gemm_w4a16.py", "dequant_matmul", (100, 72, 96)
+    for causal in (False, True):
+        yield "flash_attention/example_mha_bwd_bshd.py", "flashattn_bwd", (1, 2, 128, 32, causal)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("example,kernel,args", list(_kernels()))
+def test_builds_with_nvcc(example, kernel, args, arch):
+    func = getattr(_load(example), kernel).get_tir(*args)
+    artifact = pipeline.build(func, {"kind": "cuda", "arch": arch, "compiler": "nvcc"})
+    assert artifact.meta["kernel_names"]
