@@ -100,6 +100,17 @@ def test_dequant_gemm_w4a16(device, shape):
     _load("dequantize_gemm/example_dequant_gemm_w4a16.py").main(*shape, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "args",
+    [(2, 32, 16, 16, 64, 3, 1, 1, 1), (1, 3, 15, 13, 10, 3, 2, 0, 2)],
+    ids=["same", "strided"],
+)
+def test_convolution(device, args):
+    _skip_without(device)
+    _load("convolution/example_convolution.py").main(*args, device=device)
+
+
 def test_quickstart_runs(capsys):
     if torch.cuda.is_available():
         pytest.skip("the quickstart's CPU path is what CI can run")

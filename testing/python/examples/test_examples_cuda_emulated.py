@@ -140,6 +140,21 @@ def test_dequant_gemm_w4a16(rng):
     np.testing.assert_allclose(out, a.astype(np.float64) @ weights, rtol=1e-3, atol=2e-2)
 
 
+@pytest.mark.parametrize(
+    "args", [(1, 3, 15, 13, 10, 3, 2, 0, 2), (2, 32, 8, 8, 64, 3, 1, 1, 1)], ids=["strided", "same"]
+)
+def test_convolution(args, rng):
+    """Implicit GEMM: an im2col gather in T.Parallel, weights through a reshaped view."""
+    module = _load("convolution/example_convolution.py")
+    n, c, h, w, f, k, stride, padding, dilation = args
+    x = rng.standard_normal((n, h, w, c)).astype(np.float16)
+    wt = rng.standard_normal((k, k, c, f)).astype(np.float16)
+    ref = module.reference(torch.from_numpy(x), torch.from_numpy(wt), stride, padding, dilation)
+    func = module.convolution.get_tir(n, c, h, w, f, k, k, stride, padding, dilation)
+    out = _emulate(func, SM80, x, wt, np.zeros(ref.shape, np.float32))[2]
+    np.testing.assert_allclose(out, ref.numpy(), rtol=1e-3, atol=2e-2)
+
+
 def _kernels():
     """(example, kernel, args) of the kernels above, at the shapes the tests use."""
     yield "gemm/example_gemm.py", "matmul", (129, 257, 33)
@@ -149,6 +164,7 @@ def _kernels():
     yield "gemm_splitk/example_gemm_splitk.py", "matmul_splitk", (100, 72, 500, 64, 64, 32, 3)
     yield "blocksparse_gemm/example_blocksparse_gemm.py", "blocksparse_matmul", (100, 130, 70)
     yield "dequantize_gemm/example_dequant_gemm_w4a16.py", "dequant_matmul", (100, 72, 96)
+    yield "convolution/example_convolution.py", "convolution", (1, 3, 15, 13, 10, 3, 3, 2, 0, 2)
     for causal in (False, True):
         yield "flash_attention/example_mha_bwd_bshd.py", "flashattn_bwd", (1, 2, 128, 32, causal)
 

@@ -223,6 +223,7 @@ class _Machine:
         self.lanes = 1
         self.blocks = None if blocks is None else {tuple(b) for b in blocks}
         self.block_index: dict = {}
+        self.param_handles = {param.__chandle__() for param in func.params}
         for param, arr in zip(func.params, arrays):
             self._bind_global(param, arr)
 
@@ -248,19 +249,25 @@ class _Machine:
         self.bufs[var.__chandle__()] = _Buf(var.name, data, var.ty.shape, local)
 
     def _view(self, var, call):
+        """A ``decl_tensor`` view: of a scratch buffer (the shared-memory pool, at a byte
+        offset; its floating views start as NaN) or of a kernel parameter (a reshape of the
+        caller's data, e.g. ``T.Tensor(shape, dtype, X.data)``)."""
         ptr = call.args[0]
-        if not (isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset"):
+        if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset":
+            data_ptr, offset = ptr.args
+            base_var, offset = data_ptr.args[0], int(self.scalar(offset))
+        elif isinstance(ptr, ir.Call) and ptr.op.name == "tirx.tensor_data_ptr":
+            base_var, offset = ptr.args[0], 0
+        else:
             raise EmulationError(f"decl_tensor of {var.name}: unsupported pointer {ptr}")
-        data_ptr, offset = ptr.args
-        base = self.bufs[data_ptr.args[0].__chandle__()]
-        offset = int(self.scalar(offset))
+        base = self.bufs[base_var.__chandle__()]
         dtype = np_dtype(var.ty.dtype)
         n = int(np.prod([int(self.scalar(s)) for s in var.ty.shape]))
         raw = base.data.view(np.uint8)
         view = raw[offset : offset + n * np.dtype(dtype).itemsize].view(dtype)
         if view.size != n:
             raise EmulationError(f"{var.name} does not fit in {base.name} at byte {offset}")
-        if _floating(dtype):
+        if _floating(dtype) and base_var.__chandle__() not in self.param_handles:
             view.fill(np.nan)
         self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local)
 
