@@ -111,6 +111,15 @@ def test_convolution(device, args):
     _load("convolution/example_convolution.py").main(*args, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "args", [(2, 16, 2, 1000, 128, 4), (1, 8, 8, 9, 64, 4)], ids=["gqa", "empty_split"]
+)
+def test_gqa_decode(device, args):
+    _skip_without(device)
+    _load("flash_decoding/example_gqa_decode.py").main(*args, device=device)
+
+
 def test_quickstart_runs(capsys):
     if torch.cuda.is_available():
         pytest.skip("the quickstart's CPU path is what CI can run")

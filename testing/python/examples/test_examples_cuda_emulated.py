@@ -155,6 +155,24 @@ def test_convolution(args, rng):
     np.testing.assert_allclose(out, ref.numpy(), rtol=1e-3, atol=2e-2)
 
 
+@pytest.mark.parametrize("target", [SM80, SM90A], ids=["sm_80", "sm_90a"])
+@pytest.mark.parametrize("args", [(1, 16, 2, 200, 64, 4), (1, 8, 8, 9, 64, 4)])
+def test_gqa_decode(target, args, rng):
+    """Split-KV decoding and the combine kernel (the 9-key cache leaves one split empty)."""
+    module = _load("flash_decoding/example_gqa_decode.py")
+    b, h, hk, s, d, split = args
+    q = rng.standard_normal((b, h, d)).astype(np.float16)
+    k, v = (rng.standard_normal((b, s, hk, d)).astype(np.float16) for _ in range(2))
+    parts, lse = _emulate(
+        module.gqa_decode_split.get_tir(b, h, hk, s, d, split), target, q, k, v,
+        np.zeros((b, h, split, d), np.float32), np.zeros((b, h, split), np.float32),
+    )[3:]  # fmt: skip
+    combine = module.combine_splits.get_tir(b, h, split, d)
+    out = _emulate(combine, target, parts, lse, np.zeros((b, h, d), np.float16))[2]
+    ref = module.reference(*(torch.from_numpy(x) for x in (q, k, v))).numpy()
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+
+
 def _kernels():
     """(example, kernel, args) of the kernels above, at the shapes the tests use."""
     yield "gemm/example_gemm.py", "matmul", (129, 257, 33)
@@ -165,6 +183,8 @@ def _kernels():
     yield "blocksparse_gemm/example_blocksparse_gemm.py", "blocksparse_matmul", (100, 130, 70)
     yield "dequantize_gemm/example_dequant_gemm_w4a16.py", "dequant_matmul", (100, 72, 96)
     yield "convolution/example_convolution.py", "convolution", (1, 3, 15, 13, 10, 3, 3, 2, 0, 2)
+    yield "flash_decoding/example_gqa_decode.py", "gqa_decode_split", (1, 16, 2, 200, 64, 4)
+    yield "flash_decoding/example_gqa_decode.py", "combine_splits", (1, 16, 4, 64)
     for causal in (False, True):
         yield "flash_attention/example_mha_bwd_bshd.py", "flashattn_bwd", (1, 2, 128, 32, causal)
 
