@@ -22,6 +22,7 @@ from ...ops.debug import uses_device_assert
 from ...transform.instrument import on_body, run_stages
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
+from ...transform.pass_config import build_options
 from ...transform.stmt import StripScheduleHints, contains
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
@@ -73,6 +74,7 @@ def lower(func, pass_configs=None):
     Named stages (dumped/timed by ``tilelang.transform.instrument``). Blocks run serially
     when the kernel uses atomics or ``T.device_assert`` (a failed assert must reach the caller).
     """
+    build_options(pass_configs)  # rejects values tilelang cannot honour (index bit width)
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body))
     stages = [
         ("lower_threads", on_body(lower_threads)),

@@ -33,6 +33,7 @@ from ...transform.instrument import on_body, run_stages
 from ...transform.layout_inference import infer_layouts, strip_layout_annotations
 from ...transform.lower_fragments import lower_fragments
 from ...transform.lower_parallel import lower_parallel
+from ...transform.pass_config import build_options
 from ...transform.plan_shared_memory import plan_shared_memory
 from ...transform.rasterize_blocks import rasterize_blocks
 from ...transform.stmt import StmtMutator, StripScheduleHints, launch_of, launches_of
@@ -102,6 +103,8 @@ def lower(func, target=None, pass_configs=None):
     from ...ops import atomic_cuda, cumsum_cuda, debug_cuda  # noqa: F401 - CUDA-only rules
 
     arch = (target or {}).get("arch", "sm_90a")
+    if build_options(pass_configs)["disable_wgmma"] and arch.endswith("a"):
+        arch = arch[:-1]  # instruction selection without wgmma; the build keeps the real arch
     state = {}
 
     def layout_inference(f):
@@ -179,11 +182,13 @@ def build(func, target=None, pass_configs=None, compile_flags=None, compiler=Non
     from .build import _nvrtc_available, build_cuda
 
     target = dict(target or {"kind": "cuda", "arch": "sm_90a"})
+    options = build_options(pass_configs)
     lowered = lower(func, target, pass_configs)
     compiler = compiler or ("nvrtc" if _nvrtc_available() else "nvcc")
     return build_cuda(
         lowered,
         arch=target.get("arch", "sm_90a"),
         compiler=compiler,
-        compile_flags=list(compile_flags or ()),
+        compile_flags=[*(compile_flags or ()), *options["device_flags"]],
+        fast_math=True if options["fast_math"] is None else options["fast_math"],
     )
