@@ -34,11 +34,17 @@ def annotate_layout(layout_map: dict):
     what layout inference would choose (a tile op that cannot use it is an error naming
     both lines); on the CPU a shared layout is a performance hint with no effect.
 
+    A global tensor takes a Layout that permutes its storage (as many output elements as
+    the tensor has, one-to-one): element ``idx`` lives at the row-major offset of
+    ``layout(idx)`` in the layout's output shape, on every backend, for every access of
+    this kernel (upstream's FlashAttention backward lays dQ out so its atomic adds
+    coalesce). Accesses to such a tensor are not vectorized.
+
     Each entry becomes a ``tl.annotate_layout(buf)`` statement carrying the layout and this
     line (:mod:`tilelang.ops.annotate_layout`).
     """
     from ..layout import Fragment, Layout
-    from ..layout.annotation import check_layout, encode
+    from ..layout.annotation import check_layout, check_permutation, encode
     from ..ops.annotate_layout import ANNOTATE_LAYOUT
     from ..ops.region import is_tensor
 
@@ -56,9 +62,10 @@ def annotate_layout(layout_map: dict):
             )
         name, scope = buf.name, str(getattr(buf.ty, "scope", ""))
         fragment = scope == "local.fragment"
-        if not (fragment or scope.startswith("shared")):
+        glob = scope in ("", "global")
+        if not (fragment or glob or scope.startswith("shared")):
             raise errors.TraceError(
-                f"T.annotate_layout: {name} is a {scope or 'global'} buffer; only shared "
+                f"T.annotate_layout: {name} is a {scope} buffer; only global tensors, shared "
                 "tiles (T.alloc_shared) and fragments (T.alloc_fragment) take a layout"
             )
         shape = list(buf.ty.shape)
@@ -69,8 +76,9 @@ def annotate_layout(layout_map: dict):
             )
         if not fragment and isinstance(layout, Fragment):
             raise errors.TraceError(
-                f"T.annotate_layout: {name} is a shared tile and needs a Layout (logical index "
-                "-> physical index), got a Fragment (a register layout)"
+                f"T.annotate_layout: {name} is a {'global tensor' if glob else 'shared tile'} "
+                "and needs a Layout (logical index -> physical index), got a Fragment (a "
+                "register layout)"
             )
         if not isinstance(layout, Layout):
             if not callable(layout):
@@ -86,6 +94,8 @@ def annotate_layout(layout_map: dict):
                 ) from None
         try:
             check_layout(layout, shape, name)
+            if glob:
+                check_permutation(layout, shape, name)
         except ValueError as err:
             raise errors.TraceError(f"T.annotate_layout: {err}") from None
         call = ANNOTATE_LAYOUT.make(buf, loc=loc, **encode(layout))

@@ -110,6 +110,20 @@ def check_layout(layout: Layout, shape, name: str) -> None:
         raise ValueError(f"the layout of {name} is not one-to-one: {result.message}")
 
 
+def check_permutation(layout: Layout, shape, name: str) -> None:
+    """Raise ValueError unless ``layout`` (already checked one-to-one by
+    :func:`check_layout`) maps ``shape`` onto exactly as many elements: a permutation of
+    a global tensor's storage, which has no room for padding."""
+    out = [E.as_const_int(d) for d in layout.get_output_shape()]
+    total = int(E.prod([E.as_const_int(d) for d in shape]))
+    if None in out or int(np.prod(out)) != total:
+        raise ValueError(
+            f"the layout of the global tensor {name} maps its {total} elements into an output "
+            f"of shape {out}; a global tensor's layout must permute its storage (as many "
+            "output elements as the tensor has)"
+        )
+
+
 def _flat_offsets(layout: Layout) -> np.ndarray:
     """Row-major storage offset of every logical element, shaped like the input."""
     table = layout.forward_table().astype(np.int64)
@@ -151,4 +165,11 @@ def contiguous_vectors(layout: Layout, vec: int) -> bool:
     return bool(np.all(runs == first + np.arange(vec)) and np.all(first % vec == 0))
 
 
-__all__ = ["check_layout", "contiguous_vectors", "decode", "encode", "storage_elements"]
+__all__ = [
+    "check_layout",
+    "check_permutation",
+    "contiguous_vectors",
+    "decode",
+    "encode",
+    "storage_elements",
+]

@@ -282,7 +282,8 @@ class _Inference:
             from ..ops.annotate_layout import annotation_of
 
             var, layout = annotation_of(*found)
-            self.annotated.append((var, layout, found[1].loc))
+            if not is_global(var):  # a global tensor's storage layout: apply_global_layouts
+                self.annotated.append((var, layout, found[1].loc))
             return
         if found is not None:
             self.ops.append(found)

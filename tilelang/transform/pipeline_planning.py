@@ -119,6 +119,7 @@ from ..ops.gemm_wgmma import (
     wgmma_wait,
 )
 from ..ops.region import RegionView, _const
+from .apply_global_layouts import vectorizable
 from .insert_sync import ATTR_ASYNC_STAGES
 from .pipeline_copies import _later_copies, _plan_split_copies
 from .stmt import StmtMutator, alloc_of, launch_of, substitute
@@ -182,6 +183,8 @@ class AsyncCopy:
         self.ok = False
         if not src.scope.startswith("global") or not dst.scope.startswith("shared"):
             return
+        if not vectorizable(src.tensor):
+            return  # a global tensor with a storage layout: 16-byte pieces are not contiguous
         if src.dtype != dst.dtype or dtype_bits(src.dtype) not in (8, 16, 32):
             return
         sa, da, extents = matched_axes(src, dst, view.loc)

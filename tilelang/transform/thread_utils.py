@@ -113,7 +113,13 @@ def physical(var, indices, ctx):
     layout = ctx.get_layout(var) if is_shared(var) else None
     if layout is None:
         return list(indices)
-    coords = [ctx.simplify(e) for e in layout.map_forward_index(list(indices))]
+    return layout_indices(var, layout, indices, ctx.simplify)
+
+
+def layout_indices(var, layout, indices, simplify):
+    """``var``'s own indices of the storage place ``layout`` gives ``var[indices]`` (see
+    :func:`physical`; also used for laid-out global tensors)."""
+    coords = [simplify(e) for e in layout.map_forward_index(list(indices))]
     out_shape = [E.as_const_int(d) for d in layout.get_output_shape()]
     shape = [E.as_const_int(d) for d in var.ty.shape]
     if out_shape == shape:
@@ -128,7 +134,7 @@ def physical(var, indices, ctx):
         flat = coord if flat is None else flat * extent + coord
     out = []
     for extent in reversed(shape[1:]):
-        out.append(ctx.simplify(flat % extent))
+        out.append(simplify(flat % extent))
         flat = flat // extent
-    out.append(ctx.simplify(flat))
+    out.append(simplify(flat))
     return list(reversed(out))

@@ -50,6 +50,7 @@ from tvm_tirx.tirx.tensor import TensorType
 from ..layout import _expr as E
 from ..ops.bounds import in_bounds
 from ..ops.registry import tile_op_of
+from .apply_global_layouts import vectorizable
 from .stmt import uses_any
 from .thread_utils import _bits, for_, is_global, is_shared
 
@@ -237,6 +238,8 @@ class _Vectorizer:
     def qualifies(self, tensor, indices, bound) -> _Vector | None:
         """A :class:`_Vector` when ``tensor[indices]`` can be one vector access."""
         if not (is_global(tensor) or is_shared(tensor)) or not tensor.ty.has_default_layout:
+            return None
+        if not vectorizable(tensor):  # a global tensor with a storage layout
             return None
         bits = _bits(tensor)
         if bits % 8 or self.vec * bits // 8 not in _WIDTHS:

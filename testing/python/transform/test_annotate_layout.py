@@ -294,7 +294,7 @@ BAD = {
     "not one-to-one": lambda S, F, A: {S: lambda i, j: i * 16 + j},
     "out of range": lambda S, F, A: {S: lambda i, j: i * 32 + j - 5},
     "has shape [64, 32]": lambda S, F, A: {S: Layout((32, 64), lambda i, j: i * 64 + j)},
-    "A is a global buffer": lambda S, F, A: {A: lambda i, j: i * 32 + j},
+    "must permute its storage": lambda S, F, A: {A: lambda i, j: i * 40 + j},
     "needs a tilelang.layout.Fragment": lambda S, F, A: {F: padded(64, 32)},
     "got a Fragment": lambda S, F, A: {S: frag_layout(64, 32)},
     "takes a dict": lambda S, F, A: [S],

@@ -19,6 +19,11 @@ from tvm_tirx import tirx as _tirx
 
 from ...ops import tile_op_of
 from ...ops.debug import uses_device_assert
+from ...transform.apply_global_layouts import (
+    apply_global_layouts,
+    collect_global_layouts,
+    no_vectors_for,
+)
 from ...transform.instrument import on_body, run_stages
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
@@ -83,8 +88,11 @@ def lower(func, pass_configs=None):
         ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),
         ("legalize_half_math", on_body(legalize_half_math)),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
+        ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),
     ]
-    return run_stages(func, stages, pass_configs)
+    global_layouts = collect_global_layouts(func.body)
+    with no_vectors_for(global_layouts):
+        return run_stages(func, stages, pass_configs)
 
 
 def build(func, pass_configs=None, out_dir=None):

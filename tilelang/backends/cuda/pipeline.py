@@ -27,6 +27,11 @@ from ... import errors
 from ...layout import _expr as E
 from ...ops import lowering_for, tile_op_of
 from ...ops.registry import _LOWERINGS
+from ...transform.apply_global_layouts import (
+    apply_global_layouts,
+    collect_global_layouts,
+    no_vectors_for,
+)
 from ...transform.apply_shared_layouts import apply_shared_layouts
 from ...transform.insert_sync import insert_sync
 from ...transform.instrument import on_body, run_stages
@@ -173,8 +178,11 @@ def lower(func, target=None, pass_configs=None):
             on_body(lambda b: plan_shared_memory(b, arch, state["ctx"].layout_map)),
         ),
         ("strip_schedule_hints", on_body(lambda b: StripScheduleHints("cuda")(b, state["ctx"]))),
+        ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),
     ]
-    return run_stages(func, stages, pass_configs)
+    global_layouts = collect_global_layouts(func.body)
+    with no_vectors_for(global_layouts):
+        return run_stages(func, stages, pass_configs)
 
 
 def build(func, target=None, pass_configs=None, compile_flags=None, compiler=None):
