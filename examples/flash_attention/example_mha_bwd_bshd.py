@@ -6,6 +6,10 @@ TileLang's example structures it:
 3. per K/V block: recompute ``P^T`` from ``K Q^T`` and the LSE, ``dV += P^T dO``,
    ``dS^T = P^T * (V dO^T - Delta)``, ``dK += dS^T Q``, and ``dQ += dS K`` added into a float32
    buffer with ``T.atomic_add`` (several K/V blocks contribute to each query row).
+
+With ``dq_layout=True`` dQ's storage is permuted as upstream's example does it
+(``make_dq_layout``: the atomic adds of a warp land on consecutive addresses), each element
+is added from a ``T.Parallel`` loop, and a fourth kernel converts it back to row-major fp16.
 """
 
 import argparse
@@ -114,9 +118,19 @@ def flashattn_bwd_preprocess(batch, heads, seq_len, dim, block=64, threads=128):
     return main
 
 
+def make_dq_layout(dQ):
+    """dQ's storage order: rows in groups of 8, column pairs interleaved (upstream's)."""
+    return T.Layout(
+        dQ.shape, lambda b, l, h, d: [b, l // 8, h, d // 8, d % 2, 4 * (l % 8) + (d % 8) // 2]
+    )
+
+
 @tilelang.jit
-def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, threads=128):
-    """dQ (float32, accumulated: zero it first), dK and dV; one block per ``block_M`` keys."""
+def flashattn_bwd(
+    batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, threads=128, dq_layout=False
+):
+    """dQ (float32, accumulated: zero it first), dK and dV; one block per ``block_M`` keys.
+    ``dq_layout``: dQ is stored in ``make_dq_layout``'s order."""
     sm_scale = (1.0 / dim) ** 0.5
     scale = sm_scale * LOG2E
     shape = [batch, seq_len, heads, dim]
@@ -150,6 +164,8 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64,
             dv = T.alloc_fragment([block_M, dim], accum)
             dk = T.alloc_fragment([block_M, dim], accum)
 
+            if dq_layout:
+                T.annotate_layout({dQ: make_dq_layout(dQ)})
             T.copy(K[bz, by * block_M : (by + 1) * block_M, bx, :], K_shared)
             T.copy(V[bz, by * block_M : (by + 1) * block_M, bx, :], V_shared)
             T.clear(dv)
@@ -179,15 +195,36 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64,
                 T.gemm(dsT_cast, q, dk)  # dK += dS^T Q
                 T.copy(dsT_cast, dsT_shared)
                 T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
-                T.atomic_add(dQ[bz, k * block_N : (k + 1) * block_N, bx, :], dq)
+                if dq_layout:
+                    for i, j in T.Parallel(block_N, dim):
+                        T.atomic_add(dQ[bz, k * block_N + i, bx, j], dq[i, j])
+                else:
+                    T.atomic_add(dQ[bz, k * block_N : (k + 1) * block_N, bx, :], dq)
             T.copy(dv, dV[bz, by * block_M : (by + 1) * block_M, bx, :])
             T.copy(dk, dK[bz, by * block_M : (by + 1) * block_M, bx, :])
 
     return main
 
 
-def attention_backward(q, k, v, do, is_causal, block_M=64, block_N=64):
-    """(O, dQ, dK, dV) for fp16 bshd inputs, through the three kernels."""
+@tilelang.jit(out_idx=[1])
+def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128):
+    """dQ stored in ``make_dq_layout``'s order -> row-major fp16."""
+    shape = [batch, seq_len, heads, dim]
+
+    @T.prim_func
+    def main(dQ: T.Tensor(shape, "float"), dQ_out: T.Tensor(shape, "float16")):
+        with T.Kernel(T.ceildiv(seq_len, block), heads, batch, threads=threads) as (bx, by, bz):
+            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            T.copy(
+                dQ[bz, bx * block : (bx + 1) * block, by, :],
+                dQ_out[bz, bx * block : (bx + 1) * block, by, :],
+            )
+
+    return main
+
+
+def attention_backward(q, k, v, do, is_causal, block_M=64, block_N=64, dq_layout=False):
+    """(O, dQ, dK, dV) for fp16 bshd inputs, through the three (four) kernels."""
     batch, seq_len, heads, dim = q.shape
     if seq_len % block_M or seq_len % block_N:
         raise ValueError(f"seq_len {seq_len} must be a multiple of {block_M} and {block_N}")
@@ -195,8 +232,12 @@ def attention_backward(q, k, v, do, is_causal, block_M=64, block_N=64):
     delta = flashattn_bwd_preprocess(batch, heads, seq_len, dim)(o, do)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    kernel = flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M, block_N)
+    kernel = flashattn_bwd(
+        batch, heads, seq_len, dim, is_causal, block_M, block_N, dq_layout=dq_layout
+    )
     kernel(q, k, v, do, lse, delta, dq, dk, dv)
+    if dq_layout:
+        return o, flashattn_bwd_postprocess(batch, heads, seq_len, dim)(dq), dk, dv
     return o, dq.to(torch.float16), dk, dv
 
 
@@ -208,18 +249,18 @@ def ref_program(q, k, v, do, is_causal):
     return [x.transpose(1, 2) for x in (out, q.grad, k.grad, v.grad)]
 
 
-def main(batch=1, heads=2, seq_len=128, dim=64, is_causal=False, device=None):
+def main(batch=1, heads=2, seq_len=128, dim=64, is_causal=False, device=None, dq_layout=False):
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     q, k, v, do = (
         torch.randn(batch, seq_len, heads, dim, device=device, dtype=torch.float16)
         for _ in range(4)
     )
-    ours = attention_backward(q, k, v, do, is_causal)
+    ours = attention_backward(q, k, v, do, is_causal, dq_layout=dq_layout)
     for name, got, want in zip(("O", "dQ", "dK", "dV"), ours, ref_program(q, k, v, do, is_causal)):
         torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2, msg=name)
     print(
         f"flash attention bwd b={batch} h={heads} s={seq_len} d={dim} causal={is_causal} "
-        f"on {device}: O, dQ, dK, dV match"
+        f"dq_layout={dq_layout} on {device}: O, dQ, dK, dV match"
     )
     return ours
 
@@ -231,5 +272,6 @@ if __name__ == "__main__":
     parser.add_argument("--seq_len", type=int, default=128)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--is_causal", action="store_true")
+    parser.add_argument("--dq_layout", action="store_true")
     args = parser.parse_args()
-    main(args.batch, args.heads, args.seq_len, args.dim, args.is_causal)
+    main(args.batch, args.heads, args.seq_len, args.dim, args.is_causal, dq_layout=args.dq_layout)

@@ -53,6 +53,12 @@ def test_flash_attention_bwd(device, causal):
     _load(path).main(2, 3, 192, 64, causal, device=device)
 
 
+def test_flash_attention_bwd_dq_layout():
+    """dQ stored in upstream's permuted order, then converted (CPU; see the emulated test)."""
+    path = "flash_attention/example_mha_bwd_bshd.py"
+    _load(path).main(2, 3, 192, 64, True, device="cpu", dq_layout=True)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_elementwise(device):
     _skip_without(device)

@@ -90,9 +90,10 @@ def test_gemm_splitk(m, n, k, split_k, rng):
     )
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_bwd(causal, rng):
-    """The three backward kernels (sm_80 lowering) against torch autograd in float64."""
+@pytest.mark.parametrize("causal,dq_layout", [(False, False), (True, False), (False, True)])
+def test_flash_attention_bwd(causal, dq_layout, rng):
+    """The backward kernels (sm_80 lowering) against torch autograd in float64; with
+    ``dq_layout`` dQ is stored permuted and converted by the postprocess kernel."""
     fa = _load("flash_attention/example_mha_bwd_bshd.py")
     B, H, S, D = 1, 1, 128, 32
     q, k, v, do = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(4))
@@ -101,11 +102,15 @@ def test_flash_attention_bwd(causal, rng):
     pre = fa.flashattn_bwd_preprocess.get_tir(B, H, S, D)
     delta = _emulate(pre, SM80, o, do, np.zeros((B, H, S), np.float32))[2]
     grads = _emulate(
-        fa.flashattn_bwd.get_tir(B, H, S, D, causal),
+        fa.flashattn_bwd.get_tir(B, H, S, D, causal, dq_layout=dq_layout),
         SM80,
         q, k, v, do, lse, delta,
         np.zeros(q.shape, np.float32), np.zeros_like(k), np.zeros_like(v),
     )[6:]  # fmt: skip
+    if dq_layout:
+        post = fa.flashattn_bwd_postprocess.get_tir(B, H, S, D)
+        dq16 = _emulate(post, SM80, grads[0], np.zeros(q.shape, np.float16))[1]
+        grads = [dq16, *grads[1:]]
     ref = fa.ref_program(*(torch.from_numpy(x) for x in (q, k, v, do)), causal)
     for name, got, want in zip(("O", "dQ", "dK", "dV"), (o, *grads), ref):
         np.testing.assert_allclose(
@@ -187,6 +192,12 @@ def _kernels():
     yield "flash_decoding/example_gqa_decode.py", "combine_splits", (1, 16, 4, 64)
     for causal in (False, True):
         yield "flash_attention/example_mha_bwd_bshd.py", "flashattn_bwd", (1, 2, 128, 32, causal)
+    yield (
+        "flash_attention/example_mha_bwd_bshd.py",
+        "flashattn_bwd",
+        (1, 2, 128, 32, False, 64, 64, 128, True),
+    )
+    yield "flash_attention/example_mha_bwd_bshd.py", "flashattn_bwd_postprocess", (1, 2, 128, 32)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
