@@ -67,6 +67,23 @@ def convert():
     return main
 
 
+def store():
+    """A row-major A copied into the laid-out X from a fragment and from a shared tile."""
+
+    @T.prim_func
+    def main(A: T.Tensor((L, D), "float32"), X: T.Tensor((L, D), "float32")):
+        with T.Kernel(L // BLOCK, threads=64) as bx:
+            T.annotate_layout({X: dq_layout(X)})
+            f = T.alloc_fragment((BLOCK // 2, D), "float32")
+            s = T.alloc_shared((BLOCK // 2, D), "float32")
+            T.copy(A[bx * BLOCK, 0], f)
+            T.copy(f, X[bx * BLOCK, 0])
+            T.copy(A[bx * BLOCK + BLOCK // 2, 0], s)
+            T.copy(s, X[bx * BLOCK + BLOCK // 2, 0])
+
+    return main
+
+
 @pytest.fixture
 def data():
     rng = np.random.default_rng(2)
@@ -97,8 +114,19 @@ def test_cuda_lowering_emulated(arch, data):
     np.testing.assert_allclose(y.astype(np.float32), total.astype(np.float16), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_copies_into_a_laid_out_tensor(arch, data):
+    a = data[0][:L]
+    x = torch.zeros(L, D)
+    tilelang.compile(store(), target="cpu")(torch.from_numpy(a), x)
+    np.testing.assert_allclose(x.numpy(), storage_of(a))
+    target = {"kind": "cuda", "arch": arch}
+    xe = emulate_mod.emulate(pipeline.lower(store(), target), a, np.zeros((L, D), np.float32))[1]
+    np.testing.assert_allclose(xe, storage_of(a))
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("kernel", [accumulate, convert])
+@pytest.mark.parametrize("kernel", [accumulate, convert, store])
 def test_cuda_builds(kernel):
     pipeline.build(kernel(), {"kind": "cuda", "arch": "sm_90a", "compiler": "nvcc"})
 
