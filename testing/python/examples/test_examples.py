@@ -1,27 +1,8 @@
 """The examples run unchanged and match their references (CPU always; CUDA when present)."""
 
-import importlib.util
-import os
-import sys
-
 import pytest
 import torch
-
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
-
-
-def _load(relpath):
-    path = os.path.abspath(os.path.join(EXAMPLES, relpath))
-    name = "example_" + relpath.replace("/", "_").replace(".py", "")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(path))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return module
-
+from example_loader import load_example as _load
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 

@@ -8,30 +8,18 @@ emulation tests (``backends/cuda/test_gemm_wgmma_*.py``). With nvcc on PATH, eve
 kernel here is also built for sm_80 and sm_90a (TIRx's passes, codegen and nvcc run).
 """
 
-import importlib.util
-import os
 import shutil
 
 import numpy as np
 import pytest
 import torch
+from example_loader import load_example as _load
 
 from tilelang.backends.cuda import emulate as emulate_mod
 from tilelang.backends.cuda import pipeline
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 SM80 = {"kind": "cuda", "arch": "sm_80"}
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
-
-
-def _load(relpath):
-    path = os.path.abspath(os.path.join(EXAMPLES, relpath))
-    spec = importlib.util.spec_from_file_location(
-        "emulated_" + relpath.replace("/", "_")[:-3], path
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _emulate(func, target, *arrays):

@@ -159,14 +159,11 @@ def test_pipelined_copy_with_zero_fill_and_alignment_fallback_builds(arch):
     zero-fills its tail has two forms (vector / scalar fallback) that both hold the zero fill:
     each form gets loop variables of its own (TIRx rejects a loop variable bound twice).
     The kernel: the split-K example at the shape that found it."""
-    import importlib.util
+    from example_loader import load_example
 
     from tilelang.backends.cuda import pipeline
 
-    path = Path(__file__).resolve().parents[4] / "examples/gemm_splitk/example_gemm_splitk.py"
-    spec = importlib.util.spec_from_file_location("example_gemm_splitk", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("gemm_splitk/example_gemm_splitk.py")
     func = example.matmul_splitk.get_tir(100, 72, 500, split_k=3)
     artifact = pipeline.build(func, {"kind": "cuda", "arch": arch, "compiler": "nvcc"})
     assert "tl::is_aligned" in artifact.get_kernel_source()  # both forms are there

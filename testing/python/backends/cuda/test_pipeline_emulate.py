@@ -9,7 +9,6 @@ from a 4-D region with unit dims.
 """
 
 import contextlib
-import importlib.util
 import pathlib
 import sys
 
@@ -23,19 +22,14 @@ from tilelang.layout import make_swizzled_layout
 from tilelang.layout.proofs import prove_fragment
 from tilelang.transform.layout_inference import infer_layouts
 
-ROOT = pathlib.Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from example_loader import load_example  # noqa: E402
 from test_pipeline_kernels import elementwise_rowsum  # noqa: E402
 
 TARGET = {"kind": "cuda", "arch": "sm_90a"}
 
 
-def _example(rel):
-    path = ROOT / "examples" / rel
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+_example = load_example
 
 
 @contextlib.contextmanager
