@@ -22,6 +22,7 @@ from .dtypes import (
     uint64,
 )
 from .dtypes import bool_ as bool  # noqa: A004 - upstream name
+from .eager import const, empty
 from .entry import macro, prim_func
 from .kernel import (
     Kernel,
