@@ -163,13 +163,14 @@ class _Binding:
         self.values: dict = {}  # key -> (value, source text)
         self.problems: list[str] = []
 
-    def check(self, var, got, source: str, label: str) -> None:
+    def check(self, var, got, source: str, label: str, where: str) -> None:
         key = var.name if var.name in self.const_names else ("dyn", var.__chandle__())
         if key in self.values:
-            want, where = self.values[key]
+            want, first = self.values[key]
             if want != got:
                 self.problems.append(
-                    f"{label}: {source} is {var.name}={got}, but {where} gives {var.name}={want}"
+                    f"{label}: {source} is {var.name}={got}{where}, but {first} gives "
+                    f"{var.name}={want}"
                 )
             return
         self.values[key] = (got, f"{label} {source}")
@@ -181,11 +182,11 @@ def check_arguments(template, runtime: dict, const_kwargs: dict, device_kind: st
     name = template.func_name
     for key, value in const_kwargs.items():
         if key not in bind.const_names:
-            bind.problems.append(
+            raise TypeError(
                 f"{name}() got an unexpected keyword argument {key!r} "
                 f"(neither a parameter nor a T.const of {name})"
             )
-        elif not isinstance(value, int) or isinstance(value, bool):
+        if not isinstance(value, int) or isinstance(value, bool):
             bind.problems.append(f"T.const {key}: expected an int, got {value!r}")
         else:
             bind.values[key] = (value, f"keyword {key}={value}")
@@ -199,7 +200,7 @@ def check_arguments(template, runtime: dict, const_kwargs: dict, device_kind: st
             values[const] = bind.values[const][0]
         elif not bind.problems:
             bind.problems.append(
-                f"{name}: cannot bind T.const {const!r}: it is not a dimension of a tensor "
+                f"cannot bind T.const {const!r}: it is not a dimension of a tensor "
                 f"argument given here; pass {const}=<int>"
             )
     if bind.problems:
@@ -255,7 +256,7 @@ def _check_extent(want, got, source, label, where, bind: _Binding) -> None:
         if static != got:
             bind.problems.append(f"{label}: {source} must be {static}{where}, got {got}")
     elif isinstance(want, ir.Var):
-        bind.check(want, got, source, label)
+        bind.check(want, got, source, label, where)
 
 
 # ---------------------------------------------------------------------------
@@ -323,7 +324,6 @@ class EagerJIT:
         self._templates: dict = {}
         self._kernel_cache: dict = {}  # (compile-time key, const values) -> JITKernel
         self._plans: dict = {}  # positional count -> generated fast path (or None)
-        self._table: dict = {}  # fast key -> launcher
         self._lock = threading.RLock()  # tracing is not reentrant across threads
         self._device_kind = None
         params = list(self.signature.parameters.values())
@@ -460,9 +460,9 @@ class EagerJIT:
             hash(key)
         except Exception:  # noqa: BLE001 - unhashable: this call stays on the slow path
             return
-        if len(self._table) >= _FAST_TABLE_LIMIT:
-            self._table.clear()
-        self._table[key] = launch
+        if len(plan.table) >= _FAST_TABLE_LIMIT:
+            plan.table.clear()
+        plan.table[key] = launch
 
     def _make_plan(self, n: int, tpl: Template):
         """Generate the cached path for calls with ``n`` positional arguments, no keywords."""
@@ -496,11 +496,13 @@ class EagerJIT:
             "        return slow(a, {})\n"
             f"    return launch({call})\n"
         )
-        namespace = {"table": self._table, "slow": self._call_slow}
+        table: dict = {}  # fast key -> launcher
+        namespace = {"table": table, "slow": self._call_slow}
         exec(compile(source, f"<tilelang eager call of {self.name}>", "exec"), namespace)  # noqa: S102
         fast = namespace["fast"]
         fast.key = namespace["key"]
         fast.tensor_names = tensor_names
+        fast.table = table
         return fast
 
 

@@ -111,6 +111,11 @@ class JITImpl:
     pass_configs = property(lambda self: self.options.get("pass_configs"))
     compile_flags = property(lambda self: self.options.get("compile_flags"))
 
+    @property
+    def _kernel_cache(self) -> dict:
+        """The kernels compiled so far (upstream's attribute): per call key."""
+        return self._eager._kernel_cache if self._eager is not None else self._kernels
+
     def __repr__(self):
         return f"<tilelang.jit {self.fn.__qualname__} mode={self.mode}>"
 
