@@ -414,22 +414,20 @@ class EagerJIT:
     # -- calling ---------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         """Run the kernel for these arguments (compiling it on first use); return the outputs."""
-        if not kwargs:
-            plan = self._plans.get(len(args))
-            if plan is not None:
-                try:
-                    return plan(args)
-                except errors.KernelArgumentError as err:
-                    self._explain(args, {}, err)
-                    raise
+        plan = self._plans.get((len(args), tuple(kwargs)) if kwargs else len(args))
+        if plan is not None:
+            try:
+                return plan(args, kwargs)
+            except errors.KernelArgumentError as err:
+                self._explain(args, kwargs, err)
+                raise
         return self._call_slow(args, kwargs)
 
     def _call_slow(self, args, kwargs):
         key, compile_args, runtime, values, tpl = self.resolve(args, kwargs)
         kernel = self.kernel_for(key, compile_args, values)
         launch = _launcher(kernel)
-        if not kwargs:
-            self._remember(args, tpl, launch)
+        self._remember(args, kwargs, tpl, launch)
         try:
             return launch(*[runtime[n] for n in self.runtime_names])
         except errors.KernelArgumentError as err:
@@ -445,18 +443,17 @@ class EagerJIT:
         except TypeError:
             pass
 
-    def _remember(self, args, tpl: Template, launch) -> None:
-        """Enter a launcher in the shape-keyed table (and build the fast path for this arity)."""
-        n = len(args)
-        plan = self._plans.get(n, False)
+    def _remember(self, args, kwargs, tpl: Template, launch) -> None:
+        """Enter a launcher in the shape-keyed table of this call form (building the form's
+        cached path on its first call)."""
+        form = (len(args), tuple(kwargs)) if kwargs else len(args)
+        plan = self._plans.get(form, False)
         if plan is False:
-            plan = self._plans[n] = self._make_plan(n, tpl)
-        if plan is None or plan.tensor_names != tpl.shape_params + [
-            p for p in tpl.stride_params if p not in tpl.shape_params
-        ]:
+            plan = self._plans[form] = self._make_plan(len(args), tuple(kwargs), tpl)
+        if plan is None or plan.tensor_names != _tensor_names(tpl):
             return
         try:
-            key = plan.key(args)
+            key = plan.key(args, kwargs)
             hash(key)
         except Exception:  # noqa: BLE001 - unhashable: this call stays on the slow path
             return
@@ -464,46 +461,50 @@ class EagerJIT:
             plan.table.clear()
         plan.table[key] = launch
 
-    def _make_plan(self, n: int, tpl: Template):
-        """Generate the cached path for calls with ``n`` positional arguments, no keywords."""
+    def _make_plan(self, n: int, kwnames: tuple, tpl: Template):
+        """Generate the cached path of one call form: ``n`` positional arguments and the
+        keywords ``kwnames`` (in that order). None when the form needs Python's binding."""
         if not self._simple:
             return None
-        names = list(self.signature.parameters)
         params = self.signature.parameters
-        positional = [
-            nm for nm in names if params[nm].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
-        ]
+        positional = [nm for nm in params if params[nm].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
         if n > len(positional):
             return None
-        index = {nm: i for i, nm in enumerate(positional[:n])}
-        if any(nm not in index for nm in self.runtime_names):
+        source = {nm: f"a[{i}]" for i, nm in enumerate(positional[:n])}
+        for nm in kwnames:
+            if nm in source or (nm not in params and nm not in tpl.const_names):
+                return None  # a duplicate or unknown keyword: the slow path raises
+            source[nm] = f"kw[{nm!r}]"
+        if any(nm not in source for nm in self.runtime_names):
             return None  # a run-time argument given by default: slow path
-        ct_pos = [index[nm] for nm in positional[:n] if nm not in self.runtime_names]
-        tensor_names = tpl.shape_params + [p for p in tpl.stride_params if p not in tpl.shape_params]
-        parts = [f"a[{i}]" for i in ct_pos]
-        parts += [f"a[{index[nm]}].shape" for nm in tpl.shape_params]
-        parts += [f"a[{index[nm]}].stride()" for nm in tpl.stride_params]
+        parts = [expr for nm, expr in source.items() if nm not in self.runtime_names]
+        parts += [f"{source[nm]}.shape" for nm in tpl.shape_params]
+        parts += [f"{source[nm]}.stride()" for nm in tpl.stride_params]
         key_src = "(" + "".join(p + ", " for p in parts) + ")"
-        rt_pos = [index[nm] for nm in self.runtime_names]
-        call = "*a" if rt_pos == list(range(n)) else ", ".join(f"a[{i}]" for i in rt_pos)
-        source = (
-            "def key(a):\n"
+        call_args = [source[nm] for nm in self.runtime_names]
+        call = "*a" if call_args == [f"a[{i}]" for i in range(n)] else ", ".join(call_args)
+        code = (
+            "def key(a, kw):\n"
             f"    return {key_src}\n"
-            "def fast(a):\n"
+            "def fast(a, kw):\n"
             "    try:\n"
             f"        launch = table[{key_src}]\n"
             "    except Exception:\n"
-            "        return slow(a, {})\n"
+            "        return slow(a, kw)\n"
             f"    return launch({call})\n"
         )
         table: dict = {}  # fast key -> launcher
         namespace = {"table": table, "slow": self._call_slow}
-        exec(compile(source, f"<tilelang eager call of {self.name}>", "exec"), namespace)  # noqa: S102
+        exec(compile(code, f"<tilelang eager call of {self.name}>", "exec"), namespace)  # noqa: S102
         fast = namespace["fast"]
         fast.key = namespace["key"]
-        fast.tensor_names = tensor_names
+        fast.tensor_names = _tensor_names(tpl)
         fast.table = table
         return fast
+
+
+def _tensor_names(tpl: Template) -> list:
+    return tpl.shape_params + [p for p in tpl.stride_params if p not in tpl.shape_params]
 
 
 def _launcher(kernel):

@@ -100,6 +100,7 @@ class JITImpl:
         self.signature = inspect.signature(fn)
         self._info: SourceInfo | None = None
         self._eager: EagerJIT | None = None
+        self._eager_plans: dict | None = None  # the eager form's cached call paths
         self._kernels: dict = {}  # lazy: frozen call -> JITKernel
         self._probe = None  # lazy: (frozen call, prim_func) from the auto-mode probe
         functools.update_wrapper(self, fn)
@@ -140,6 +141,7 @@ class JITImpl:
             from . import compile as compile_one
 
             self._eager = EagerJIT(self.fn, self.info, compile_one, options)
+            self._eager_plans = self._eager._plans
         return self.mode
 
     def _infer_mode(self, args, kwargs) -> str:
@@ -171,9 +173,16 @@ class JITImpl:
     # -- the two forms -----------------------------------------------------------
     def __call__(self, *args, **kwargs):
         """Lazy: the compiled kernel for these arguments. Eager: run it, return the outputs."""
-        eager = self._eager
-        if eager is not None:
-            return eager(*args, **kwargs)
+        plans = self._eager_plans
+        if plans is not None:  # EagerJIT.__call__, inlined: one Python frame less per call
+            plan = plans.get((len(args), tuple(kwargs)) if kwargs else len(args))
+            if plan is not None:
+                try:
+                    return plan(args, kwargs)
+                except errors.KernelArgumentError as err:
+                    self._eager._explain(args, kwargs, err)
+                    raise
+            return self._eager._call_slow(args, kwargs)
         if self._resolve_mode(args, kwargs) == "eager":
             return self._eager(*args, **kwargs)
         key = (_freeze(args), _freeze(kwargs))
