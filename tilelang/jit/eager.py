@@ -278,7 +278,7 @@ def _template(body, trace) -> Template:
     missing = [n for n in body.runtime_names if n not in trace.params]
     if missing:
         raise errors.TraceError(
-            f"{body.name}: parameter(s) {', '.join(map(repr, missing))} must be annotated "
+            f"{body.where}: {body.name}: parameter(s) {', '.join(map(repr, missing))} must be annotated "
             "before the first T.Kernel"
         )
     params = [trace.params[n] for n in body.runtime_names]

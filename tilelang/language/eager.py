@@ -252,7 +252,8 @@ class EagerBody:
         self.name = func.__name__
         self.runtime_names = list(runtime_names)
         self.signature_annotations = signature_annotations  # name -> annotation object
-        tree, self.filename, _ = rewrite_function(func)
+        tree, self.filename, first_line = rewrite_function(func)
+        self.where = f"{self.filename}:{first_line}"
         tree = _ParamAnnotations(
             [n for n in runtime_names if n not in signature_annotations]
         ).visit(tree)
@@ -303,7 +304,7 @@ class EagerBody:
         missing = [n for n in self.runtime_names if n not in record.params]
         if missing:
             raise errors.TraceError(
-                f"{self.name}: parameter(s) {', '.join(map(repr, missing))} were never "
+                f"{self.where}: {self.name}: parameter(s) {', '.join(map(repr, missing))} were never "
                 "annotated (write e.g. A: T.Tensor((M, K), T.float16) in the body)"
             )
         returned = () if result is None else result
@@ -315,7 +316,7 @@ class EagerBody:
             key = value.__chandle__() if isinstance(value, ir.Var) else None
             if key not in handles:
                 raise errors.TraceError(
-                    f"{self.name} returns {value!r}: an eager kernel returns only tensors "
+                    f"{self.where}: {self.name} returns {value!r}: an eager kernel returns only tensors "
                     "declared with T.empty"
                 )
             out_order.append(handles[key])
