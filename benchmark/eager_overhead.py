@@ -94,7 +94,8 @@ def measure(inner: int = 2000, repeat: int = 25) -> dict:
         "added_us": med["eager"] - med["direct"],
         "added_keyword_us": med["eager_kw"] - med["direct"],
         "dispatch_only_us": med["stub"] - med["noop"],
-        "median_added_us": statistics.median(samples["eager"]) - statistics.median(samples["direct"]),
+        "median_added_us": statistics.median(samples["eager"])
+        - statistics.median(samples["direct"]),
     }
 
 

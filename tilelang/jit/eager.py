@@ -327,9 +327,7 @@ class EagerJIT:
         self._lock = threading.RLock()  # tracing is not reentrant across threads
         self._device_kind = None
         params = list(self.signature.parameters.values())
-        self._simple = all(
-            p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params
-        )
+        self._simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
 
     # -- binding -------------------------------------------------------------
     def bind(self, args, kwargs, require_runtime: bool = True):
@@ -467,7 +465,9 @@ class EagerJIT:
         if not self._simple:
             return None
         params = self.signature.parameters
-        positional = [nm for nm in params if params[nm].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        positional = [
+            nm for nm in params if params[nm].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
         if n > len(positional):
             return None
         source = {nm: f"a[{i}]" for i, nm in enumerate(positional[:n])}

@@ -265,14 +265,18 @@ class JITImpl:
             elif isinstance(cfg, tuple):
                 calls.append((cfg, {}))
             else:
-                raise ValueError(f"invalid config type {type(cfg).__name__}: expected tuple or dict")
+                raise ValueError(
+                    f"invalid config type {type(cfg).__name__}: expected tuple or dict"
+                )
         if not calls:
             return []
         if self._resolve_mode(*calls[0]) == "eager":
             return self._par_compile_eager(calls, num_workers, ignore_error)
         funcs, keys = [], []
         for args, kwargs in calls:
-            funcs.append(self._traced_or_none(lambda a=args, k=kwargs: self._lazy_tir(a, k), ignore_error))
+            funcs.append(
+                self._traced_or_none(lambda a=args, k=kwargs: self._lazy_tir(a, k), ignore_error)
+            )
             keys.append((_freeze(args), _freeze(kwargs)))
         kernels = self._par(funcs, dict(self.options), num_workers, ignore_error)
         for key, kernel in zip(keys, kernels):

@@ -12,11 +12,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from tvm_tirx import ir
 
 import tilelang
 import tilelang.language as T
-from tvm_tirx import ir
-
 from tilelang.language import eager as eager_language
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -110,7 +109,9 @@ def test_same_shapes_same_kernel_new_shapes_new_kernel(randn, count_traces):
     matmul_relu(a, b, **opts)
     a2, b2 = randn(20, 24, dtype="float16"), randn(24, 12, dtype="float16")
     assert matmul_relu.compile(a2, b2, **opts) is k1
-    torch.testing.assert_close(matmul_relu(a2, b2, **opts).double(), _relu_mm(a2, b2), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        matmul_relu(a2, b2, **opts).double(), _relu_mm(a2, b2), atol=2e-2, rtol=2e-2
+    )
     assert count_traces == {1: 1, 2: 1}
     a3, b3 = randn(21, 24, dtype="float16"), randn(24, 12, dtype="float16")
     k3 = matmul_relu.compile(a3, b3, **opts)
@@ -141,7 +142,9 @@ def test_compile_with_const_keywords(randn):
     c = matmul_relu(a, b, block_M=16, block_N=16, block_K=8)
     torch.testing.assert_close(c.double(), _relu_mm(a, b), atol=2e-2, rtol=2e-2)
     assert len(matmul_relu._kernel_cache) == 1
-    assert "matmul_relu" in matmul_relu.get_kernel_source(M=48, N=32, K=40, block_M=16, block_N=16, block_K=8)
+    assert "matmul_relu" in matmul_relu.get_kernel_source(
+        M=48, N=32, K=40, block_M=16, block_N=16, block_K=8
+    )
 
 
 def test_get_tir_static_shapes_and_param_order():
@@ -182,7 +185,10 @@ def test_annotation_forms(randn):
     def copy_tile(A, B):
         M, N = A.shape
         with T.Kernel(T.ceildiv(M, 16), T.ceildiv(N, 16), threads=32) as (bx, by):
-            T.copy(A[bx * 16 : bx * 16 + 16, by * 16 : by * 16 + 16], B[bx * 16 : bx * 16 + 16, by * 16 : by * 16 + 16])
+            T.copy(
+                A[bx * 16 : bx * 16 + 16, by * 16 : by * 16 + 16],
+                B[bx * 16 : bx * 16 + 16, by * 16 : by * 16 + 16],
+            )
 
     @tilelang.jit
     def copy_sig(A: T.Tensor[[32, 32], T.float32], B: T.Tensor[[32, 32], T.float32]):
@@ -245,7 +251,7 @@ def test_readme_compile_cuda_source_sm90a():
     kernel = matmul_relu.compile(M=1024, N=1024, K=1024, block_M=128, block_N=128, block_K=32)
     src = kernel.get_kernel_source()
     assert kernel.target == {"kind": "cuda", "arch": "sm_90a"}
-    assert '__global__ void __launch_bounds__(128) matmul_relu_kernel(' in src
+    assert "__global__ void __launch_bounds__(128) matmul_relu_kernel(" in src
     assert "wgmma" in src
     assert matmul_relu.get_kernel_source(M=1024, N=1024, K=1024) == src
 

@@ -72,7 +72,7 @@ def test_auto_mode_probe_of_a_factory_without_nested_prim_func():
 
         @T.prim_func
         def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
-            with T.Kernel(1, threads=32) as bx:
+            with T.Kernel(1, threads=32):
                 for i in T.Parallel(n):
                     B[i] = A[i] * 3
 
@@ -107,9 +107,13 @@ def test_mode_errors():
         tilelang.jit(mode="fast")(lambda n: n)
     eager_with_out_idx = make_matmul_relu(out_idx=[-1])
     with pytest.raises(ValueError, match="out_idx is only supported in lazy mode"):
-        eager_with_out_idx(torch.ones(16, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16))
+        eager_with_out_idx(
+            torch.ones(16, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16)
+        )
     forced_lazy = make_axpy_pair(mode="lazy")
-    with pytest.raises(tilelang.TraceError, match=r"T.const\(\) is only valid in the body of an eager"):
+    with pytest.raises(
+        tilelang.TraceError, match=r"T.const\(\) is only valid in the body of an eager"
+    ):
         forced_lazy(torch.ones(4), torch.ones(4), 1.0)
 
 
@@ -126,10 +130,14 @@ def test_factory_compile_and_kernel_source():
 
 def test_factory_par_compile():
     add_one = add_one_factory()
-    kernels = add_one.par_compile([{"N": 64}, (65, 16), {"N": 66, "dtype": "float16"}], num_workers=2)
+    kernels = add_one.par_compile(
+        [{"N": 64}, (65, 16), {"N": 66, "dtype": "float16"}], num_workers=2
+    )
     assert [type(k) for k in kernels] == [tilelang.JITKernel] * 3
     assert kernels[0] is add_one(64) and kernels[1] is add_one(65, 16)
-    assert torch.equal(kernels[2](torch.zeros(66, dtype=torch.float16)), torch.ones(66, dtype=torch.float16))
+    assert torch.equal(
+        kernels[2](torch.zeros(66, dtype=torch.float16)), torch.ones(66, dtype=torch.float16)
+    )
     with pytest.raises(TypeError):
         add_one.par_compile([{"N": 64, "dtype": "nope"}])
     mixed = add_one.par_compile([{"N": 64, "dtype": "nope"}, {"N": 67}], ignore_error=True)
@@ -165,7 +173,10 @@ def test_const_mismatch_names_both_arguments(cached):
 @pytest.mark.parametrize(
     "case,match",
     [
-        ("rank", r"argument 'B': expected 2 dimensions \(T.Tensor\(\(K, N\), float16\) at .*eager_kernels.py:\d+\), got shape \[12\]"),
+        (
+            "rank",
+            r"argument 'B': expected 2 dimensions \(T.Tensor\(\(K, N\), float16\) at .*eager_kernels.py:\d+\), got shape \[12\]",
+        ),
         ("dtype", r"argument 'A': expected dtype float16 .*, got float32"),
         ("device", r"argument 'A': expected a CPU tensor, got one on meta"),
         ("scalar", r"argument 'B': expected a tensor .*, got int"),
@@ -202,7 +213,9 @@ def test_call_form_errors():
         matmul_relu.compile(M=16, N=16)
     with pytest.raises(tilelang.KernelArgumentError, match="T.const M: expected an int"):
         matmul_relu.compile(M="16", N=16, K=16)
-    with pytest.raises(tilelang.KernelArgumentError, match="argument 'A': dim 0 is M=20.*keyword M=32"):
+    with pytest.raises(
+        tilelang.KernelArgumentError, match="argument 'A': dim 0 is M=20.*keyword M=32"
+    ):
         matmul_relu(a, b, 16, 16, 16, M=32)
 
 
@@ -266,7 +279,10 @@ def test_body_errors_name_the_line():
         uses_before_annotation(a)
     assert f"{THIS}:{_line_of('x = A.shape', uses_before_annotation.fn)}" in str(info.value)
     assert "'A' is used before its annotation" in str(info.value)
-    with pytest.raises(tilelang.TraceError, match=r"returns A: an eager kernel returns only tensors declared with T.empty"):
+    with pytest.raises(
+        tilelang.TraceError,
+        match=r"returns A: an eager kernel returns only tensors declared with T.empty",
+    ):
         returns_input(a)
     with pytest.raises(tilelang.TraceError) as info:
         forgets_output(a)
