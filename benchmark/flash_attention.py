@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
 from example_mha_fwd_bshd import flashattn  # noqa: E402
 
 import tilelang  # noqa: E402
+from tilelang.backends.cuda.passes import pipeline_planning  # noqa: E402
 from tilelang.profiler import bench  # noqa: E402
-from tilelang.transform import pipeline_planning  # noqa: E402
 
 CONFIGS = ((128, 128, 2, 256), (128, 64, 2, 128), (64, 64, 1, 128))
 

@@ -4,7 +4,7 @@
                                [--configs all|wgmma|mma|extra] [--only NAME ...]
 
 For each size and dtype, each tile configuration is built (``tilelang.compile``; when that
-fails, ``tilelang.ops.gemm_cuda_standalone`` for the mma configs), checked against torch,
+fails, ``tilelang.ops.gemm.standalone_cuda`` for the mma configs), checked against torch,
 and timed (CUDA events, median); the table reports TFLOP/s and the ratio to torch.matmul.
 The kernel accumulates in float32 and writes C in the input dtype, as torch.matmul does.
 
@@ -150,7 +150,7 @@ def arch_of_device() -> str:
 
 def build(func, arch, in_flight=True, after=False, split=True):
     """A callable ``kern(a, b, c)`` and how it was built."""
-    from tilelang.transform import pipeline_planning
+    from tilelang.backends.cuda.passes import pipeline_planning
 
     errors = []
     if not in_flight or after or not split:  # module switches: build directly, no caches
@@ -170,8 +170,9 @@ def build(func, arch, in_flight=True, after=False, split=True):
         return kernel, "tilelang.compile"
     except Exception as err:  # noqa: BLE001 - report and fall back
         errors.append(f"tilelang.compile: {type(err).__name__}: {str(err)[:300]}")
+    from tilelang.ops.gemm.standalone_cuda import build_standalone
+
     from tilelang.backends.cuda.runtime import load_kernel
-    from tilelang.ops.gemm_cuda_standalone import build_standalone
 
     try:
         return load_kernel(build_standalone(func, arch=arch)), "standalone"

@@ -22,11 +22,11 @@ from tvm_tirx import ir
 import tilelang
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import emulate
+from tilelang.backends.cuda.passes import plan_shared_memory as psm
+from tilelang.backends.cuda.passes.layout_inference import infer_layouts
 from tilelang.layout import Fragment, Layout, make_swizzled_layout
 from tilelang.layout.annotation import contiguous_vectors, decode, encode, storage_elements
-from tilelang.transform import plan_shared_memory as psm
-from tilelang.transform.layout_inference import infer_layouts
+from tilelang.testing.cuda_emulator import emulate
 
 THIS_FILE = os.path.basename(__file__)
 SM80 = {"kind": "cuda", "arch": "sm_80"}

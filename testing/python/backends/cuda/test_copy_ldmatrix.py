@@ -20,7 +20,6 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import emulate
 from tilelang.layout import (
     Fragment,
     Layout,
@@ -29,6 +28,7 @@ from tilelang.layout import (
     make_mma_b_fragment,
     make_swizzled_layout,
 )
+from tilelang.testing.cuda_emulator import emulate
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ARCH_FLAGS = {"sm_80": ["-arch=sm_80"], "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"]}
@@ -286,7 +286,7 @@ def test_gemm_with_register_a_emulated(dtype, ta, rng):
 
 
 def test_disabled_gives_per_thread_loads(monkeypatch):
-    from tilelang.ops import copy_ldmatrix_cuda
+    from tilelang.ops.copy import ldmatrix_cuda as copy_ldmatrix_cuda
 
     frag, _ = _frag("mma_a", 64, 64)
     monkeypatch.setattr(copy_ldmatrix_cuda, "ENABLED", False)

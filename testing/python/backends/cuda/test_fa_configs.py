@@ -25,8 +25,8 @@ import sys
 import numpy as np
 import pytest
 
-from tilelang.backends.cuda import emulate as emulate_mod
 from tilelang.backends.cuda import pipeline
+from tilelang.testing import cuda_emulator as emulate_mod
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_pipeline_emulate import _attention, _example, scalar_gemm  # noqa: E402
@@ -107,7 +107,7 @@ def _instructions(func, target=SM90):
 @pytest.fixture
 def mma_p_at_v(monkeypatch):
     """P @ V (register A) on mma.sync, as before wgmma's RS form: the layout-conflict retry."""
-    from tilelang.ops import gemm_wgmma
+    from tilelang.ops.gemm import wgmma_cuda as gemm_wgmma
 
     build = gemm_wgmma.WgmmaPlan.build.__func__
 

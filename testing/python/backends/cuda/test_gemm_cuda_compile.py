@@ -1,6 +1,6 @@
 """The mma gemm + cp.async pipeline compile with nvcc for sm_80 and sm_90a, without spills.
 
-Uses ``tilelang.ops.gemm_cuda_standalone`` (layout rule -> plan_pipelines -> gemm rule)
+Uses ``tilelang.ops.gemm.standalone_cuda`` (layout rule -> plan_pipelines -> gemm rule)
 so it does not depend on the rest of the CUDA pipeline. GPU runs are marked ``cuda``.
 """
 
@@ -14,8 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_kernels import make  # noqa: E402
-
-from tilelang.ops.gemm_cuda_standalone import build_standalone  # noqa: E402
+from tilelang.ops.gemm.standalone_cuda import build_standalone  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ARCH_FLAGS = {

@@ -22,10 +22,10 @@ import gemm_kernels  # noqa: E402
 from test_gemm_cuda_compile import ptxas_report  # noqa: E402
 from test_gemm_mma_emulation import _const, _store, _tensor  # noqa: E402
 
-from tilelang.backends.cuda.context import CudaLowerContext, LayoutInferContext  # noqa: E402
-from tilelang.ops.gemm import GEMM, GemmWarpPolicy  # noqa: E402
-from tilelang.ops.gemm_cuda import infer_gemm_layout_cuda, lower_gemm_cuda  # noqa: E402
-from tilelang.ops.region import full_region  # noqa: E402
+from tilelang.lowering.cuda_context import CudaLowerContext, LayoutInferContext  # noqa: E402
+from tilelang.lowering.region import full_region  # noqa: E402
+from tilelang.ops.gemm.mma_cuda import infer_gemm_layout_cuda, lower_gemm_cuda  # noqa: E402
+from tilelang.ops.gemm.op import GEMM, GemmWarpPolicy  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ACCUM = {"int8": "int32", "float32": "float32"}
@@ -314,7 +314,7 @@ PTX_MMA = {
 @pytest.mark.parametrize("ta,tb", TRANSPOSES)
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_compiles_without_spills(dtype, ta, tb, arch, tmp_path):
-    from tilelang.ops.gemm_cuda_standalone import build_standalone
+    from tilelang.ops.gemm.standalone_cuda import build_standalone
 
     art = build_standalone(
         make_kernel(512, 512, 512, dtype=dtype, ta=ta, tb=tb, **CFG[dtype]), arch=arch
@@ -333,7 +333,7 @@ def test_compiles_without_spills(dtype, ta, tb, arch, tmp_path):
 def build_any(func, arch, flow):
     """CudaArtifact of ``func``: the standalone gemm lowering or the full CUDA pipeline."""
     if flow == "standalone":
-        from tilelang.ops.gemm_cuda_standalone import build_standalone
+        from tilelang.ops.gemm.standalone_cuda import build_standalone
 
         return build_standalone(func, arch=arch)
     from tilelang.backends.cuda.pipeline import build
@@ -382,8 +382,8 @@ def test_pipeline_tails_emulated(dtype, k, ta, tb, aligned):
     M/N/K tails with two K tiles: a shared tile left stale at the K tail (the int8
     transpose_A bug seen on the H200) gives wrong sums. ``aligned=False`` runs the scalar
     copies."""
-    from tilelang.backends.cuda.emulate import emulate as run_kernel
     from tilelang.backends.cuda.pipeline import lower
+    from tilelang.testing.cuda_emulator import emulate as run_kernel
 
     m, n = 40, 24
     # 128-byte rows of int8 MN-major A and B tiles: the swizzle whose copy lost the K-tail

@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-from tilelang.backends.cuda import emulate as emu
 from tilelang.backends.cuda import pipeline
-from tilelang.transform import pipeline_planning
+from tilelang.backends.cuda.passes import pipeline_planning
+from tilelang.testing import cuda_emulator as emu
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gemm_kernels import make  # noqa: E402

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from tilelang.backends.cuda import pipeline
-from tilelang.transform import pipeline_planning
+from tilelang.backends.cuda.passes import pipeline_planning
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gemm_wgmma_rs import emulate_rs  # noqa: E402

@@ -1,5 +1,5 @@
 """CUDA pipeline without a GPU: the lowered thread-level IR run by the numpy emulator
-(``tilelang.backends.cuda.emulate``), and Z3 proofs that the inferred layouts are sound.
+(``tilelang.testing.cuda_emulator``), and Z3 proofs that the inferred layouts are sound.
 
 Kernels: the pipeline's elementwise + row-sum kernel, the elementwise-add example (both
 variants), the softmax example (row lengths that do and do not divide the threads) and
@@ -17,10 +17,10 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import EmulationError, emulate
+from tilelang.backends.cuda.passes.layout_inference import infer_layouts
 from tilelang.layout import make_swizzled_layout
 from tilelang.layout.proofs import prove_fragment
-from tilelang.transform.layout_inference import infer_layouts
+from tilelang.testing.cuda_emulator import EmulationError, emulate
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from example_loader import load_example  # noqa: E402

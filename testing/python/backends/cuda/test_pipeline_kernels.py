@@ -4,7 +4,7 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.transform import plan_shared_memory
+from tilelang.backends.cuda.passes import plan_shared_memory
 
 
 def elementwise_rowsum(M, N, bM=64, bN=64):

@@ -7,15 +7,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_kernels import make  # noqa: E402
+from tilelang.ops.gemm.standalone_cuda import infer_layouts, lower_standalone  # noqa: E402
 
-from tilelang.backends.cuda.context import CudaLowerContext  # noqa: E402
-from tilelang.ops.gemm_cuda_standalone import infer_layouts, lower_standalone  # noqa: E402
-from tilelang.transform.pipeline_planning import plan_pipelines  # noqa: E402
+from tilelang.backends.cuda.passes.pipeline_planning import plan_pipelines  # noqa: E402
+from tilelang.lowering.cuda_context import CudaLowerContext  # noqa: E402
 
 
 def _planned(stages):
     func = make(M=256, N=256, K=256, stages=stages)
-    from tilelang.ops.gemm_cuda_standalone import _thread_info
+    from tilelang.ops.gemm.standalone_cuda import _thread_info
 
     tx, threads = _thread_info(func)
     layouts = infer_layouts(func, threads)
