@@ -35,8 +35,8 @@ ARCH_FLAGS = {"sm_80": ["-arch=sm_80"], "sm_90a": ["-gencode=arch=compute_90a,co
 LDSM = re.compile(r"tl::ptx_ldmatrix_x[124](?:_trans)?")
 
 
-def _lower(func, arch="sm_80"):
-    return pipeline.lower(func, {"kind": "cuda", "arch": arch})
+def _lower(func, arch="sm_80", pass_configs=None):
+    return pipeline.lower(func, {"kind": "cuda", "arch": arch}, pass_configs)
 
 
 def _ldmatrix(lowered) -> list:
@@ -285,12 +285,11 @@ def test_gemm_with_register_a_emulated(dtype, ta, rng):
     np.testing.assert_allclose(c, want_c, rtol=1e-4, atol=1e-3)
 
 
-def test_disabled_gives_per_thread_loads(monkeypatch):
-    from tilelang.ops.copy import ldmatrix_cuda as copy_ldmatrix_cuda
-
+def test_disabled_gives_per_thread_loads():
     frag, _ = _frag("mma_a", 64, 64)
-    monkeypatch.setattr(copy_ldmatrix_cuda, "ENABLED", False)
-    assert _ldmatrix(_lower(roundtrip(64, 64, frag))) == []
+    assert _ldmatrix(_lower(roundtrip(64, 64, frag))) != []
+    off = _lower(roundtrip(64, 64, frag), pass_configs={"tl.disable_ldmatrix": True})
+    assert _ldmatrix(off) == []
 
 
 # ------------------------------------------------------------------------- nvcc

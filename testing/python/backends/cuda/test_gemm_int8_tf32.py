@@ -4,7 +4,7 @@
   shared memory, ``tl::float_to_tf32``, the mma wrappers) are interpreted lane by lane with
   the PTX ISA fragment tables for m16n8k32 (8-bit) and m16n8k8 (tf32), written out
   independently below, for all four transposes and several warp policies.
-* nvcc: the standalone pipeline compiles for sm_80 and sm_90a without spills and emits
+* nvcc: the CUDA pipeline (wgmma disabled) compiles for sm_80 and sm_90a without spills and emits
   the expected mma instruction.
 * GPU (``cuda`` marker): results against torch in float64 (int8 exact, tf32 ~1e-3).
 """
@@ -314,11 +314,9 @@ PTX_MMA = {
 @pytest.mark.parametrize("ta,tb", TRANSPOSES)
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_compiles_without_spills(dtype, ta, tb, arch, tmp_path):
-    from tilelang.ops.gemm.standalone_cuda import build_standalone
+    from gemm_kernels import build_mma
 
-    art = build_standalone(
-        make_kernel(512, 512, 512, dtype=dtype, ta=ta, tb=tb, **CFG[dtype]), arch=arch
-    )
+    art = build_mma(make_kernel(512, 512, 512, dtype=dtype, ta=ta, tb=tb, **CFG[dtype]), arch)
     rep = ptxas_report(art.get_kernel_source(), arch, tmp_path)
     assert rep["spill_bytes"] == 0, rep["log"]
     assert PTX_MMA[dtype] in rep["ptx"]
@@ -331,11 +329,11 @@ def test_compiles_without_spills(dtype, ta, tb, arch, tmp_path):
 
 
 def build_any(func, arch, flow):
-    """CudaArtifact of ``func``: the standalone gemm lowering or the full CUDA pipeline."""
-    if flow == "standalone":
-        from tilelang.ops.gemm.standalone_cuda import build_standalone
+    """CudaArtifact of ``func`` through the CUDA pipeline (``flow`` "mma": wgmma disabled)."""
+    if flow == "mma":
+        from gemm_kernels import build_mma
 
-        return build_standalone(func, arch=arch)
+        return build_mma(func, arch, compiler="nvrtc")
     from tilelang.backends.cuda.pipeline import build
 
     return build(func, target={"kind": "cuda", "arch": arch}, compiler="nvcc")
@@ -357,16 +355,9 @@ def test_full_pipeline_builds(dtype, ta, tb):
 
 
 def _flows_and_shapes():
-    # gemm_cuda_standalone lowers whole-tile copies only: tail shapes go through the pipeline
-    for flow in ("standalone", "pipeline"):
+    for flow in ("mma", "pipeline"):
         for shape in ((256, 256, 256), (200, 136, 96)):
-            tail = shape[0] % 128 or shape[1] % 128 or shape[2] % 64
-            marks = ()
-            if flow == "standalone" and tail:
-                marks = pytest.mark.skip(
-                    reason="gemm_cuda_standalone supports tile-multiple shapes only (no tails)"
-                )
-            yield pytest.param(flow, shape, marks=marks, id=f"{flow}-{shape}")
+            yield pytest.param(flow, shape, id=f"{flow}-{shape}")
 
 
 def _tail_cases():

@@ -482,7 +482,6 @@ def test_tiles_aligned_to_swizzle_period():
     """A small tile live across the loop must not push the wgmma tiles off 1024 bytes."""
     import tilelang.language as T
     from tilelang.backends.cuda import pipeline
-    from tilelang.backends.cuda.passes import plan_shared_memory
 
     @T.prim_func
     def main(
@@ -506,7 +505,7 @@ def test_tiles_aligned_to_swizzle_period():
             T.copy(X, D[0:8])
 
     lowered = pipeline.lower(main, {"kind": "cuda", "arch": "sm_90a"})
-    plan = plan_shared_memory.last_plan
+    plan = {k: list(v) for k, v in lowered.attrs["tl.shared_memory"].items()}
     assert plan["X"][0] == 0 and plan["A_s_mb"][0] % 1024 == 0 and plan["B_s_mb"][0] % 1024 == 0
     rng = np.random.default_rng(4)
     a = rng.integers(-3, 4, size=(256, 128)).astype(np.float16)

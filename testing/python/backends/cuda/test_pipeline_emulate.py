@@ -3,12 +3,11 @@
 
 Kernels: the pipeline's elementwise + row-sum kernel, the elementwise-add example (both
 variants), the softmax example (row lengths that do and do not divide the threads) and
-the FlashAttention example (gemm through the scalar fallback rule, which the emulator
+the FlashAttention example (gemm through the scalar rule, pass config ``tl.gemm_scalar``, which the emulator
 can run; the mma path is covered by the GPU tests), plus a swizzled shared tile filled
 from a 4-D region with unit dims.
 """
 
-import contextlib
 import pathlib
 import sys
 
@@ -32,21 +31,8 @@ TARGET = {"kind": "cuda", "arch": "sm_90a"}
 _example = load_example
 
 
-@contextlib.contextmanager
-def scalar_gemm():
-    """Lower T.gemm with the scalar ("cuda_fallback") rule, which the emulator can run."""
-    import tilelang.ops  # noqa: F401
-    from tilelang.ops import registry
-
-    lowering = registry._LOWERINGS.pop(("gemm", "cuda"), None)
-    layout = registry._LAYOUT_RULES.pop(("gemm", "cuda"), None)
-    try:
-        yield
-    finally:
-        if lowering is not None:
-            registry._LOWERINGS[("gemm", "cuda")] = lowering
-        if layout is not None:
-            registry._LAYOUT_RULES[("gemm", "cuda")] = layout
+#: Pass configs that lower T.gemm to scalar FMAs, which the emulator can run.
+SCALAR_GEMM = {"tl.gemm_scalar": True}
 
 
 def check_layouts(func, threads=128):
@@ -142,8 +128,7 @@ def test_flash_attention_example_layouts(causal):
 def test_flash_attention_example_emulated(causal):
     B, H, S, D = 1, 1, 128, 64
     func = _example("flash_attention/example_mha_fwd_bshd.py").flashattn.get_tir(B, H, S, D, causal)
-    with scalar_gemm():
-        lowered = pipeline.lower(func, TARGET)
+    lowered = pipeline.lower(func, TARGET, SCALAR_GEMM)
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
     o = np.full_like(q, np.nan)
