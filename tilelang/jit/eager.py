@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import numbers
 import textwrap
 import threading
 from dataclasses import dataclass
@@ -213,9 +214,11 @@ def _check_one(rec, value, bind: _Binding, device_kind: str) -> None:
     label = f"argument {rec.name!r}"
     problems = bind.problems
     if not rec.is_tensor:
+        if isinstance(value, numbers.Number):  # numpy scalars look like tensors
+            return
         if _tensor_like(value) and not isinstance(value, TensorAnnotation):
             problems.append(f"{label}: expected a scalar {rec.annotation}, got a tensor{where}")
-        elif not isinstance(value, int | float | bool) and not isinstance(value, ir.Expr):
+        elif not isinstance(value, numbers.Number | ir.Expr):
             problems.append(
                 f"{label}: expected a scalar {rec.annotation}, got {type(value).__name__}"
             )
@@ -243,7 +246,7 @@ def _check_one(rec, value, bind: _Binding, device_kind: str) -> None:
     if ann.strides is not None:
         for d, (want, got) in enumerate(zip(ann.strides, strides)):
             _check_extent(want, got, f"stride {d}", label, where, bind)
-    elif tuple(strides) != _contiguous(shape) and any(s > 1 for s in shape):
+    elif any(e != 1 and st != want for e, st, want in zip(shape, strides, _contiguous(shape))):
         problems.append(
             f"{label}: expected a contiguous tensor{where}, got strides {tuple(strides)} "
             "(annotate it T.StridedTensor(shape, strides, dtype) to accept views)"

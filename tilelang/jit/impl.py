@@ -113,6 +113,11 @@ class JITImpl:
     compile_flags = property(lambda self: self.options.get("compile_flags"))
 
     @property
+    def func_source(self) -> str:
+        """The decorated function's source (upstream's attribute)."""
+        return inspect.getsource(self.fn)
+
+    @property
     def _kernel_cache(self) -> dict:
         """The kernels compiled so far (upstream's attribute): per call key."""
         return self._eager._kernel_cache if self._eager is not None else self._kernels

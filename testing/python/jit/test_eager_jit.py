@@ -235,12 +235,24 @@ def test_macro_declares_output(randn):
     torch.testing.assert_close(twice(a), a * 2)
 
 
-def test_numpy_inputs(rng):
+def test_numpy_inputs_and_scalars(rng):
     scale_rows = make_scale_rows()
     a = rng.standard_normal((7, 4)).astype(np.float32)
     out = scale_rows(a)
     assert isinstance(out, np.ndarray)
     np.testing.assert_allclose(out, a * 2, rtol=1e-6)
+    axpy_pair = make_axpy_pair()
+    x = torch.arange(6, dtype=torch.float32)
+    _, z = axpy_pair(x, x, np.float32(2.0))  # a numpy scalar is a scalar, not a tensor
+    torch.testing.assert_close(z, 3 * x)
+
+
+def test_size_one_dims_ignore_strides(randn):
+    """A (8, 1) view with stride (1, 8) is dense (torch calls it contiguous): accepted."""
+    scale_rows = make_scale_rows()
+    column = randn(1, 8).t()
+    assert column.stride() == (1, 8)
+    torch.testing.assert_close(scale_rows(column), column * 2)
 
 
 # --------------------------------------------------------------------------- CUDA
