@@ -256,6 +256,29 @@ def test_size_one_dims_ignore_strides(randn):
 
 
 # --------------------------------------------------------------------------- CUDA
+def test_cuda_lowering_emulated(rng):
+    """The eager kernels' CUDA (sm_80) lowering run by the CUDA emulator: README's program
+    with tails (cp.async, ldmatrix, mma.sync, the ReLU on the fragment) and a T.dynamic
+    row count bound from the array at run time."""
+    from tilelang.backends.cuda import pipeline
+    from tilelang.testing import cuda_emulator
+
+    sm80 = {"kind": "cuda", "arch": "sm_80"}
+    matmul_relu = make_matmul_relu()
+    a = rng.standard_normal((70, 50)).astype(np.float16)
+    b = rng.standard_normal((50, 40)).astype(np.float16)
+    func = matmul_relu.get_tir(a, b, block_M=64, block_N=64, block_K=32)
+    out = np.full((70, 40), np.nan, np.float16)
+    out = cuda_emulator.emulate(pipeline.lower(func, sm80), a, b, out)[2]
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-2, atol=2e-2)
+    scale_rows = make_scale_rows()
+    x = rng.standard_normal((37, 8)).astype(np.float32)
+    func = scale_rows.get_tir(x, 3.0)
+    out = cuda_emulator.emulate(pipeline.lower(func, sm80), x, np.zeros_like(x))[1]
+    np.testing.assert_allclose(out, 3 * x, rtol=1e-6)
+
+
 @needs_nvcc
 def test_readme_compile_cuda_source_sm90a():
     """README's ``.compile(M=1024, ...)`` for CUDA sm_90a (nvcc here, no GPU needed)."""
