@@ -13,8 +13,8 @@ The key (:func:`cache_key`) is the sha256 of: the traced function's structural h
 ``script()`` text, target (kind, arch ...), out_idx, execution backend, pass configs
 (except the observation-only ones: IR dumps, pass timing), compile flags, the versions
 of tilelang (VERSION), tvm_tirx and tvm_ffi, a fingerprint of tilelang's own sources
-(``tilelang/**/*.py`` and ``src/tl_templates``: editing a lowering invalidates the
-kernels it built) and the machine (OS, architecture).
+(``tilelang/**/*.py`` and the device headers ``tilelang/**/*.h``: editing a lowering
+invalidates the kernels it built) and the machine (OS, architecture).
 
 Entries are written into ``<root>/tmp/<random>/`` (the artifact's ``save(dir)``, then
 ``entry.json`` with every file's sha256) and published with one ``os.replace`` of the
@@ -169,21 +169,23 @@ def _versions() -> dict:
 
 
 def source_fingerprint() -> str:
-    """sha256 of tilelang's Python sources and device headers (computed once per process)."""
+    """sha256 of tilelang's Python sources and device headers (computed once per process).
+
+    Covers every ``.py``, ``.h`` and ``.cuh`` file of the installed ``tilelang`` package
+    (the CUDA headers ship inside it, under ``backends/cuda/include``).
+    """
     global _FINGERPRINT
     if _FINGERPRINT is None:
         package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        templates = os.path.join(os.path.dirname(package), "src", "tl_templates")
         digest = hashlib.sha256()
-        for base, suffixes in ((package, (".py",)), (templates, (".h", ".cuh"))):
-            for dirpath, dirnames, filenames in os.walk(base):
-                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-                for name in sorted(filenames):
-                    if name.endswith(suffixes):
-                        path = os.path.join(dirpath, name)
-                        digest.update(os.path.relpath(path, base).encode() + b"\0")
-                        with contextlib.suppress(OSError), open(path, "rb") as handle:
-                            digest.update(handle.read())
+        for dirpath, dirnames, filenames in os.walk(package):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                if name.endswith((".py", ".h", ".cuh")):
+                    path = os.path.join(dirpath, name)
+                    digest.update(os.path.relpath(path, package).encode() + b"\0")
+                    with contextlib.suppress(OSError), open(path, "rb") as handle:
+                        digest.update(handle.read())
         _FINGERPRINT = digest.hexdigest()
     return _FINGERPRINT
 
