@@ -352,7 +352,13 @@ class EagerJIT:
                 elif require_runtime:
                     raise TypeError(f"{self.name}() missing a required argument: {name!r}")
             elif name in bound.arguments:
-                compile_args[name] = bound.arguments[name]
+                value = compile_args[name] = bound.arguments[name]
+                if _tensor_like(value) and not isinstance(value, numbers.Number | TensorAnnotation):
+                    raise TypeError(
+                        f"{self.name}(): argument {name!r} is a tensor, but parameter {name!r} "
+                        f"is not annotated in the body ({name}: T.Tensor(shape, dtype)), so it "
+                        "is a compile-time argument"
+                    )
             else:
                 raise TypeError(f"{self.name}() missing a required argument: {name!r}")
         return compile_args, runtime, extra

@@ -219,6 +219,21 @@ def test_call_form_errors():
         matmul_relu(a, b, 16, 16, 16, M=32)
 
 
+def test_tensor_for_an_unannotated_parameter():
+    @tilelang.jit
+    def forgot(A, B):
+        N = T.const("N")
+        A: T.Tensor((N,), T.float32)
+        C = T.empty((N,), T.float32)
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                C[i] = A[i] + B[i]
+        return C
+
+    with pytest.raises(TypeError, match="argument 'B' is a tensor, but parameter 'B' is not annotated"):
+        forgot(torch.ones(4), torch.ones(4))
+
+
 def test_const_bound_only_by_keyword():
     """A T.const that no input dimension carries is given as a keyword."""
 
