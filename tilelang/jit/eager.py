@@ -326,7 +326,7 @@ class EagerJIT:
         self.body = _eager.EagerBody(fn, self.runtime_names, sig_ann)
         self._templates: dict = {}
         self._kernel_cache: dict = {}  # (compile-time key, const values) -> JITKernel
-        self._plans: dict = {}  # positional count -> generated fast path (or None)
+        self._plans: dict = {}  # call form (see __call__) -> generated cached path, or None
         self._lock = threading.RLock()  # tracing is not reentrant across threads
         self._device_kind = None
         params = list(self.signature.parameters.values())
@@ -377,6 +377,7 @@ class EagerJIT:
 
     @property
     def device_kind(self) -> str:
+        """The kind of device the kernels run on ("cpu" or "cuda"), from the target."""
         if self._device_kind is None:
             from ..backends.registry import resolve_target
 

@@ -128,6 +128,7 @@ class JITImpl:
     # -- mode ---------------------------------------------------------------
     @property
     def info(self) -> SourceInfo:
+        """What the function's source says about its form (read once)."""
         if self._info is None:
             self._info = analyze(self.fn)
         return self._info

@@ -47,7 +47,7 @@ def _relu_mm(a, b):
 @pytest.mark.parametrize("shape", [(70, 40, 50), (32, 32, 32), (5, 3, 17)])
 def test_readme_matmul_relu(randn, shape):
     """README's program, non-tile-multiple shapes, small tiles, against float64 torch."""
-    matmul_relu = make_matmul_relu()
+    matmul_relu = make_matmul_relu(target="cpu")
     m, n, k = shape
     a, b = randn(m, k, dtype="float16"), randn(k, n, dtype="float16")
     c = matmul_relu(a, b, block_M=32, block_N=32, block_K=16)
@@ -59,7 +59,7 @@ def test_readme_matmul_relu(randn, shape):
 
 def test_tuple_outputs_and_runtime_scalar(randn):
     """Several T.empty outputs come back as a tuple, in the order of the return."""
-    axpy_pair = make_axpy_pair()
+    axpy_pair = make_axpy_pair(target="cpu")
     x, y = randn(100), randn(100)
     out = axpy_pair(x, y, 2.5)
     assert isinstance(out, tuple) and len(out) == 2
@@ -74,7 +74,7 @@ def test_tuple_outputs_and_runtime_scalar(randn):
 
 def test_dynamic_dimension_one_kernel(randn, count_traces):
     """T.dynamic rows: every row count runs the same kernel; the output follows the input."""
-    scale_rows = make_scale_rows()
+    scale_rows = make_scale_rows(target="cpu")
     for m in (5, 16, 41):
         a = randn(m, 8)
         torch.testing.assert_close(scale_rows(a), a * 2)
@@ -91,7 +91,7 @@ def test_dynamic_dimension_one_kernel(randn, count_traces):
 
 def test_compile_time_scalars_and_keyword_overrides(randn, count_traces):
     """int/float compile-time parameters and keyword overrides of tile sizes specialise."""
-    scale_rows = make_scale_rows()
+    scale_rows = make_scale_rows(target="cpu")
     a = randn(19, 8)
     torch.testing.assert_close(scale_rows(a, 3.0), a * 3)
     torch.testing.assert_close(scale_rows(a, factor=0.5, block=8), a * 0.5)
@@ -102,7 +102,7 @@ def test_compile_time_scalars_and_keyword_overrides(randn, count_traces):
 
 # --------------------------------------------------------------------------- caching
 def test_same_shapes_same_kernel_new_shapes_new_kernel(randn, count_traces):
-    matmul_relu = make_matmul_relu()
+    matmul_relu = make_matmul_relu(target="cpu")
     opts = dict(block_M=16, block_N=16, block_K=16)
     a, b = randn(20, 24, dtype="float16"), randn(24, 12, dtype="float16")
     k1 = matmul_relu.compile(a, b, **opts)
@@ -121,7 +121,7 @@ def test_same_shapes_same_kernel_new_shapes_new_kernel(randn, count_traces):
 
 def test_cached_positional_path_and_new_shapes(randn, count_traces):
     """The generated positional path: hits launch without tracing, misses specialise."""
-    matmul_relu = make_matmul_relu()
+    matmul_relu = make_matmul_relu(target="cpu")
     for m in (8, 8, 24, 8, 24):
         a, b = randn(m, 16, dtype="float16"), randn(16, 8, dtype="float16")
         c = matmul_relu(a, b, 16, 16, 16)
@@ -133,7 +133,7 @@ def test_cached_positional_path_and_new_shapes(randn, count_traces):
 def test_compile_with_const_keywords(randn):
     """README's ``.compile(M=..., N=..., K=..., block_M=...)``: no tensors needed; the
     eager call with those shapes reuses the kernel."""
-    matmul_relu = make_matmul_relu()
+    matmul_relu = make_matmul_relu(target="cpu")
     kernel = matmul_relu.compile(M=48, N=32, K=40, block_M=16, block_N=16, block_K=8)
     assert isinstance(kernel, tilelang.JITKernel)
     a, b = randn(48, 40, dtype="float16"), randn(40, 32, dtype="float16")
@@ -150,19 +150,19 @@ def test_compile_with_const_keywords(randn):
 def test_get_tir_static_shapes_and_param_order():
     """Parameters in signature order, outputs last (upstream's order), shapes specialised;
     annotations stand in for tensors; tilelang.compile reads the outputs from the IR."""
-    axpy_pair = make_axpy_pair()
+    axpy_pair = make_axpy_pair(target="cpu")
     func = axpy_pair.get_tir(T.Tensor((40,), T.float32), T.Tensor((40,), T.float32), 1.0)
     assert [p.name for p in func.params] == ["X", "Y", "alpha", "Z", "W"]
     assert [int(s) for s in func.params[0].ty.shape] == [40]
     assert list(func.attrs["tilelang_out_idx"]) == [4, 3]
-    kernel = tilelang.compile(func)
+    kernel = tilelang.compile(func, target="cpu")
     x, y = torch.ones(40), torch.full((40,), 2.0)
     w, z = kernel(x, y, 3.0)
     assert torch.equal(w, x - y) and torch.equal(z, 3 * x + y)
 
 
 def test_par_compile_eager_fills_the_cache(count_traces):
-    matmul_relu = make_matmul_relu()
+    matmul_relu = make_matmul_relu(target="cpu")
     configs = [
         {"M": 16, "N": 16, "K": 16, "block_M": 16, "block_N": 16, "block_K": 16},
         {"M": 24, "N": 16, "K": 16, "block_M": 16, "block_N": 16, "block_K": 16},
@@ -190,11 +190,11 @@ def test_annotation_forms(randn):
                 B[bx * 16 : bx * 16 + 16, by * 16 : by * 16 + 16],
             )
 
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def copy_sig(A: T.Tensor[[32, 32], T.float32], B: T.Tensor[[32, 32], T.float32]):
         copy_tile(A, B)
 
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def copy_strided(A, B):
         N, M, SN, SM = T.const("N, M, SN, SM")
         A: T.StridedTensor[[N, M], [SN, SM], T.float32]
@@ -225,7 +225,7 @@ def test_macro_declares_output(randn):
                     B[bx * 8 + i, j] = A[bx * 8 + i, j] * 2
         return B
 
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def twice(A):
         M, N = T.const("M N")
         A: T.Tensor((M, N), T.float32)
@@ -236,12 +236,12 @@ def test_macro_declares_output(randn):
 
 
 def test_numpy_inputs_and_scalars(rng):
-    scale_rows = make_scale_rows()
+    scale_rows = make_scale_rows(target="cpu")
     a = rng.standard_normal((7, 4)).astype(np.float32)
     out = scale_rows(a)
     assert isinstance(out, np.ndarray)
     np.testing.assert_allclose(out, a * 2, rtol=1e-6)
-    axpy_pair = make_axpy_pair()
+    axpy_pair = make_axpy_pair(target="cpu")
     x = torch.arange(6, dtype=torch.float32)
     _, z = axpy_pair(x, x, np.float32(2.0))  # a numpy scalar is a scalar, not a tensor
     torch.testing.assert_close(z, 3 * x)
@@ -249,7 +249,7 @@ def test_numpy_inputs_and_scalars(rng):
 
 def test_size_one_dims_ignore_strides(randn):
     """A (8, 1) view with stride (1, 8) is dense (torch calls it contiguous): accepted."""
-    scale_rows = make_scale_rows()
+    scale_rows = make_scale_rows(target="cpu")
     column = randn(1, 8).t()
     assert column.stride() == (1, 8)
     torch.testing.assert_close(scale_rows(column), column * 2)
@@ -264,7 +264,7 @@ def test_cuda_lowering_emulated(rng):
     from tilelang.testing import cuda_emulator
 
     sm80 = {"kind": "cuda", "arch": "sm_80"}
-    matmul_relu = make_matmul_relu()
+    matmul_relu = make_matmul_relu(target="cpu")
     a = rng.standard_normal((70, 50)).astype(np.float16)
     b = rng.standard_normal((50, 40)).astype(np.float16)
     func = matmul_relu.get_tir(a, b, block_M=64, block_N=64, block_K=32)
@@ -272,7 +272,7 @@ def test_cuda_lowering_emulated(rng):
     out = cuda_emulator.emulate(pipeline.lower(func, sm80), a, b, out)[2]
     ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-2, atol=2e-2)
-    scale_rows = make_scale_rows()
+    scale_rows = make_scale_rows(target="cpu")
     x = rng.standard_normal((37, 8)).astype(np.float32)
     func = scale_rows.get_tir(x, 3.0)
     out = cuda_emulator.emulate(pipeline.lower(func, sm80), x, np.zeros_like(x))[1]

@@ -21,7 +21,7 @@ THIS = os.path.abspath(__file__)
 
 
 def add_one_factory(**jit_options):
-    @tilelang.jit(out_idx=[-1], **jit_options)
+    @tilelang.jit(out_idx=[-1], **{"target": "cpu", **jit_options})
     def add_one(N, block=32, dtype="float32"):
         @T.prim_func
         def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
@@ -36,7 +36,7 @@ def add_one_factory(**jit_options):
 
 
 def _mm():
-    matmul_relu = make_matmul_relu()
+    matmul_relu = make_matmul_relu(target="cpu")
     a, b = torch.randn(20, 12, dtype=torch.float16), torch.randn(12, 9, dtype=torch.float16)
     matmul_relu(a, b, 16, 16, 16)  # compiled and entered in the cached path
     return matmul_relu, a, b
@@ -56,7 +56,7 @@ def test_auto_mode_factory_is_lazy_and_eager_body_is_eager():
     assert add_one.mode == "lazy" and isinstance(kernel, tilelang.JITKernel)
     out = kernel(torch.zeros(40))
     assert torch.equal(out, torch.ones(40))
-    axpy_pair = make_axpy_pair()
+    axpy_pair = make_axpy_pair(target="cpu")
     assert axpy_pair.mode == "auto"
     w, _ = axpy_pair(torch.ones(8), torch.ones(8), 1.0)
     assert axpy_pair.mode == "eager" and torch.equal(w, torch.zeros(8))
@@ -78,7 +78,7 @@ def test_auto_mode_probe_of_a_factory_without_nested_prim_func():
 
         return main
 
-    @tilelang.jit(out_idx=-1)
+    @tilelang.jit(out_idx=-1, target="cpu")
     def tripled(n):
         return build(n)
 
@@ -89,7 +89,7 @@ def test_auto_mode_probe_of_a_factory_without_nested_prim_func():
 
 @pytest.mark.parametrize("mode", ["eager", "auto"])
 def test_explicit_modes(mode):
-    axpy_pair = make_axpy_pair(mode=mode)
+    axpy_pair = make_axpy_pair(mode=mode, target="cpu")
     w, z = axpy_pair(torch.ones(4), torch.ones(4), 2.0)
     assert torch.equal(z, torch.full((4,), 3.0)) and axpy_pair.mode == "eager"
     add_one = add_one_factory(mode="lazy" if mode == "eager" else mode)
@@ -105,12 +105,12 @@ def test_mode_set_as_attribute_like_upstream():
 def test_mode_errors():
     with pytest.raises(ValueError, match="mode must be one of"):
         tilelang.jit(mode="fast")(lambda n: n)
-    eager_with_out_idx = make_matmul_relu(out_idx=[-1])
+    eager_with_out_idx = make_matmul_relu(out_idx=[-1], target="cpu")
     with pytest.raises(ValueError, match="out_idx is only supported in lazy mode"):
         eager_with_out_idx(
             torch.ones(16, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16)
         )
-    forced_lazy = make_axpy_pair(mode="lazy")
+    forced_lazy = make_axpy_pair(mode="lazy", target="cpu")
     with pytest.raises(
         tilelang.TraceError, match=r"T.const\(\) is only valid in the body of an eager"
     ):
@@ -149,7 +149,7 @@ def test_factory_par_compile():
 def test_module_par_compile_and_debug_root_path(tmp_path):
     add_one = add_one_factory(debug_root_path=str(tmp_path))
     funcs = [add_one.get_tir(n) for n in (8, 9)]
-    kernels = tilelang.par_compile(funcs, out_idx=[-1], num_workers=2)
+    kernels = tilelang.par_compile(funcs, out_idx=[-1], target="cpu", num_workers=2)
     assert torch.equal(kernels[1](torch.zeros(9)), torch.ones(9))
     add_one.compile(10)
     assert (tmp_path / "tilelang_jit_kernel_add_one.c").read_text()
@@ -159,7 +159,7 @@ def test_module_par_compile_and_debug_root_path(tmp_path):
 # --------------------------------------------------------------------------- argument errors
 @pytest.mark.parametrize("cached", [False, True])
 def test_const_mismatch_names_both_arguments(cached):
-    matmul_relu, a, b = _mm() if cached else (make_matmul_relu(), None, None)
+    matmul_relu, a, b = _mm() if cached else (make_matmul_relu(target="cpu"), None, None)
     a = torch.randn(20, 12, dtype=torch.float16)
     bad_b = torch.randn(13, 9, dtype=torch.float16)
     line = _line_of("B: T.Tensor((K, N), T.float16)", make_matmul_relu)
@@ -187,7 +187,7 @@ def test_const_mismatch_names_both_arguments(cached):
 def test_bad_arguments(case, match, cached):
     """Each bad call names the argument; after a good call with the same shapes (the
     cached path, where the kernel itself refuses), the explanation is the same."""
-    matmul_relu, a, b = _mm() if cached else (make_matmul_relu(), None, None)
+    matmul_relu, a, b = _mm() if cached else (make_matmul_relu(target="cpu"), None, None)
     a = torch.randn(20, 12, dtype=torch.float16)
     b = torch.randn(12, 9, dtype=torch.float16)
     args = {
@@ -220,7 +220,7 @@ def test_call_form_errors():
 
 
 def test_tensor_for_an_unannotated_parameter():
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def forgot(A, B):
         N = T.const("N")
         A: T.Tensor((N,), T.float32)
@@ -230,14 +230,16 @@ def test_tensor_for_an_unannotated_parameter():
                 C[i] = A[i] + B[i]
         return C
 
-    with pytest.raises(TypeError, match="argument 'B' is a tensor, but parameter 'B' is not annotated"):
+    with pytest.raises(
+        TypeError, match="argument 'B' is a tensor, but parameter 'B' is not annotated"
+    ):
         forgot(torch.ones(4), torch.ones(4))
 
 
 def test_const_bound_only_by_keyword():
     """A T.const that no input dimension carries is given as a keyword."""
 
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def tile_rows(A, block: int = 8):
         N, R = T.const("N, R")
         A: T.Tensor((N,), T.float32)
@@ -256,13 +258,13 @@ def test_const_bound_only_by_keyword():
 
 # --------------------------------------------------------------------------- body errors
 def test_body_errors_name_the_line():
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def uses_before_annotation(A):
         N = T.const("N")
         x = A.shape  # noqa: F841
         A: T.Tensor((N,), T.float32)
 
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def returns_input(A):
         N = T.const("N")
         A: T.Tensor((N,), T.float32)
@@ -270,7 +272,7 @@ def test_body_errors_name_the_line():
             pass
         return A
 
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def forgets_output(A):
         N = T.const("N")
         A: T.Tensor((N,), T.float32)
@@ -278,7 +280,7 @@ def test_body_errors_name_the_line():
         with T.Kernel(1, threads=32):
             pass
 
-    @tilelang.jit
+    @tilelang.jit(target="cpu")
     def bad_copy(A):
         N = T.const("N")
         A: T.Tensor((N,), T.float32)
