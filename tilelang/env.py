@@ -15,7 +15,19 @@ from __future__ import annotations
 import os
 import shutil
 
-__all__ = ["CUDA_HOME", "EnvVar", "Environment", "env"]
+__all__ = [
+    "CUDA_HOME",
+    "ROCM_HOME",
+    "TL_ROOT",
+    "EnvVar",
+    "Environment",
+    "disable_cache",
+    "enable_cache",
+    "env",
+    "is_cache_enabled",
+]
+
+TL_ROOT = os.path.dirname(os.path.abspath(__file__))
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -157,3 +169,7 @@ class Environment:
 
 env = Environment()
 CUDA_HOME = env.CUDA_HOME
+ROCM_HOME = env.ROCM_HOME
+is_cache_enabled = env.is_cache_enabled
+enable_cache = env.enable_cache
+disable_cache = env.disable_cache

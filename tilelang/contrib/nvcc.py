@@ -14,7 +14,12 @@ import tempfile
 import warnings
 
 __all__ = [
+    "CUDA_HOME",
     "compile_cuda",
+    "get_ptx_from_source",
+    "have_cudagraph",
+    "have_mbarrier",
+    "have_pdl",
     "find_cuda_path",
     "get_cuda_version",
     "get_nvcc_compiler",
@@ -29,6 +34,15 @@ __all__ = [
     "is_hopper",
     "parse_compute_version",
 ]
+
+
+def _cuda_home() -> str:
+    from ..env import _find_cuda_home
+
+    return _find_cuda_home()
+
+
+CUDA_HOME = _cuda_home()
 
 
 def find_cuda_path() -> str:
@@ -174,6 +188,24 @@ def have_tma(target) -> bool:
     )
 
 
+def have_pdl(target) -> bool:
+    """Programmatic dependent launch: a CUDA target of compute capability 9.0 and later."""
+    return have_tma(target)
+
+
+def have_mbarrier(target) -> bool:
+    """Hardware mbarriers (as upstream uses them): a CUDA target of compute capability >= 9.0."""
+    return have_tma(target)
+
+
+def have_cudagraph() -> bool:
+    """CUDA graphs: a CUDA toolkit of version 10.0 or later is installed."""
+    try:
+        return get_cuda_version() >= (10, 0)
+    except RuntimeError:
+        return False
+
+
 def is_hopper(target) -> bool:
     """Whether ``target`` is a CUDA target of compute capability exactly 9.0."""
     return _is_cuda_target(target) and get_target_compute_version(target) == "9.0"
@@ -227,3 +259,8 @@ def compile_cuda(
             raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}")
         with open(out, "rb") as f:
             return f.read()
+
+
+def get_ptx_from_source(code: str, compile_flags=None, verbose: bool = False) -> str:
+    """The PTX nvcc generates for CUDA C++ ``code`` (``compile_flags``: extra nvcc flags)."""
+    return compile_cuda(code, "ptx", options=compile_flags, verbose=verbose).decode()

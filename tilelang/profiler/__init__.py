@@ -6,7 +6,12 @@ callable (see ``bench.py``).
 
 from __future__ import annotations
 
-from ..utils.tensor import TensorSupplyType, get_tensor_supply, torch_assert_close  # noqa: F401
+from ..utils.tensor import (  # noqa: F401
+    TensorSupplyType,
+    get_tensor_supply,
+    is_float8_dtype,
+    torch_assert_close,
+)
 from .bench import bench, do_bench
 
 __all__ = ["Profiler", "TensorSupplyType", "bench", "do_bench"]

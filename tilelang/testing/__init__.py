@@ -13,6 +13,8 @@ Kept light: pytest is imported when a decorator is applied or ``main`` runs, not
 
 from __future__ import annotations
 
+from ..contrib import nvcc  # noqa: F401
+from ..utils.target import determine_target, target_is_cuda  # noqa: F401
 from ..utils.tensor import torch_assert_close
 from .perf_regression import process_func, regression
 from .requirements import (
@@ -59,6 +61,16 @@ __all__ = [
     "set_random_seed",
     "torch_assert_close",
 ]
+
+
+def target_is_cdna(target) -> bool:
+    """Whether ``target`` is a CDNA ROCm target: never, tilelang has no ROCm backend."""
+    return False
+
+
+def target_is_gfx950(target) -> bool:
+    """Whether ``target`` is a gfx950 ROCm target: never, tilelang has no ROCm backend."""
+    return False
 
 
 def main() -> None:

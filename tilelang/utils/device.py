@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "Event",
     "IS_CUDA",
+    "IS_MPS",
+    "IS_NPU",
     "device_synchronize",
     "get_available_cpu_count",
     "get_current_device",
@@ -22,6 +25,19 @@ def _cuda_available() -> bool:
 
 
 IS_CUDA = _cuda_available()
+IS_NPU = False  # tilelang has no Ascend backend
+IS_MPS = False  # tilelang has no Metal backend
+
+
+def _event_class():
+    if not IS_CUDA:
+        return None
+    import torch
+
+    return torch.cuda.Event
+
+
+Event = _event_class()  # torch.cuda.Event on a GPU machine, else None (as upstream)
 
 
 def get_current_device():

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import re
 
+from ...utils.target import determine_target  # noqa: F401
 from . import driver  # noqa: F401
 
 __all__ = [
+    "CDNA",
     "CPU",
     "CUDA",
+    "METAL",
+    "RDNA",
+    "determine_target",
+    "is_cdna_arch",
+    "is_metal_arch",
+    "is_rdna_arch",
     "TileDevice",
     "auto_infer_current_arch",
     "check_sm_version",
@@ -109,6 +117,51 @@ class CPU(TileDevice):
 
     def __repr__(self) -> str:
         return f"CPU({self.target})"
+
+
+class _Unsupported(TileDevice):
+    """A device tilelang cannot compile for: constructing one raises RuntimeError."""
+
+    backend = "?"
+
+    def __init__(self, target=None):
+        raise RuntimeError(
+            f"{type(self).__name__}({target!r}): tilelang has no {self.backend} backend "
+            "(it compiles for CUDA and the CPU); use CUDA(...) or CPU(...)"
+        )
+
+
+class CDNA(_Unsupported):
+    """AMD CDNA GPUs (not supported here)."""
+
+    backend = "ROCm"
+
+
+class RDNA(_Unsupported):
+    """AMD RDNA GPUs (not supported here)."""
+
+    backend = "ROCm"
+
+
+class METAL(_Unsupported):
+    """Apple GPUs (not supported here)."""
+
+    backend = "Metal"
+
+
+def is_cdna_arch(arch) -> bool:
+    """Always False: no CDNA device can be constructed here."""
+    return isinstance(arch, CDNA)
+
+
+def is_rdna_arch(arch) -> bool:
+    """Always False: no RDNA device can be constructed here."""
+    return isinstance(arch, RDNA)
+
+
+def is_metal_arch(arch) -> bool:
+    """Always False: no Metal device can be constructed here."""
+    return isinstance(arch, METAL)
 
 
 def get_arch(target="cuda") -> TileDevice:
