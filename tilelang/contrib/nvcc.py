@@ -222,7 +222,8 @@ def compile_cuda(
     """Compile CUDA C++ ``code`` with nvcc to ``target_format`` (``"ptx"``, ``"cubin"``,
     ``"fatbin"``) and return the bytes (also written to ``path_target`` when given).
 
-    ``arch``: e.g. ``"sm_80"`` or a list of nvcc arch flags; default: GPU 0's arch.
+    ``arch``: e.g. ``"sm_80"`` or a list of nvcc arch flags; default: GPU 0's arch (unless
+    ``options`` names one).
     ``options``: extra nvcc flags (str or list).
     """
     if target_format not in ("ptx", "cubin", "fatbin"):
@@ -231,12 +232,15 @@ def compile_cuda(
         )
     if not isinstance(code, str):
         raise TypeError(f"compile_cuda: code must be a str, got {type(code).__name__}")
-    if arch is None:
-        arch = ["-arch=sm_" + get_target_arch(get_target_compute_version())]
-    elif isinstance(arch, str):
-        arch = [arch if arch.startswith("-") else f"-arch={arch}"]
     if isinstance(options, str):
         options = [options]
+    names_arch = any(
+        o.startswith(("-arch", "--gpu-architecture", "-gencode")) for o in options or []
+    )
+    if arch is None:
+        arch = [] if names_arch else ["-arch=sm_" + get_target_arch(get_target_compute_version())]
+    elif isinstance(arch, str):
+        arch = [arch if arch.startswith("-") else f"-arch={arch}"]
     with tempfile.TemporaryDirectory(prefix="tilelang-nvcc-") as tmp:
         src = os.path.join(tmp, "kernel.cu")
         out = path_target or os.path.join(tmp, f"kernel.{target_format}")
