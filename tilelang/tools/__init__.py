@@ -4,7 +4,7 @@
 - ``tilelang.tools.plot_layout(layout, ...)``: draw a ``T.Layout`` / ``T.Fragment`` (matplotlib).
 - ``tilelang.lower(func, target=...)``: see ``tilelang.engine.lower``.
 - IR dumps and pass timing: ``TILELANG_DUMP_IR=<dir>``, ``TILELANG_PASS_TIMING=1`` (or the
-  pass configs in ``tilelang.PassConfigKey``); see ``tilelang.transform.instrument``.
+  pass configs in ``tilelang.PassConfigKey``); see ``tilelang.engine.instrument``.
 """
 
 from ..engine.lower import LoweredKernel, lower
