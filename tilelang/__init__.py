@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     profiler,
     testing,
     tools,
+    transform,
     tvm,
     utils,
 )
