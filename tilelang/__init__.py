@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os as _os
-
 # upstream's top-level helpers (see docs/api-coverage.md for what is and is not provided)
 from . import (  # noqa: F401
     cache,
@@ -34,20 +32,4 @@ from .math import cdiv, next_power_of_2  # noqa: F401
 from .profiler import Profiler, TensorSupplyType  # noqa: F401
 from .tvm import DataType  # noqa: F401
 from .utils import build_date, deprecated  # noqa: F401
-
-
-def _read_version() -> str:
-    here = _os.path.dirname(__file__)
-    for path in (_os.path.join(here, "VERSION"), _os.path.join(here, "..", "VERSION")):
-        if _os.path.exists(path):
-            with open(path) as f:
-                return f.read().strip()
-    try:
-        from importlib.metadata import version
-
-        return version("tilelang")
-    except Exception:  # noqa: BLE001
-        return "0.0.0"
-
-
-__version__ = _read_version()
+from .version import __version__  # noqa: F401

@@ -13,9 +13,7 @@ def build_date(version_str: str | None = None) -> int | None:
     ``None`` when the string carries no ``.dYYYYMMDD.`` part; defaults to ``tilelang.__version__``.
     """
     if version_str is None:
-        import tilelang
-
-        version_str = tilelang.__version__
+        from ..version import __version__ as version_str
     if not isinstance(version_str, str):
         raise TypeError(f"build_date: version_str must be a str, got {type(version_str).__name__}")
     match = re.search(r"\.d(\d{8})(?:\.|$)", version_str)

@@ -193,7 +193,7 @@ def render_header() -> str:
 
 def header_path() -> Path:
     """Where the checked-in header lives."""
-    return Path(__file__).resolve().parents[2] / "src" / "tl_templates" / "cuda" / "wgmma.h"
+    return Path(__file__).resolve().parents[2] / "backends/cuda/include/tl_templates/cuda/wgmma.h"
 
 
 if __name__ == "__main__":
