@@ -30,7 +30,15 @@ LAYERS: list[tuple[str, ...]] = [
     # ground floor: import nothing of tilelang
     ("errors", "version", "dtypes"),
     # upstream's small helpers that import nothing (or only the ground floor)
-    ("math", "tvm", "_logging", "utils.tensor", "utils.device", "utils.deprecated", "utils.version"),
+    (
+        "math",
+        "tvm",
+        "_logging",
+        "utils.tensor",
+        "utils.device",
+        "utils.deprecated",
+        "utils.version",
+    ),
     ("layout",),
     # the pass configs and the stage runner, shared by every pipeline
     ("engine.pass_config", "engine.instrument"),
