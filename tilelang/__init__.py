@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import cache, language, tools  # noqa: F401
 from .autotuner import autotune  # noqa: F401
-from .engine import lower  # noqa: F401
+from .engine.driver import lower  # noqa: F401
 from .engine.pass_config import PassConfigKey  # noqa: F401
 from .errors import CompileError, KernelArgumentError, TileLangError, TraceError  # noqa: F401
 from .jit import compile, jit  # noqa: F401
