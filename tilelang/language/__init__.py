@@ -1,7 +1,14 @@
 """The ``T`` namespace: ``import tilelang.language as T`` (upstream TileLang's names)."""
 
 from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
-from .allocate import alloc_barrier, alloc_fragment, alloc_local, alloc_shared, alloc_var
+from .allocate import (
+    alloc_barrier,
+    alloc_fragment,
+    alloc_global,
+    alloc_local,
+    alloc_shared,
+    alloc_var,
+)
 from .debug import device_assert, print  # noqa: A004 - upstream names
 from .dtypes import (
     bfloat16,
