@@ -9,6 +9,8 @@ tests run the kernels on a GPU.
 """
 
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +26,8 @@ PAGED = "deepseek_mla/example_mla_decode_paged.py"
 SM80 = {"kind": "cuda", "arch": "sm_80"}
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 SCALAR_GEMM = {"tl.gemm_scalar": True}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+from test_gemm_wgmma_rs import emulate_rs  # noqa: E402 - the wgmma (SS and RS) machine
 
 
 def _needs_gpu():
@@ -101,6 +105,32 @@ def test_paged_cuda_emulated(target, num_split):
     out = cuda_emulator.emulate(lowered, *inputs, np.zeros((2, 16, 64), np.float16), *ws)[6]
     ref = module.ref_program(*(torch.from_numpy(x) for x in inputs), 64)
     np.testing.assert_allclose(out.astype(np.float64), ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("mode", ["late_reads", "late_writes"])
+@pytest.mark.parametrize("num_split", [1, 3])
+@pytest.mark.parametrize("example", ["dense", "paged"])
+def test_wgmma_emulated(example, num_split, mode):
+    """sm_90a at dims 128 + 64 and 64 heads: every gemm on wgmma (the PV gemm reads the
+    swizzled ``S_shared`` (dense, SS form) or registers (paged, RS form)), run by the
+    emulator with asynchronous wgmma / cp.async completion."""
+    if example == "dense":
+        module = _load(DENSE)
+        func = module.flashattn.get_tir(1, 64, 1, 100, 128, 64, 64, 64, num_split)
+        inputs = [x.numpy() for x in module.make_inputs(1, 64, 100, 128, 64, "cpu")]
+        ref = module.ref_program(*(torch.from_numpy(x) for x in inputs))
+    else:
+        module = _load(PAGED)
+        func = module.mla_decode_paged.get_tir(2, 64, 1, 256, 128, 64, 64, 64, num_split, 64)
+        inputs = [x.numpy() for x in module.make_inputs(2, 64, 256, 128, 64, 64, (150, 37), "cpu")]
+        ref = module.ref_program(*(torch.from_numpy(x) for x in inputs), 64)
+    lowered = pipeline.lower(func, SM90A)
+    assert "wgmma" in lowered.script() and "mma_m16n8k16" not in lowered.script()
+    ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
+    out = np.zeros(ref.shape, np.float16)
+    arrays, _ = emulate_rs(lowered, *inputs, out, *ws, mode=mode)
+    got = arrays[len(inputs)].astype(np.float64)
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
