@@ -21,7 +21,7 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from .. import errors
-from .stmt import alloc_of, launch_of
+from .stmt import alloc_of, contains, launch_of
 
 WORKSPACE_SCOPE = "global"
 
@@ -99,6 +99,12 @@ def kernel_parts(func) -> list:
             body = ir.SeqStmt([*prefix, stmt]) if prefix else stmt
             parts.append(func.with_body(body))
         elif isinstance(stmt, ir.Bind) and alloc_of(stmt) is None:
+            if contains(stmt.value, lambda x: isinstance(x, ir.TensorLoad)):
+                raise errors.compile_error(
+                    f"{stmt.var.name!r} reads tensor memory outside every T.Kernel block (the "
+                    "host cannot read device memory); read it inside the kernels",
+                    getattr(stmt, "loc", None),
+                )
             prefix.append(stmt)
         else:
             raise errors.compile_error(

@@ -134,3 +134,37 @@ def test_statement_between_kernels_is_rejected():
 
     with pytest.raises(errors.CompileError, match="several T.Kernel blocks"):
         tilelang.compile(main, target="cpu")
+
+
+def test_memory_read_between_kernels_is_rejected():
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+        x = A[0]
+        with T.Kernel(1, threads=8) as _:
+            for i in T.Parallel(8):
+                B[i] = A[i] + x
+        with T.Kernel(1, threads=8) as _:
+            for i in T.Parallel(8):
+                B[i] = B[i] * x
+
+    with pytest.raises(errors.CompileError, match="'x' reads tensor memory"):
+        tilelang.compile(main, target="cpu")
+
+
+def test_scalar_parameter_shared_by_kernels(rng):
+    """A scalar argument and a value computed from it outside the kernels reach both."""
+
+    @T.prim_func
+    def main(A: T.Tensor((40,), "float32"), s: T.float32, B: T.Tensor((40,), "float32")):
+        W = T.alloc_global((40,), "float32")
+        with T.Kernel(2, threads=32) as bx:
+            for i in T.Parallel(20):
+                W[bx * 20 + i] = A[bx * 20 + i] * s
+        with T.Kernel(4, threads=32) as bx:
+            for i in T.Parallel(10):
+                B[bx * 10 + i] = W[bx * 10 + i] + s * 2
+
+    kernel = tilelang.compile(main, out_idx=[-1], target="cpu")
+    a = rng.standard_normal(40).astype(np.float32)
+    out = kernel(torch.from_numpy(a), 1.5)
+    np.testing.assert_allclose(out.numpy(), a.astype(np.float64) * 1.5 + 3.0, rtol=1e-5, atol=1e-6)
