@@ -69,9 +69,9 @@ def test_bad_arguments_are_named():
 
 
 # ------------------------------------------------------------------ CUDA, emulated
-def _emulate_dense(target, num_split, configs, rng, kv=100):
+def _emulate_dense(target, num_split, configs, rng, kv=100, b=1, h=16):
     module = _load(DENSE)
-    b, h, d, p = 1, 16, 64, 32
+    d, p = 64, 32
     func = module.flashattn.get_tir(b, h, 1, kv, d, p, 64, 16, num_split)
     lowered = pipeline.lower(func, target, configs)
     q, q_pe = (rng.standard_normal((b, h, n)).astype(np.float16) for n in (d, p))
@@ -92,6 +92,12 @@ def test_dense_cuda_emulated(target, configs, num_split, rng):
     """The swizzled ``S_shared`` is the A operand of the PV gemm: the scalar gemm rule must
     read it through its layout."""
     _emulate_dense(target, num_split, configs, rng)
+
+
+def test_dense_grid_cuda_emulated(rng):
+    """A 3 x 2 x 3 grid under ``T.use_swizzle``: every (sequence, head group, slice) block
+    writes its partial results (the workspaces start as NaN)."""
+    _emulate_dense(SM80, 3, None, rng, kv=200, b=3, h=32)
 
 
 @pytest.mark.parametrize("target", [SM80, SM90A], ids=["sm_80", "sm_90a"])
