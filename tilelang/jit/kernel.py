@@ -6,9 +6,10 @@ import numpy as np
 
 from .. import errors
 from ..backends.registry import get_backend, resolve_target
-from ..lowering.kernels import workspace_launcher, workspace_specs
+from ..lowering.kernels import workspace_specs
 from . import checks
 from .params import OutputAllocator, read_params
+from .workspaces import workspace_launcher
 
 _NDARRAY = np.ndarray
 

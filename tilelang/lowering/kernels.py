@@ -5,7 +5,7 @@ A traced ``@T.prim_func`` may hold, at its top level (outside every ``T.Kernel``
 - ``W = T.alloc_global(shape, dtype)``: a global-memory workspace. The backends lower it
   to an extra trailing parameter of the compiled function (:func:`workspaces_as_params`);
   the launcher (``JITKernel``) allocates it per call as a torch tensor on the kernel's
-  device (:func:`workspace_launcher`). Its contents are undefined at kernel start.
+  device (``tilelang.jit.workspaces``). Its contents are undefined at kernel start.
 - several ``with T.Kernel(...)`` blocks: they run in order (on CUDA: launched in order on
   the current stream, so each sees the previous one's global writes). The backends lower
   each block through their one-kernel pipeline (:func:`kernel_parts`) and join the
@@ -136,27 +136,3 @@ def lower_each_kernel(func, lower_one):
     if kernel_count(func) <= 1:
         return lower_one(func)
     return join_parts(func, [lower_one(part) for part in kernel_parts(func)])
-
-
-def workspace_launcher(fn, specs: list[WorkspaceSpec], target_kind: str):
-    """A callable running ``fn(*args, *workspaces)`` with fresh workspaces per call: torch
-    tensors on the device of the first tensor argument (the CPU for CPU kernels)."""
-    import torch
-
-    from ..jit.params import torch_dtype
-
-    plan = [(s.shape, torch_dtype(s.dtype)) for s in specs]
-    cpu = torch.device("cpu")
-
-    def launch(*args):
-        device = cpu
-        if target_kind != "cpu":
-            for a in args:
-                dev = getattr(a, "device", None)
-                if dev is not None:
-                    device = dev
-                    break
-        return fn(*args, *[torch.empty(shape, dtype=dt, device=device) for shape, dt in plan])
-
-    launch.__wrapped__ = fn
-    return launch
