@@ -168,3 +168,11 @@ def test_scalar_parameter_shared_by_kernels(rng):
     a = rng.standard_normal(40).astype(np.float32)
     out = kernel(torch.from_numpy(a), 1.5)
     np.testing.assert_allclose(out.numpy(), a.astype(np.float64) * 1.5 + 3.0, rtol=1e-5, atol=1e-6)
+
+
+def test_tilelang_lower_shows_each_kernel():
+    """``tilelang.lower`` records each block's stages (the k-th block's as ``<stage>#k``)."""
+    lowered = tilelang.lower(_chain(100), target={"kind": "cuda", "arch": "sm_90a"})
+    assert {"layout_inference", "layout_inference#2", "layout_inference#3"} <= set(lowered.names())
+    assert "layout_inference#4" not in lowered.names()
+    assert lowered.kernel_source.count("__global__") == 3
