@@ -178,3 +178,24 @@ def test_tilelang_lower_shows_each_kernel():
     assert "layout_inference#4" not in lowered.names()
     kernels = set(re.findall(r"\b(main_kernel\w*)\(", lowered.kernel_source))
     assert kernels == {"main_kernel", "main_kernel_1", "main_kernel_2"}
+
+
+def test_single_kernel_with_workspace(rng):
+    """One T.Kernel using a workspace as scratch (each thread reads back what it wrote)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((50,), "float32"), B: T.Tensor((50,), "float32")):
+        W = T.alloc_global((64,), "float32")
+        with T.Kernel(2, threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < 50:
+                    W[bx * 32 + i] = A[bx * 32 + i] - 1
+                    B[bx * 32 + i] = W[bx * 32 + i] * 3
+
+    kernel = tilelang.compile(main, out_idx=[1], target="cpu")
+    a = rng.standard_normal(50).astype(np.float32)
+    out = kernel(torch.from_numpy(a)).numpy()
+    np.testing.assert_allclose(out, (a.astype(np.float64) - 1) * 3, rtol=1e-5, atol=1e-6)
+    lowered = cuda_pipeline.lower(main, {"kind": "cuda", "arch": "sm_80"})
+    emulated = cuda_emulator.emulate(lowered, a, np.zeros(50, np.float32), np.zeros(64, np.float32))
+    np.testing.assert_allclose(emulated[1], (a.astype(np.float64) - 1) * 3, rtol=1e-5, atol=1e-6)
