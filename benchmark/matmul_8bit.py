@@ -102,7 +102,7 @@ def main():
                     torch.testing.assert_close(
                         c[sample].double(), want, rtol=tol, atol=tol * want.abs().max().item()
                     )
-                    t = time_ms(lambda kernel=kernel, c=c: kernel(a, b, c), args.iters)
+                    t = time_ms(lambda k=kernel, a=a, b=b, c=c: k(a, b, c), args.iters)
                     rows.append((size, dtype, name, t, flops / t / 1e9, t_ref / t))
                 except Exception as err:  # noqa: BLE001 - report and go on
                     print(f"  {size} {dtype} {name}: FAILED {type(err).__name__}: {err}"[:600])
