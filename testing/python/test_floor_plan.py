@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tilelang"
 # Lowest first. An entry names modules by prefix (``"ops"``: ``tilelang.ops`` and everything
 # under it); a module takes the layer of its longest matching entry. ``""`` is the top-level
 # ``tilelang/__init__.py``, ``"engine"`` the ``tilelang.engine`` package itself (it exports
-# ``engine.lower``). Same-layer imports are allowed.
+# ``engine.driver``). Same-layer imports are allowed.
 LAYERS: list[tuple[str, ...]] = [
     # ground floor: import nothing of tilelang
     ("errors", "version", "dtypes"),
@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, ...]] = [
     # compile / jit / JITKernel and the in-memory cache
     ("jit",),
     # users of jit
-    ("autotuner", "engine", "engine.lower", "tools"),
+    ("autotuner", "engine", "engine.driver", "tools"),
     # the CUDA emulator: nothing in the compiler may import it
     ("testing",),
     # tilelang/__init__.py
