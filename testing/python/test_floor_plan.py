@@ -25,10 +25,20 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tilelang"
 # Lowest first. An entry names modules by prefix (``"ops"``: ``tilelang.ops`` and everything
 # under it); a module takes the layer of its longest matching entry. ``""`` is the top-level
 # ``tilelang/__init__.py``, ``"engine"`` the ``tilelang.engine`` package itself (it exports
-# ``engine.lower``). Same-layer imports are allowed.
+# ``engine.driver``). Same-layer imports are allowed.
 LAYERS: list[tuple[str, ...]] = [
     # ground floor: import nothing of tilelang
     ("errors", "version", "dtypes"),
+    # upstream's small helpers that import nothing (or only the ground floor)
+    (
+        "math",
+        "tvm",
+        "_logging",
+        "utils.tensor",
+        "utils.device",
+        "utils.deprecated",
+        "utils.version",
+    ),
     ("layout",),
     # the pass configs and the stage runner, shared by every pipeline
     ("engine.pass_config", "engine.instrument"),
@@ -44,12 +54,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("language",),
     # the disk store of artifacts
     ("cache",),
+    # upstream's helper modules: env (reads the cache switches), nvcc, device models, utils
+    ("env", "contrib", "carver", "utils"),
     # benchmarks a kernel it is handed (JITKernel.get_profiler returns one, as upstream)
     ("profiler",),
     # compile / jit / JITKernel and the in-memory cache
     ("jit",),
     # users of jit
-    ("autotuner", "engine", "engine.lower", "tools"),
+    ("autotuner", "engine", "engine.driver", "tools"),
     # the CUDA emulator: nothing in the compiler may import it
     ("testing",),
     # tilelang/__init__.py
