@@ -12,7 +12,7 @@ import threading
 import tvm_ffi
 
 from .. import cache as _disk
-from .impl import JITImpl, par_compile  # noqa: F401
+from .impl import JITImpl  # noqa: F401
 from .kernel import JITKernel
 
 _MEMORY_CACHE: dict = {}

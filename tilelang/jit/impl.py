@@ -14,7 +14,6 @@ once and is lazy when it returns a prim_func.
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import inspect
 import logging
@@ -32,58 +31,6 @@ def _is_prim_func(value) -> bool:
     from tvm_tirx.tirx.function import Function
 
     return isinstance(value, Function)
-
-
-def par_compile(
-    funcs,
-    out_idx=None,
-    execution_backend="auto",
-    target="auto",
-    target_host=None,
-    verbose=False,
-    pass_configs=None,
-    compile_flags=None,
-    num_workers=None,
-    ignore_error=False,
-):
-    """Compile several prim_funcs on a thread pool; the kernels in the order given.
-
-    With ``ignore_error`` a function that fails to compile gives None (and a warning)
-    instead of raising. ``num_workers`` defaults to one thread per function, at most
-    the CPU count.
-    """
-    from . import compile as compile_one
-
-    funcs = list(funcs)
-    if not funcs:
-        return []
-    if num_workers is None:
-        num_workers = min(len(funcs), os.cpu_count() or 1)
-
-    def build(func):
-        return compile_one(
-            func,
-            out_idx=out_idx,
-            execution_backend=execution_backend,
-            target=target,
-            target_host=target_host,
-            verbose=verbose,
-            pass_configs=pass_configs,
-            compile_flags=compile_flags,
-        )
-
-    results = [None] * len(funcs)
-    with concurrent.futures.ThreadPoolExecutor(max(1, num_workers), "tl-par-compile") as pool:
-        futures = {pool.submit(build, f): i for i, f in enumerate(funcs)}
-        for future in concurrent.futures.as_completed(futures):
-            i = futures[future]
-            try:
-                results[i] = future.result()
-            except Exception as err:
-                if not ignore_error:
-                    raise
-                logger.warning("par_compile: function %d failed to compile: %s", i, err)
-    return results
 
 
 class JITImpl:
@@ -325,6 +272,8 @@ class JITImpl:
     def _par(funcs, options, num_workers, ignore_error):
         live = [(i, f) for i, f in enumerate(funcs) if f is not None]
         options.setdefault("out_idx", None)
+        from .par_compile import par_compile
+
         built = par_compile(
             [f for _, f in live], num_workers=num_workers, ignore_error=ignore_error, **options
         )
