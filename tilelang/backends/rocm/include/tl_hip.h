@@ -21,6 +21,12 @@
 #define ushort unsigned short
 typedef hip_bfloat16 nv_bfloat16;
 
+// the CUDA printer spells float infinities / NaNs with CUDA's math_constants.h names
+#define CUDART_INF_F __builtin_huge_valf()
+#define CUDART_NAN_F __builtin_nanf("")
+#define CUDART_INF __builtin_huge_val()
+#define CUDART_NAN __builtin_nan("")
+
 #ifndef __trap
 #define __trap() __builtin_trap()
 #endif
