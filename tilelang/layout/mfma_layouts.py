@@ -53,9 +53,7 @@ def make_mfma_a_atom_fragment(k_per_lane: int = 4, transposed: bool = False) -> 
     _positive(k_per_lane, "k_per_lane")
     k = 4 * k_per_lane
     if transposed:
-        return Fragment(
-            [k, 16], lambda kk, m: (m + 16 * (kk // k_per_lane), kk % k_per_lane)
-        )
+        return Fragment([k, 16], lambda kk, m: (m + 16 * (kk // k_per_lane), kk % k_per_lane))
     return Fragment([16, k], lambda m, kk: (m + 16 * (kk // k_per_lane), kk % k_per_lane))
 
 
@@ -64,13 +62,13 @@ def make_mfma_b_atom_fragment(k_per_lane: int = 4, transposed: bool = False) -> 
     _positive(k_per_lane, "k_per_lane")
     k = 4 * k_per_lane
     if transposed:
-        return Fragment(
-            [16, k], lambda n, kk: (n + 16 * (kk // k_per_lane), kk % k_per_lane)
-        )
+        return Fragment([16, k], lambda n, kk: (n + 16 * (kk // k_per_lane), kk % k_per_lane))
     return Fragment([k, 16], lambda kk, n: (n + 16 * (kk // k_per_lane), kk % k_per_lane))
 
 
-def make_mfma_accumulator_fragment(block_m: int, block_n: int, wave_m: int, wave_n: int) -> Fragment:
+def make_mfma_accumulator_fragment(
+    block_m: int, block_n: int, wave_m: int, wave_n: int
+) -> Fragment:
     """C of a ``block_m x block_n`` tile on ``wave_m x wave_n`` wavefronts of 16x16 MFMAs.
 
     Register ``(ti * tn + tj) * 4 + r`` of lane ``l`` in wave ``w`` holds row

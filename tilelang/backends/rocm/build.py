@@ -107,15 +107,22 @@ def compile_hip(source: str, arch: str, flags=(), toolchain: HipToolchain | None
                *flags, str(src), "-o", str(out)]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, env=tc.env(), check=False)
         if proc.returncode != 0 or not out.exists():
-            log = "\n".join(line for line in proc.stderr.splitlines() if "error" in line) or proc.stderr
+            log = (
+                "\n".join(line for line in proc.stderr.splitlines() if "error" in line)
+                or proc.stderr
+            )
             raise HipBuildError(f"hipcc --offload-arch={arch} failed:\n{log[-4000:]}")
         data = out.read_bytes()
         if data.startswith(_ELF_MAGIC):
             return data
         if not data.startswith(_BUNDLE_MAGIC):
-            raise HipBuildError("hipcc --genco produced neither a code object nor an offload bundle")
+            raise HipBuildError(
+                "hipcc --genco produced neither a code object nor an offload bundle"
+            )
         if tc.bundler is None:
-            raise HipBuildError("hipcc produced an offload bundle but clang-offload-bundler is missing")
+            raise HipBuildError(
+                "hipcc produced an offload bundle but clang-offload-bundler is missing"
+            )
         obj = Path(tmp) / "kernel.co"
         cmd = [tc.bundler, "--unbundle", "--type=o", f"--input={out}",
                f"--targets={_tool_target(arch)}", f"--output={obj}"]  # fmt: skip
@@ -133,7 +140,9 @@ def disassemble(code_object: bytes, toolchain: HipToolchain | None = None) -> st
     with tempfile.NamedTemporaryFile(suffix=".co") as handle:
         handle.write(code_object)
         handle.flush()
-        proc = subprocess.run([tc.objdump, "-d", handle.name], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [tc.objdump, "-d", handle.name], capture_output=True, text=True, check=False
+        )
     if proc.returncode != 0:
         raise HipBuildError(f"llvm-objdump failed: {proc.stderr[-2000:]}")
     return proc.stdout
@@ -166,7 +175,9 @@ def _describe(func) -> tuple[list, dict, int]:
     for p in func.params:
         ty = p.ty
         if hasattr(ty, "shape"):
-            params.append({"name": p.name, "dtype": str(ty.dtype), "shape": [str(s) for s in ty.shape]})
+            params.append(
+                {"name": p.name, "dtype": str(ty.dtype), "shape": [str(s) for s in ty.shape]}
+            )
         else:
             params.append({"name": p.name, "dtype": str(getattr(ty, "dtype", ty)), "shape": None})
     launches, _ = launches_of(func.body)

@@ -169,13 +169,17 @@ def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
         for e in range(kpl):
             row, kk = row0 + ti * 16, kv * inst.k + kgrp + e
             idx = a.index({ra - 2: kk, ra - 1: row} if v.transpose_A else {ra - 2: row, ra - 1: kk})
-            value = ir.TensorLoad(a.tensor, [inner.simplify(x) for x in physical(a.tensor, idx, inner)])
+            value = ir.TensorLoad(
+                a.tensor, [inner.simplify(x) for x in physical(a.tensor, idx, inner)]
+            )
             body.append(store(a_regs, [ti * kpl + e], value))
     for tj in range(tn):
         for e in range(kpl):
             col, kk = col0 + tj * 16, kv * inst.k + kgrp + e
             idx = b.index({rb - 2: col, rb - 1: kk} if v.transpose_B else {rb - 2: kk, rb - 1: col})
-            value = ir.TensorLoad(b.tensor, [inner.simplify(x) for x in physical(b.tensor, idx, inner)])
+            value = ir.TensorLoad(
+                b.tensor, [inner.simplify(x) for x in physical(b.tensor, idx, inner)]
+            )
             body.append(store(b_regs, [tj * kpl + e], value))
     for ti in range(tm):
         for tj in range(tn):

@@ -23,9 +23,7 @@ def _shfl_xor_wave(value, lane_mask, dtype, width=64):
 def lower_reduce_rocm(v, ctx):
     """Wavefront shuffles (``__shfl_xor`` over ``warp_size(arch)`` lanes), then LDS."""
     width = warp_size(ctx.arch)
-    return lower_reduce_threads(
-        v, ctx, lambda x, m, d: _shfl_xor_wave(x, m, d, width), width
-    )
+    return lower_reduce_threads(v, ctx, lambda x, m, d: _shfl_xor_wave(x, m, d, width), width)
 
 
 layout_rule("reduce", "rocm")(reduce_layout)
