@@ -79,8 +79,7 @@ def eval_extent(text: str, dims: dict) -> int:
 def _library_candidates():
     rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
     yield os.path.join(rocm, "lib", "libamdhip64.so")
-    for name in ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"):
-        yield name
+    yield from ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5")
 
 
 class HipDriver:
