@@ -67,10 +67,14 @@ def lower_reduce_cuda(v, ctx):
     return lower_reduce_threads(v, ctx, _shfl, 32)
 
 
-def lower_reduce_threads(v, ctx, shuffle, warp: int):
+def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
     """The reduction over a block's threads: ``shuffle(value, lane_mask, dtype)`` exchanges
     registers between lanes closer than ``warp`` (the warp/wavefront size); rows spanning
-    more lanes go through a shared workspace. Shared by the CUDA and ROCm rules."""
+    more lanes go through a shared workspace. Shared by the CUDA, ROCm and Metal rules.
+
+    ``whole_warp(kind, value, dtype)``, when given, may return one expression reducing
+    ``value`` over all ``warp`` lanes (Metal's ``simd_sum``/``simd_max``); it replaces the
+    butterfly when the lanes sharing a row are exactly the whole warp."""
     src, dst, dim, pairs = reduce_axes(v)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         raise errors.compile_error(
@@ -107,8 +111,14 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int):
     ld2 = ir.Var("rw", "int32")
     cur = ir.TensorLoad(red, [ld2])
     body = []
-    for g in lanes:
-        body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype))))
+    whole = None
+    if whole_warp is not None and sorted(lanes) == [1 << b for b in range(warp.bit_length() - 1)]:
+        whole = whole_warp(merge, cur, dtype)
+    if whole is not None:
+        body.append(store(red, [ld2], whole))
+    else:
+        for g in lanes:
+            body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype))))
     if warps:
         ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
         ctx.extra_allocs.append(alloc(ws))
