@@ -31,6 +31,12 @@ typedef hip_bfloat16 nv_bfloat16;
 #define __trap() __builtin_trap()
 #endif
 
+// bfloat16 conversions under their CUDA names (hip_bfloat16's float constructor rounds to
+// nearest even)
+__device__ __forceinline__ hip_bfloat16 __float2bfloat16_rn(float x) { return hip_bfloat16(x); }
+__device__ __forceinline__ hip_bfloat16 __float2bfloat16(float x) { return hip_bfloat16(x); }
+__device__ __forceinline__ float __bfloat162float(hip_bfloat16 x) { return float(x); }
+
 __device__ __forceinline__ half max(half a, half b) { return __hgt(a, b) ? a : b; }
 __device__ __forceinline__ half min(half a, half b) { return __hlt(a, b) ? a : b; }
 
