@@ -39,7 +39,7 @@ def _mfma(disasm: str) -> set[str]:
 def test_example_compiles_for_gfx90a(kid, path, kernel, args, uses_gemm):
     artifact = pipeline.build(example_tir(path, kernel, args), GFX90A)
     source = artifact.kernel_source
-    assert '#include <hip/hip_runtime.h>' in source
+    assert "#include <hip/hip_runtime.h>" in source
     assert not [tok for tok in CUDA_ONLY if tok in source.split("// ---- kernels", 1)[1]]
     assert artifact.code_object[:4] == b"\x7fELF"
     disasm = rocm_build.disassemble(artifact.code_object)

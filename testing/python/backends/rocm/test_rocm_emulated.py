@@ -72,7 +72,9 @@ def test_example_gemm(rng):
 
 def test_example_softmax(rng):
     x = rng.standard_normal((70, 192)).astype(np.float32)
-    lowered = pipeline.lower(example_tir("softmax/example_softmax.py", "softmax", (70, 192)), GFX90A)
+    lowered = pipeline.lower(
+        example_tir("softmax/example_softmax.py", "softmax", (70, 192)), GFX90A
+    )
     y = emulate(lowered, x, np.zeros_like(x))[1]
     ref = torch.softmax(torch.from_numpy(x).double(), -1).numpy()
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)

@@ -15,7 +15,9 @@ def matmul(M, N, K, bM=64, bN=64, bK=32, trans_A=False, trans_B=False, in_dtype=
 
     @T.prim_func
     def main(
-        A: T.Tensor(A_shape, in_dtype), B: T.Tensor(B_shape, in_dtype), C: T.Tensor((M, N), out_dtype)
+        A: T.Tensor(A_shape, in_dtype),
+        B: T.Tensor(B_shape, in_dtype),
+        C: T.Tensor((M, N), out_dtype),
     ):
         with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
             As = T.alloc_shared(A_tile, in_dtype)
