@@ -15,6 +15,7 @@ the C++ syntax and of the calls' shapes, not of Metal semantics.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import re
 import shutil
@@ -118,7 +119,11 @@ def syntax_check(source: str, compiler: str | None = None) -> None:
     Not a Metal compiler: the shim declares address-space keywords, attributes, vector
     types and the ``simd_*``/``simdgroup_*``/atomic functions the generated code calls.
     """
-    clang = compiler or shutil.which("clang++") or shutil.which("clang")
+    clang = (
+        compiler
+        or shutil.which("clang++")
+        or next((c for c in sorted(glob.glob("/usr/bin/clang++-*"), reverse=True)), None)
+    )
     if clang is None:
         raise MetalCodegenError("no clang for the MSL syntax check")
     with tempfile.TemporaryDirectory(prefix="tl_msl_") as tmp:
