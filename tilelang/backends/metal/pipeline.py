@@ -24,7 +24,8 @@ from tvm_tirx.ir.prim.expr import Cast
 from ... import errors
 from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
-from ...lowering.global_layouts import collect_global_layouts, no_vectors_for
+from ...lowering.global_layouts import no_vectors_for
+from ...transform.apply_global_layouts import collect_global_layouts
 from ...lowering.stmt import StmtMutator
 from ...ops import lowering_for, tile_op_of
 from ..cuda import pipeline as cuda_pipeline

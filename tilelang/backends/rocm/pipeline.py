@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
-from ...lowering.global_layouts import collect_global_layouts, no_vectors_for
+from ...lowering.global_layouts import no_vectors_for
+from ...transform.apply_global_layouts import collect_global_layouts
 from ...lowering.stmt import StmtMutator
 from ...ops import lowering_for, tile_op_of
 from ..cuda import pipeline as cuda_pipeline
