@@ -20,7 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import cuda_emulator as _cuda
 from .cuda_emulator import EmulationError, _Machine
+
+try:  # the FNUZ fp8 formats of gfx94x, for global and shared tensors of fp8 gemms
+    import ml_dtypes as _ml
+
+    _cuda._NP.setdefault("float8_e4m3fnuz", _ml.float8_e4m3fnuz)
+    _cuda._NP.setdefault("float8_e5m2fnuz", _ml.float8_e5m2fnuz)
+except (ImportError, AttributeError):  # pragma: no cover - ml_dtypes is a dependency
+    pass
 
 WAVE = 64
 #: wrapper -> (k per lane, operand dtype, accumulator dtype)
@@ -29,18 +38,27 @@ MFMA = {
     "tl::mfma_f32_16x16x16_bf16": (4, "bfloat16", np.float32),
     "tl::mfma_i32_16x16x16_i8": (4, np.int8, np.int32),
     "tl::mfma_i32_16x16x32_i8": (8, np.int8, np.int32),
+    "tl::mfma_f32_16x16x32_fp8": (8, "float8_e4m3fnuz", np.float32),
+    "tl::mfma_f32_16x16x32_bf8": (8, "float8_e5m2fnuz", np.float32),
 }
 
 
 def _np(dtype):
-    if dtype == "bfloat16":
+    if isinstance(dtype, str):
         import ml_dtypes
 
-        return ml_dtypes.bfloat16
+        return getattr(ml_dtypes, dtype)
     return dtype
 
 
 class _RocmMachine(_Machine):
+    def _call(self, e, mask):
+        if getattr(e.op, "name", "") == "tirx.reinterpret":  # fp8 bytes <-> fp8 values
+            src, dst = _cuda.np_dtype(str(e.args[0].ty)), _cuda.np_dtype(str(e.ty))
+            value = np.asarray(self.eval(e.args[0], mask)).astype(src)
+            return value.view(dst)
+        return super()._call(e, mask)
+
     def _extern(self, fname, args, e, mask):
         if fname == "__shfl_xor":
             value = np.broadcast_to(self.eval(args[0], mask), (self.lanes,))

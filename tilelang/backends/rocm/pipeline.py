@@ -21,12 +21,13 @@ from dataclasses import replace
 from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
-from ...transform.apply_global_layouts import collect_global_layouts
 from ...lowering.stmt import StmtMutator
 from ...ops import lowering_for, tile_op_of
+from ...transform.apply_global_layouts import collect_global_layouts
 from ..cuda import pipeline as cuda_pipeline
 from ..cuda.pipeline import CudaLowering
 from . import rules  # noqa: F401 - registers the ROCm op rules
+from .checks import fold_fnuz_constants, refuse_fnuz_arithmetic, refuse_ocp_small_floats
 
 #: architectures with code generation (MFMA on all of them)
 ARCHES = ("gfx90a", "gfx940", "gfx941", "gfx942")
@@ -56,8 +57,23 @@ def stage_lower_tile_ops(func, state):
     return func.with_body(_LowerTileOpsRocm("rocm")(func.body, state.ctx))
 
 
+def stage_check_dtypes(func, state):
+    """OCP fp8/fp6/fp4 element types are refused (``checks.py``)."""
+    refuse_ocp_small_floats(func)
+    return func
+
+
+def stage_check_fp8_arithmetic(func, state):
+    """No conversion or arithmetic on FNUZ fp8 bytes survives lowering (``checks.py``);
+    fp8 constants (tail zero fills) become byte patterns first."""
+    func = func.with_body(fold_fnuz_constants(func.body))
+    refuse_fnuz_arithmetic(func)
+    return func
+
+
 #: The ROCm pipeline, in order.
 STAGES = [
+    ("check_dtypes", stage_check_dtypes),
     ("rasterize_blocks", cuda_pipeline.stage_rasterize_blocks),
     ("layout_inference", stage_layout_inference),
     ("apply_shared_layouts", cuda_pipeline.stage_apply_shared_layouts),
@@ -69,6 +85,7 @@ STAGES = [
     ("plan_shared_memory", cuda_pipeline.stage_plan_shared_memory),
     ("strip_schedule_hints", cuda_pipeline.stage_strip_schedule_hints),
     ("apply_global_layouts", cuda_pipeline.stage_apply_global_layouts),
+    ("check_fp8_arithmetic", stage_check_fp8_arithmetic),
 ]
 
 

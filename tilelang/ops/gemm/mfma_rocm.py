@@ -13,7 +13,9 @@ fragment A or B is first staged into LDS) into registers, then issues one MFMA p
 ``tilelang/backends/rocm/include/tl_hip.h`` (``__builtin_amdgcn_mfma_*``).
 
 Instructions: f16 x f16 -> f32 and bf16 x bf16 -> f32 (``16x16x16``, gfx90a and gfx94x),
-int8 x int8 -> int32 (``16x16x16i8`` on gfx90a, ``16x16x32_i8`` on gfx94x). Any other gemm
+int8 x int8 -> int32 (``16x16x16i8`` on gfx90a, ``16x16x32_i8`` on gfx94x), and on gfx94x
+fp8 x fp8 -> f32 in the FNUZ formats (``float8_e4m3fnuz``: ``16x16x32_fp8_fp8``,
+``float8_e5m2fnuz``: ``16x16x32_bf8_bf8``). Any other gemm
 (float32/float64 operands, tiles that are not multiples of 16 x 16 x K-atom, block sizes
 that are not whole wavefronts, a C layout fixed elsewhere) uses the scalar fallback of
 ``scalar_cuda.py``: correct, but plain FMAs (no MFMA).
@@ -36,6 +38,11 @@ from .op import gemm_dims
 from .scalar_cuda import _stage, gemm_layout, lower_gemm_scalar
 
 _CDNA3 = ("gfx940", "gfx941", "gfx942")
+#: gfx94x fp8 formats (AMD's FNUZ encodings) and their 16x16x32 MFMA wrappers
+FP8_FNUZ = {
+    "float8_e4m3fnuz": "tl::mfma_f32_16x16x32_fp8",
+    "float8_e5m2fnuz": "tl::mfma_f32_16x16x32_bf8",
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ def mfma_instruction(arch: str, in_dtype: str, acc_dtype: str) -> Mfma | None:
         return Mfma("tl::mfma_f32_16x16x16_f16", in_dtype, acc_dtype, 4)
     if acc_dtype == "float32" and in_dtype == "bfloat16" and not str(arch).startswith("gfx908"):
         return Mfma("tl::mfma_f32_16x16x16_bf16", in_dtype, acc_dtype, 4)
+    if acc_dtype == "float32" and cdna3 and in_dtype in FP8_FNUZ:
+        return Mfma(FP8_FNUZ[in_dtype], in_dtype, acc_dtype, 8)
     if acc_dtype == "int32" and in_dtype == "int8":
         if cdna3:
             return Mfma("tl::mfma_i32_16x16x32_i8", in_dtype, acc_dtype, 8)
@@ -158,8 +167,15 @@ def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
     row0 = (wave // plan.wave_n) * mw + lane % 16
     col0 = (wave % plan.wave_n) * nw + lane % 16
     kgrp = (lane // 16) * kpl
-    a_regs = new_tensor(f"{a.name}_mfma", [tm * kpl], inst.in_dtype, "local")
-    b_regs = new_tensor(f"{b.name}_mfma", [tn * kpl], inst.in_dtype, "local")
+    # fp8 operands travel as their bytes (HIP has no fp8 type in ROCm 5.x's headers)
+    raw = inst.in_dtype in FP8_FNUZ
+    reg_dtype = "uint8" if raw else inst.in_dtype
+
+    def element(value):
+        return _tirx.reinterpret(value, ty="uint8") if raw else value
+
+    a_regs = new_tensor(f"{a.name}_mfma", [tm * kpl], reg_dtype, "local")
+    b_regs = new_tensor(f"{b.name}_mfma", [tn * kpl], reg_dtype, "local")
     stmts += [alloc(a_regs), alloc(b_regs)]
     kv = ir.Var("gk", "int32")
     inner = ctx.with_range(kv, 0, plan.k // inst.k)
@@ -172,7 +188,7 @@ def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
             value = ir.TensorLoad(
                 a.tensor, [inner.simplify(x) for x in physical(a.tensor, idx, inner)]
             )
-            body.append(store(a_regs, [ti * kpl + e], value))
+            body.append(store(a_regs, [ti * kpl + e], element(value)))
     for tj in range(tn):
         for e in range(kpl):
             col, kk = col0 + tj * 16, kv * inst.k + kgrp + e
@@ -180,7 +196,7 @@ def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
             value = ir.TensorLoad(
                 b.tensor, [inner.simplify(x) for x in physical(b.tensor, idx, inner)]
             )
-            body.append(store(b_regs, [tj * kpl + e], value))
+            body.append(store(b_regs, [tj * kpl + e], element(value)))
     for ti in range(tm):
         for tj in range(tn):
             call = _tirx.call_extern(

@@ -59,6 +59,8 @@ def test_example_compiles_for_gfx90a(kid, path, kernel, args, uses_gemm):
         ("int8", "int32", GFX90A, "v_mfma_i32_16x16x16i8"),
         ("float16", "float32", GFX940, "v_mfma_f32_16x16x16f16"),
         ("int8", "int32", GFX940, "v_mfma_i32_16x16x32_i8"),
+        ("float8_e4m3fnuz", "float32", GFX940, "v_mfma_f32_16x16x32_fp8_fp8"),
+        ("float8_e5m2fnuz", "float32", GFX940, "v_mfma_f32_16x16x32_bf8_bf8"),
     ],
 )
 def test_gemm_instruction_per_dtype(in_dtype, acc, target, instruction):
@@ -117,3 +119,17 @@ def test_auto_picks_rocm_for_a_rocm_torch(monkeypatch):
 def test_hipcc_error_is_reported():
     with pytest.raises(rocm_build.HipBuildError, match="hipcc|toolchain"):
         rocm_build.compile_hip("this is not HIP", "gfx90a")
+
+
+def test_fp8_refusals_name_the_line():
+    from tilelang import errors
+
+    # gfx90a has no fp8 MFMA: the scalar fallback would convert fp8 bytes
+    with pytest.raises(
+        errors.CompileError, match=r"vendor_kernels.py:\d+: float8_e4m3fnuz arithmetic"
+    ):
+        pipeline.lower(matmul.get_tir(64, 64, 64, in_dtype="float8_e4m3fnuz"), GFX90A)
+    with pytest.raises(
+        errors.CompileError, match="float8_e4m3fn .* not supported on the rocm target"
+    ):
+        pipeline.lower(matmul.get_tir(64, 64, 64, in_dtype="float8_e4m3fn"), GFX940)

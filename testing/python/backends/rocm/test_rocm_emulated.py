@@ -15,7 +15,8 @@ from tilelang.testing.rocm_emulator import emulate
 
 GFX90A = {"kind": "rocm", "arch": "gfx90a"}
 GFX940 = {"kind": "rocm", "arch": "gfx940"}
-NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8, "float32": np.float32}
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8, "float32": np.float32,
+      "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz}  # fmt: skip
 
 
 def _inputs(rng, shape, dtype):
@@ -32,6 +33,8 @@ def _inputs(rng, shape, dtype):
         (70, 50, 90, False, True, "bfloat16", "float32", GFX90A),
         (40, 90, 100, True, True, "int8", "int32", GFX90A),
         (70, 60, 100, False, True, "int8", "int32", GFX940),
+        (70, 50, 100, False, True, "float8_e4m3fnuz", "float32", GFX940),
+        (40, 90, 70, True, False, "float8_e5m2fnuz", "float32", GFX940),
     ],
 )
 def test_mfma_gemm_matches_float64(m, n, k, trans_a, trans_b, in_dtype, acc, target, rng):

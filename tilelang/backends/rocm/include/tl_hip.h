@@ -191,6 +191,18 @@ __device__ __forceinline__ void mfma_i32_16x16x32_i8(void* c, const void* a, con
   acc = __builtin_amdgcn_mfma_i32_16x16x32_i8(load_regs<long>(a), load_regs<long>(b), acc, 0, 0, 0);
   store_regs(c, acc);
 }
+
+// fp8 (FNUZ encodings, stored as bytes): 8 k elements per lane in one 64-bit register pair.
+__device__ __forceinline__ void mfma_f32_16x16x32_fp8(void* c, const void* a, const void* b) {
+  mfma_f32x4 acc = load_regs<mfma_f32x4>(c);
+  acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(load_regs<long>(a), load_regs<long>(b), acc, 0, 0, 0);
+  store_regs(c, acc);
+}
+__device__ __forceinline__ void mfma_f32_16x16x32_bf8(void* c, const void* a, const void* b) {
+  mfma_f32x4 acc = load_regs<mfma_f32x4>(c);
+  acc = __builtin_amdgcn_mfma_f32_16x16x32_bf8_bf8(load_regs<long>(a), load_regs<long>(b), acc, 0, 0, 0);
+  store_regs(c, acc);
+}
 #endif
 
 }  // namespace tl
