@@ -136,7 +136,7 @@ class HipDriver:
 class HipKernel:
     """A loaded ROCm kernel: ``kernel(*tensors)`` launches it on torch's current HIP stream."""
 
-    def __init__(self, artifact, driver=None):
+    def __init__(self, artifact, driver=None, device_type: str = "cuda"):
         if artifact.code_object is None:
             raise HipRuntimeError(
                 "this ROCm artifact holds no code object (hipcc was not found when it was "
@@ -147,6 +147,7 @@ class HipKernel:
         self.signature = kernel_signature(artifact.kernel_source, self.name)
         self.params = self.meta["params"]
         self._driver = driver
+        self.device_type = device_type  # what torch calls a ROCm GPU ("cuda"); tests use "cpu"
         self._functions: dict[int, object] = {}
 
     @property
@@ -182,6 +183,11 @@ class HipKernel:
                     raise ValueError(
                         f"{self.name}: {name}.shape[{axis}] = {have} but {want} = {dims[want]}"
                     )
+            device = getattr(getattr(arg, "device", None), "type", None)
+            if device != self.device_type:
+                raise ValueError(
+                    f"{self.name}: argument {name} must be on the GPU, got one on {device}"
+                )
             if hasattr(arg, "is_contiguous") and not arg.is_contiguous():
                 raise ValueError(f"{self.name}: argument {name} must be contiguous")
             tensors[name] = arg
@@ -239,6 +245,6 @@ class HipKernel:
         return None
 
 
-def load_kernel(artifact, driver=None) -> HipKernel:
+def load_kernel(artifact, driver=None, device_type: str = "cuda") -> HipKernel:
     """A :class:`HipKernel` for a :class:`~.build.HipArtifact`."""
-    return HipKernel(artifact, driver)
+    return HipKernel(artifact, driver, device_type)

@@ -55,7 +55,7 @@ def artifact():
 
 
 def test_signature_and_launch_config(artifact):
-    kernel = runtime.load_kernel(artifact, FakeDriver())
+    kernel = runtime.load_kernel(artifact, FakeDriver(), device_type="cpu")
     assert kernel.signature == [("float*", "A_ptr"), ("float*", "B_ptr"), ("int", "n")]
     a, b = torch.zeros(10, 64), torch.zeros(10, 64)
     tensors, dims = kernel.bind((a, b))
@@ -67,7 +67,7 @@ def test_signature_and_launch_config(artifact):
 
 def test_launch_goes_to_the_current_stream(artifact, monkeypatch):
     driver = FakeDriver()
-    kernel = runtime.load_kernel(artifact, driver)
+    kernel = runtime.load_kernel(artifact, driver, device_type="cpu")
 
     class Stream:
         cuda_stream = 0x1234
@@ -98,9 +98,15 @@ def test_launch_goes_to_the_current_stream(artifact, monkeypatch):
     ],
 )
 def test_bad_arguments_name_the_parameter(artifact, args, error, match):
-    kernel = runtime.load_kernel(artifact, FakeDriver())
+    kernel = runtime.load_kernel(artifact, FakeDriver(), device_type="cpu")
     with pytest.raises(error, match=match):
         kernel(*args)
+
+
+def test_host_tensors_are_refused(artifact):
+    kernel = runtime.load_kernel(artifact, FakeDriver())
+    with pytest.raises(ValueError, match="A must be on the GPU, got one on cpu"):
+        kernel(torch.zeros(4, 64), torch.zeros(4, 64))
 
 
 def test_eval_extent():
@@ -135,3 +141,25 @@ def test_compile_for_hip_target_through_tilelang_compile():
     assert kernel.artifact.meta["kernel_names"] == ["add_one_kernel"]
     lowered = tilelang.lower(add_one, target="rocm")
     assert "lower_tile_ops" in lowered.stages and "__global__" in lowered.stages["source"]
+
+
+def test_jit_kernel_call_path(artifact, monkeypatch):
+    # the JITKernel path of a ROCm kernel: out_idx allocation + launch through the loader
+    driver = FakeDriver()
+    from tilelang.backends.rocm import RocmBackend
+
+    monkeypatch.setattr(
+        RocmBackend, "load", lambda self, art: runtime.load_kernel(art, driver, device_type="cpu")
+    )
+
+    class Stream:
+        cuda_stream = 7
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    kernel = tilelang.compile(add_one, out_idx=-1, target="hip")
+    a = torch.randn(9, 64)
+    out = kernel(a)
+    assert out.shape == (9, 64) and out.dtype == torch.float32
+    launch = driver.calls[-1]
+    assert launch[0] == "launch" and launch[2] == (3, 1, 1) and launch[5] == 7
+    assert launch[6] == [a.data_ptr(), out.data_ptr(), 9]
