@@ -11,6 +11,7 @@ class MetalBackend:
     """Generates MSL for Apple GPUs through ``pipeline.py``."""
 
     name = "metal"
+    artifact_type = MetalArtifact  # saved to and loaded from the kernel cache
 
     def build(self, func, *, target, pass_configs=None, compile_flags=None):
         """A :class:`MetalArtifact` (MSL source) of ``func``."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -49,6 +50,29 @@ class MetalArtifact:
     def get_kernel_source(self) -> str:
         """The MSL source."""
         return self.kernel_source
+
+    def save(self, directory) -> Path:
+        """Write ``kernel.metal`` and ``meta.json`` into ``directory``."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "kernel.metal").write_text(self.kernel_source)
+        (path / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory) -> MetalArtifact:
+        """The artifact :meth:`save` wrote (MetalCodegenError when missing or damaged)."""
+        path = Path(directory)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            source = (path / "kernel.metal").read_text()
+        except (OSError, ValueError) as err:
+            raise MetalCodegenError(f"Metal artifact {str(path)!r} is unreadable: {err}") from err
+        if meta.get("sha256") != hashlib.sha256(source.encode()).hexdigest():
+            raise MetalCodegenError(
+                f"Metal artifact {str(path)!r}: kernel.metal does not match meta.json"
+            )
+        return cls(source, meta)
 
 
 def header_text() -> str:

@@ -25,9 +25,9 @@ from ... import errors
 from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
-from ...transform.apply_global_layouts import collect_global_layouts
 from ...lowering.stmt import StmtMutator
 from ...ops import lowering_for, tile_op_of
+from ...transform.apply_global_layouts import collect_global_layouts
 from ..cuda import pipeline as cuda_pipeline
 from ..cuda.pipeline import CudaLowering
 from . import rules  # noqa: F401 - registers the Metal op rules

@@ -10,6 +10,7 @@ class RocmBackend:
     """Compiles kernels for AMD CDNA GPUs (gfx90a, gfx940/941/942) through ``pipeline.py``."""
 
     name = "rocm"
+    artifact_type = HipArtifact  # saved to and loaded from the kernel cache
 
     def build(self, func, *, target, pass_configs=None, compile_flags=None):
         """A :class:`HipArtifact` of ``func`` (source; code object when hipcc is installed)."""

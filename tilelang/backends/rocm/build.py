@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -165,6 +166,33 @@ class HipArtifact:
     def get_kernel_source(self) -> str:
         """The HIP source (``tl_hip.h`` included)."""
         return self.kernel_source
+
+    def save(self, directory) -> Path:
+        """Write ``kernel.hip``, ``kernel.co`` (when compiled) and ``meta.json`` into ``directory``."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "kernel.hip").write_text(self.kernel_source)
+        if self.code_object is not None:
+            (path / "kernel.co").write_bytes(self.code_object)
+        (path / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory) -> HipArtifact:
+        """The artifact :meth:`save` wrote (HipBuildError naming what is missing or damaged)."""
+        path = Path(directory)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            source = (path / "kernel.hip").read_text()
+        except (OSError, ValueError) as err:
+            raise HipBuildError(f"ROCm artifact {str(path)!r} is unreadable: {err}") from err
+        if (
+            meta.get("kind") != ARTIFACT_KIND
+            or meta.get("sha256") != hashlib.sha256(source.encode()).hexdigest()
+        ):
+            raise HipBuildError(f"ROCm artifact {str(path)!r}: kernel.hip does not match meta.json")
+        code = path / "kernel.co"
+        return cls(source, code.read_bytes() if code.exists() else None, meta)
 
 
 def _describe(func) -> tuple[list, dict, int]:

@@ -163,3 +163,29 @@ def test_jit_kernel_call_path(artifact, monkeypatch):
     launch = driver.calls[-1]
     assert launch[0] == "launch" and launch[2] == (3, 1, 1) and launch[5] == 7
     assert launch[6] == [a.data_ptr(), out.data_ptr(), 9]
+
+
+@pytest.mark.parametrize("target", ["hip", "metal"])
+def test_artifacts_go_through_the_disk_cache(target, tmp_path, monkeypatch):
+    from tilelang.backends.metal import pipeline as metal_pipeline
+
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    module = pipeline if target == "hip" else metal_pipeline
+    builds = []
+    real = module.build
+    monkeypatch.setattr(module, "build", lambda *a, **k: builds.append(1) or real(*a, **k))
+    from tilelang.jit import clear_memory_cache
+
+    clear_memory_cache()
+    first = tilelang.compile(add_one, target=target)
+    clear_memory_cache()  # the second compile must come from disk, not from memory
+    second = tilelang.compile(add_one, target=target)
+    assert len(builds) == 1, "the second compile must be served from the disk cache"
+    assert second.artifact.kernel_source == first.artifact.kernel_source
+    assert second.artifact.meta == first.artifact.meta
+    if target == "hip":
+        assert second.artifact.code_object == first.artifact.code_object
+    saved = first.artifact.save(tmp_path / "copy")
+    (saved / ("kernel.hip" if target == "hip" else "kernel.metal")).write_text("tampered")
+    with pytest.raises(tilelang.errors.CompileError, match="does not match"):
+        type(first.artifact).load(saved)
