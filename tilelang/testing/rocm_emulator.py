@@ -75,6 +75,22 @@ class _RocmMachine(_Machine):
             raise EmulationError(f"{fname} is a CUDA call: the ROCm lowering must not emit it")
         return super()._extern(fname, args, e, mask)
 
+    def _copy_vec(self, fname, args, mask):
+        """``tl::copy_vec`` moves bytes: between tensors of different element types of one
+        size (fp8 tile -> byte registers) the bits are kept, not the values."""
+        if not fname.startswith("tl::zero_vec"):
+            dst, _ = self._pointer(args[0], mask)
+            src, _ = self._pointer(args[1], mask)
+            same_size = dst.data.dtype.itemsize == src.data.dtype.itemsize
+            if dst.data.dtype != src.data.dtype and same_size:
+                original = dst.data
+                dst.data = original.view(src.data.dtype)
+                try:
+                    return super()._copy_vec(fname, args, mask)
+                finally:
+                    dst.data = original
+        return super()._copy_vec(fname, args, mask)
+
     def _waves(self, fname, mask):
         active = np.broadcast_to(mask, (self.lanes,))
         if self.lanes % WAVE:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm_ffi
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
@@ -33,6 +34,7 @@ from ...layout.mfma_layouts import WAVE, make_mfma_accumulator_fragment, wave_pa
 from ...lowering.irb import seq, store
 from ...lowering.region import RegionView
 from ...lowering.thread_utils import alloc, for_, is_fragment, new_tensor, physical
+from ...lowering.vectorize import vector_call
 from ..registry import layout_rule, lower_rule
 from .op import gemm_dims
 from .scalar_cuda import _stage, gemm_layout, lower_gemm_scalar
@@ -146,6 +148,41 @@ def _same(got, want) -> bool:
         return np.array_equal(got.thread_table(), want.thread_table())
 
 
+def _vector_ok(view, kpl: int, ctx) -> bool:
+    """Whether ``kpl`` consecutive k elements of ``view`` starting at a multiple of ``kpl``
+    are one aligned vector (k is the storage's last axis; no swizzle; static offsets)."""
+    if ctx.get_layout(view.tensor) is not None:
+        return False
+    nbytes = kpl * tvm_ffi.dtype(view.dtype).bits // 8
+    last, begin = E.as_const_int(view.tensor.ty.shape[-1]), E.as_const_int(view.begins[-1])
+    return (
+        nbytes in (4, 8, 16)
+        and last is not None
+        and begin is not None
+        and not (last % kpl or begin % kpl)
+    )
+
+
+def _operand_loads(view, regs, atoms, kpl, at, k_contiguous, element, ctx):
+    """Each lane's ``kpl`` k elements of ``atoms`` operand atoms into ``regs``: one
+    ``tl::copy_vec`` per atom when they are contiguous and aligned, else element by element."""
+    stmts = []
+    if k_contiguous and _vector_ok(view, kpl, ctx):
+        nbytes = kpl * tvm_ffi.dtype(view.dtype).bits // 8
+        for t in range(atoms):
+            src = ir.TensorLoad(view.tensor, [ctx.simplify(x) for x in at(t, 0)])
+            dst = ir.TensorLoad(regs, [t * kpl])
+            stmts.append(
+                vector_call("tl::copy_vec", nbytes, _tirx.address_of(dst), _tirx.address_of(src))
+            )
+        return stmts
+    for t in range(atoms):
+        for e in range(kpl):
+            idx = [ctx.simplify(x) for x in physical(view.tensor, at(t, e), ctx)]
+            stmts.append(store(regs, [t * kpl + e], element(ir.TensorLoad(view.tensor, idx))))
+    return stmts
+
+
 def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
     """Thread-level code of one gemm on MFMAs (see the module docstring)."""
     a, b, c, _, _, _ = gemm_dims(v)
@@ -181,22 +218,18 @@ def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
     inner = ctx.with_range(kv, 0, plan.k // inst.k)
     ra, rb = len(a.extents), len(b.extents)
     body = []
-    for ti in range(tm):
-        for e in range(kpl):
-            row, kk = row0 + ti * 16, kv * inst.k + kgrp + e
-            idx = a.index({ra - 2: kk, ra - 1: row} if v.transpose_A else {ra - 2: row, ra - 1: kk})
-            value = ir.TensorLoad(
-                a.tensor, [inner.simplify(x) for x in physical(a.tensor, idx, inner)]
-            )
-            body.append(store(a_regs, [ti * kpl + e], element(value)))
-    for tj in range(tn):
-        for e in range(kpl):
-            col, kk = col0 + tj * 16, kv * inst.k + kgrp + e
-            idx = b.index({rb - 2: col, rb - 1: kk} if v.transpose_B else {rb - 2: kk, rb - 1: col})
-            value = ir.TensorLoad(
-                b.tensor, [inner.simplify(x) for x in physical(b.tensor, idx, inner)]
-            )
-            body.append(store(b_regs, [tj * kpl + e], element(value)))
+
+    def a_at(ti, e):
+        row, kk = row0 + ti * 16, kv * inst.k + kgrp + e
+        return a.index({ra - 2: kk, ra - 1: row} if v.transpose_A else {ra - 2: row, ra - 1: kk})
+
+    def b_at(tj, e):
+        col, kk = col0 + tj * 16, kv * inst.k + kgrp + e
+        return b.index({rb - 2: col, rb - 1: kk} if v.transpose_B else {rb - 2: kk, rb - 1: col})
+
+    # A (M, K) and B^T (N, K) keep a lane's k elements contiguous: one LDS vector read each
+    body += _operand_loads(a, a_regs, tm, kpl, a_at, not v.transpose_A, element, inner)
+    body += _operand_loads(b, b_regs, tn, kpl, b_at, bool(v.transpose_B), element, inner)
     for ti in range(tm):
         for tj in range(tn):
             call = _tirx.call_extern(
