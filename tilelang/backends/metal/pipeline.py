@@ -25,6 +25,7 @@ from ... import errors
 from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
+from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StmtMutator
 from ...ops import lowering_for, tile_op_of
 from ...transform.apply_global_layouts import collect_global_layouts
@@ -136,9 +137,13 @@ def lower(func, target=None, pass_configs=None):
 
     options = dict(build_options(pass_configs))
     options["ldmatrix"] = False
-    state = CudaLowering(ARCH, options, collect_global_layouts(func.body))
-    with no_vectors_for(state.global_layouts):
-        return run_stages(func, STAGES, pass_configs, state=state)
+
+    def lower_one(part):  # each T.Kernel block on its own (tilelang.lowering.kernels)
+        state = CudaLowering(ARCH, options, collect_global_layouts(part.body))
+        with no_vectors_for(state.global_layouts):
+            return run_stages(part, STAGES, pass_configs, state=state)
+
+    return lower_each_kernel(func, lower_one)
 
 
 def build(func, target=None, pass_configs=None, compile_flags=None):

@@ -143,6 +143,11 @@ class HipKernel:
                 "built); rebuild it where hipcc is installed"
             )
         self.artifact, self.meta = artifact, artifact.meta
+        if len(self.meta.get("kernel_names", [])) != 1:
+            raise HipRuntimeError(
+                f"the ROCm launcher runs programs of one T.Kernel block; this one has "
+                f"{len(self.meta.get('kernel_names', []))} ({self.meta.get('kernel_names')})"
+            )
         self.name = self.meta["entry_name"]
         self.signature = kernel_signature(artifact.kernel_source, self.name)
         self.params = self.meta["params"]

@@ -189,3 +189,21 @@ def test_artifacts_go_through_the_disk_cache(target, tmp_path, monkeypatch):
     (saved / ("kernel.hip" if target == "hip" else "kernel.metal")).write_text("tampered")
     with pytest.raises(tilelang.errors.CompileError, match="does not match"):
         type(first.artifact).load(saved)
+
+
+def test_several_kernel_blocks_compile_but_do_not_launch(monkeypatch):
+    from vendor_kernels import two_kernels
+
+    from tilelang.backends.metal import pipeline as metal_pipeline
+
+    func = two_kernels.get_tir(100)
+    monkeypatch.setattr(rocm_build, "find_toolchain", lambda: None)
+    artifact = pipeline.build(func, {"kind": "rocm", "arch": "gfx90a"})
+    assert len(artifact.meta["kernel_names"]) == 2
+    assert artifact.kernel_source.count('extern "C" __global__') == 4  # declaration + definition
+    with pytest.raises(runtime.HipRuntimeError, match="one T.Kernel block; this one has 2"):
+        runtime.load_kernel(
+            rocm_build.HipArtifact(artifact.kernel_source, b"\x7fELF", artifact.meta)
+        )
+    msl = metal_pipeline.build(func, {"kind": "metal"}).kernel_source
+    assert msl.count("kernel void ") == 2

@@ -85,3 +85,21 @@ def double_add(N):
                 B[bx * 64 + i] = A[bx * 64 + i] + 1.0
 
     return main
+
+
+@tilelang.jit(out_idx=-1)
+def two_kernels(N):
+    """Two ``T.Kernel`` blocks launched in order: B = A + 1, then C = 2 B."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")
+    ):
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                B[bx * 64 + i] = A[bx * 64 + i] + 1.0
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                C[bx * 64 + i] = B[bx * 64 + i] * 2.0
+
+    return main
