@@ -6,7 +6,8 @@ rules emit:
 * ``simd_shuffle_xor(value, mask)`` within 32-lane SIMD-groups;
 * ``simd_sum`` / ``simd_max`` / ``simd_min`` / ``simd_and`` / ``simd_or`` / ``simd_xor``
   over a whole SIMD-group;
-* ``tl::simdgroup_mma_8x8(c, a, lda, b, ldb, trans_a, trans_b)``
+* ``tl::simdgroup_gemm_8x8<tm, tn>(c, a, lda, b, ldb, trans_a, trans_b)`` (a SIMD-group's
+  tm x tn atoms for one k step)
   (``tilelang/backends/metal/include/tl_metal.h``): per SIMD-group, the 8x8 A and B tiles
   at the (group-uniform) pointers with their row strides, the accumulator spread over the
   lanes as ``tilelang.layout.simdgroup_layouts`` says (lane ``l`` holds row ``row(l)``,
@@ -48,8 +49,9 @@ class _MetalMachine(_Machine):
             value = np.broadcast_to(self.eval(args[0], mask), (self.lanes,)).reshape(-1, SIMD)
             out = _WHOLE[fname](value, axis=1)
             return np.repeat(out, SIMD).astype(value.dtype)
-        if fname == "tl::simdgroup_mma_8x8":
-            return self._simdgroup_mma(fname, args, mask)
+        if fname.startswith("tl::simdgroup_gemm_8x8<"):
+            tm, tn = (int(x) for x in fname[fname.index("<") + 1 : fname.index(">")].split(","))
+            return self._simdgroup_mma(fname, args, mask, tm, tn)
         if fname.startswith(
             ("__shfl", "tl::mma_", "tl::ptx_", "tl::cp_async", "tl::wgmma", "tl::mfma")
         ):
@@ -67,8 +69,9 @@ class _MetalMachine(_Machine):
             raise EmulationError(f"{fname}: reached by part of a SIMD-group")
         return np.arange(self.lanes).reshape(-1, SIMD)[per.all(axis=1)]
 
-    def _tile(self, ptr, ld, trans, lanes, mask, fname):
+    def _tile(self, ptr, ld, trans, lanes, mask, fname, shift=0):
         buf, flat = self._pointer(ptr, mask)
+        flat = flat + shift
         starts = {int(flat[t]) for t in lanes}
         if len(starts) != 1:
             raise EmulationError(f"{fname}: the lanes of a SIMD-group pass different tiles")
@@ -80,23 +83,32 @@ class _MetalMachine(_Machine):
         data = buf.data if buf.data.ndim == 1 else buf.data[lanes[0]]
         return data[offsets].astype(np.float64)
 
-    def _simdgroup_mma(self, fname, args, mask):
-        c_raw, c_off = self._local_bytes(args[0], mask, 8, fname)
+    def _simdgroup_mma(self, fname, args, mask, tm, tn):
+        """``simdgroup_gemm_8x8<tm, tn>`` (a SIMD-group's tm x tn atoms; atom (i, j) reads A at ``a + 8 i`` rows (columns when transposed) and
+        B at ``b + 8 j`` columns (rows when transposed), accumulators at ``c[(i tn + j) 2]``)."""
+        c_raw, c_off = self._local_bytes(args[0], mask, 8 * tm * tn, fname)
         lda, ldb = int(self.scalar(args[2])), int(self.scalar(args[4]))
         ta, tb = bool(self.scalar(args[5])), bool(self.scalar(args[6]))
         for lanes in self._groups(fname, mask):
-            a = self._tile(args[1], lda, ta, lanes, mask, fname)
-            b = self._tile(args[3], ldb, tb, lanes, mask, fname)
-            c = np.zeros((8, 8))
-            for lane, t in enumerate(lanes):
-                row, col = lane_element(lane)
-                o = int(c_off[t])
-                c[row, col : col + 2] = c_raw[t, o : o + 8].copy().view(np.float32)
-            d = a @ b + c
-            for lane, t in enumerate(lanes):
-                row, col = lane_element(lane)
-                o = int(c_off[t])
-                c_raw[t, o : o + 8] = d[row, col : col + 2].astype(np.float32).view(np.uint8)
+            for i in range(tm):
+                a = self._tile(args[1], lda, ta, lanes, mask, fname, i * 8 if ta else i * 8 * lda)
+                for j in range(tn):
+                    b = self._tile(
+                        args[3], ldb, tb, lanes, mask, fname, j * 8 * ldb if tb else j * 8
+                    )
+                    c = np.zeros((8, 8))
+                    at = 8 * (i * tn + j)
+                    for lane, t in enumerate(lanes):
+                        row, col = lane_element(lane)
+                        o = int(c_off[t]) + at
+                        c[row, col : col + 2] = c_raw[t, o : o + 8].copy().view(np.float32)
+                    d = a @ b + c
+                    for lane, t in enumerate(lanes):
+                        row, col = lane_element(lane)
+                        o = int(c_off[t]) + at
+                        c_raw[t, o : o + 8] = (
+                            d[row, col : col + 2].astype(np.float32).view(np.uint8)
+                        )
         return None
 
 

@@ -5,14 +5,12 @@ matrices (:func:`simdgroup_plan`), C gets
 :func:`tilelang.layout.simdgroup_layouts.make_simdgroup_accumulator_fragment` over the
 ``group_m x group_n`` split of upstream's warp policy; otherwise the scalar rule's layout.
 
-Lowering (``@lower_rule("gemm", "metal")``): for every 8-wide k step and every ``(ti, tj)``
-8x8 atom of its SIMD-group's C tile, each SIMD-group calls
-``tl::simdgroup_mma_8x8(c, &A[..], lda, &B[..], ldb, trans_a, trans_b)``
-(``tilelang/backends/metal/include/tl_metal.h``): the lane's two accumulators go into a
-``simdgroup_float8x8`` through ``thread_elements()``, A and B atoms are
-``simdgroup_load``-ed from threadgroup memory (transposed loads for ``transpose_A/B``), one
-``simdgroup_multiply_accumulate`` runs, and the accumulators come back. A and B atoms are
-reloaded per atom pair (no register reuse across atoms yet).
+Lowering (``@lower_rule("gemm", "metal")``): for every 8-wide k step each SIMD-group calls
+``tl::simdgroup_gemm_8x8<tm, tn>(c, &A[..], lda, &B[..], ldb, trans_a, trans_b)``
+(``tilelang/backends/metal/include/tl_metal.h``): its ``tm`` A atoms and ``tn`` B atoms are
+``simdgroup_load``-ed from threadgroup memory once (transposed loads for ``transpose_A/B``),
+then for each ``(ti, tj)`` atom the lane's two accumulators go into a ``simdgroup_float8x8``
+through ``thread_elements()``, one ``simdgroup_multiply_accumulate`` runs, and they come back.
 
 A fragment A or B (FlashAttention's P) is first staged into threadgroup memory.
 Instructions: half x half -> float and float x float -> float. Anything else (bf16, int8,
@@ -123,24 +121,21 @@ def lower_gemm_simdgroup(v, ctx, plan: SimdgroupPlan):
     ra, rb = len(a.extents), len(b.extents)
     kv = ir.Var("gk", "int32")
     inner = ctx.with_range(kv, 0, plan.k // 8)
-    body = []
-    for ti in range(tm):
-        for tj in range(tn):
-            row, col, kk = row0 + 8 * ti, col0 + 8 * tj, kv * 8
-            ai = a.index({ra - 2: kk, ra - 1: row} if v.transpose_A else {ra - 2: row, ra - 1: kk})
-            bi = b.index({rb - 2: col, rb - 1: kk} if v.transpose_B else {rb - 2: kk, rb - 1: col})
-            call = _tirx.call_extern(
-                "tl::simdgroup_mma_8x8",
-                _tirx.address_of(ir.TensorLoad(cl, [(ti * tn + tj) * 2])),
-                _tirx.address_of(ir.TensorLoad(a.tensor, [inner.simplify(x) for x in ai])),
-                ir.const(lda, "int32"),
-                _tirx.address_of(ir.TensorLoad(b.tensor, [inner.simplify(x) for x in bi])),
-                ir.const(ldb, "int32"),
-                ir.const(bool(v.transpose_A), "bool"),
-                ir.const(bool(v.transpose_B), "bool"),
-                ty="void",
-            )
-            body.append(ir.Evaluate(call))
+    row, col, kk = row0, col0, kv * 8
+    ai = a.index({ra - 2: kk, ra - 1: row} if v.transpose_A else {ra - 2: row, ra - 1: kk})
+    bi = b.index({rb - 2: col, rb - 1: kk} if v.transpose_B else {rb - 2: kk, rb - 1: col})
+    call = _tirx.call_extern(
+        f"tl::simdgroup_gemm_8x8<{tm}, {tn}>",
+        _tirx.address_of(ir.TensorLoad(cl, [0])),
+        _tirx.address_of(ir.TensorLoad(a.tensor, [inner.simplify(x) for x in ai])),
+        ir.const(lda, "int32"),
+        _tirx.address_of(ir.TensorLoad(b.tensor, [inner.simplify(x) for x in bi])),
+        ir.const(ldb, "int32"),
+        ir.const(bool(v.transpose_A), "bool"),
+        ir.const(bool(v.transpose_B), "bool"),
+        ty="void",
+    )
+    body = [ir.Evaluate(call)]
     stmts.append(for_(kv, plan.k // 8, seq(body), loc=v.loc))
     return seq(stmts)
 

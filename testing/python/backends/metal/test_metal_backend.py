@@ -43,9 +43,9 @@ def test_gemm_source_structure():
     assert re.search(r"kernel void main_kernel\(\s*device half\* A_ptr \[\[ buffer\(0\) \]\]", body)
     assert "threadgroup uchar smem[" in body and "threadgroup half* As" in body
     assert body.count("__syncthreads()") >= 2  # copies -> gemm -> next copies
-    # 4 SIMD-groups on 64x64: 32x32 each = 4x4 atoms of 8x8, per k step of 8
-    assert body.count("tl::simdgroup_mma_8x8(") == 16
-    assert "simdgroup_multiply_accumulate(acc, ma, mb, acc)" in source
+    # 4 SIMD-groups on 64x64: 32x32 each = 4x4 atoms of 8x8, one call per k step of 8
+    assert body.count("tl::simdgroup_gemm_8x8<4, 4>(") == 1
+    assert "simdgroup_multiply_accumulate(acc, ma[i], mb[j], acc)" in source
     for cuda_only in ("__shfl", "mma.sync", "cp_async", "__global__", "extern __shared__"):
         assert cuda_only not in body
 
@@ -63,7 +63,7 @@ def test_reduction_source_uses_simd_functions():
 )
 def test_simdgroup_gemm_matches_float64(m, n, k, ta, tb, dtype, rng):
     lowered = pipeline.lower(matmul.get_tir(m, n, k, trans_A=ta, trans_B=tb, in_dtype=dtype), METAL)
-    assert "tl::simdgroup_mma_8x8" in lowered.script()
+    assert "tl::simdgroup_gemm_8x8<" in lowered.script()
     a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
     b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
     c = emulate(lowered, a, b, np.zeros((m, n), np.float32))[2]
@@ -124,7 +124,7 @@ EXAMPLES = [e for e in example_kernels() if e[0] != "mha_bwd"]
 def test_example_msl_parses(kid, path, kernel, args, uses_gemm):
     source = pipeline.build(example_tir(path, kernel, args), METAL).kernel_source
     codegen.syntax_check(source)
-    assert ("tl::simdgroup_mma_8x8(" in _kernel_part(source)) == uses_gemm
+    assert ("tl::simdgroup_gemm_8x8<" in _kernel_part(source)) == uses_gemm
 
 
 @pytest.mark.skipif(not HAS_CLANG, reason="no clang for the MSL syntax check")
