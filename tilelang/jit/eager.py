@@ -30,7 +30,12 @@ from .. import errors
 from ..language import eager as _eager
 from ..language.proxy import TensorAnnotation
 
-_FAST_TABLE_LIMIT = 4096  # entries of the shape-keyed launcher table before it is reset
+_FAST_TABLE_LIMIT = 4096
+_TORCH_DEVICE = {
+    "cpu": "cpu",
+    "cuda": "cuda",
+    "rocm": "cuda",
+}  # target kind -> torch device type  # entries of the shape-keyed launcher table before it is reset
 
 
 # ---------------------------------------------------------------------------
@@ -238,7 +243,8 @@ def _check_one(rec, value, bind: _Binding, device_kind: str) -> None:
         problems.append(f"{label}: expected dtype {ann.dtype}{where}, got {got_dtype}")
     device = getattr(value, "device", None)
     dev_type = getattr(device, "type", None)
-    if dev_type is not None and dev_type != device_kind:
+    want = _TORCH_DEVICE.get(device_kind)  # torch names ROCm GPUs 'cuda'
+    if dev_type is not None and want is not None and dev_type != want:
         problems.append(f"{label}: expected a {device_kind.upper()} tensor, got one on {device}")
     for d, (want, got) in enumerate(zip(ann.shape, shape)):
         _check_extent(want, got, f"dim {d}", label, where, bind)
