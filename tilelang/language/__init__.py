@@ -115,3 +115,32 @@ from .tileop import (
     reduce_sum,
 )
 from .views import reshape, view
+
+# ---- T.* surface (issue 10 item 2): warp exchange, scalar helpers, dtypes ----
+from .warp import (  # noqa: E402
+    activemask,
+    all_sync,
+    any_sync,
+    ballot,
+    ballot_sync,
+    get_lane_idx,
+    get_warp_group_idx,
+    get_warp_idx,
+    get_warp_idx_sync,
+    match_any_sync,
+    shfl_down,
+    shfl_sync,
+    shfl_up,
+    shfl_xor,
+    shuffle_elect,
+    sync_warp,
+    syncthreads_and,
+    syncthreads_count,
+    syncthreads_or,
+    warp_reduce_bitand,
+    warp_reduce_bitor,
+    warp_reduce_max,
+    warp_reduce_min,
+    warp_reduce_sum,
+)
+# ---- end T.* surface block ----
