@@ -1,24 +1,43 @@
 """The ``T`` namespace: ``import tilelang.language as T`` (upstream TileLang's names)."""
 
-from ..dtypes import (
+from ..dtypes import (  # noqa: E402
+    VECTOR_TYPES as _VECTOR_TYPES,
+)
+from ..dtypes import (  # noqa: E402
     bfloat16,
+    double,
     dtype,
+    float4_e2m1fn,
+    float6_e2m3fn,
+    float6_e3m2fn,
+    float8_e3m4,
     float8_e4m3,
+    float8_e4m3b11fnuz,
     float8_e4m3fn,
+    float8_e4m3fnuz,
     float8_e5m2,
+    float8_e5m2fnuz,
+    float8_e8m0fnu,
     float16,
     float32,
     float64,
+    half,
+    int4,
     int8,
     int16,
     int32,
     int64,
+    long,
+    short,
+    uint,
     uint8,
     uint16,
     uint32,
     uint64,
 )
 from ..dtypes import bool_ as bool  # noqa: A004 - upstream name
+from ..dtypes import float_ as float  # noqa: E402, A004 - upstream name
+from ..dtypes import int_ as int  # noqa: E402, A004 - upstream name
 from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
 from .allocate import alloc_barrier, alloc_fragment, alloc_local, alloc_shared, alloc_var
 from .debug import device_assert, print  # noqa: A004 - upstream names
@@ -34,6 +53,9 @@ from .kernel import (
     get_thread_extent,
 )
 from .loops import Parallel, Persistent, Pipelined, grid, loop_break, serial, unroll, vectorized
+from .loops import serial as Serial  # noqa: E402, N812 - upstream alias
+from .loops import unroll as Unroll  # noqa: E402, N812 - upstream alias
+from .loops import vectorized as Vectorized  # noqa: E402, N812 - upstream alias
 from .math import (
     Cast,
     abs,
@@ -94,6 +116,16 @@ from .proxy import (
     dynamic,
     symbolic,
 )
+from .random import rng_init, rng_rand, rng_rand_float  # noqa: E402
+from .scalar import (  # noqa: E402
+    Let,
+    Select,
+    align_up,
+    annotate_safe_value,
+    assume,
+    let,
+    sync_grid,
+)
 from .tileop import (
     GemmWarpPolicy,
     atomic_add,
@@ -143,4 +175,6 @@ from .warp import (  # noqa: E402
     warp_reduce_min,
     warp_reduce_sum,
 )
+
+globals().update(_VECTOR_TYPES)  # T.float32x4, T.float16x2, T.float8_e4m3fnx2, ...
 # ---- end T.* surface block ----

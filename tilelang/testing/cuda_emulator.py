@@ -88,6 +88,7 @@ _CMP = {
 }
 _MATH = {
     "exp": np.exp,
+    "isnan": np.isnan,
     "exp2": np.exp2,
     "log": np.log,
     "log2": np.log2,
@@ -391,8 +392,8 @@ class _Machine:
             k = int(self.scalar(args[2]))
             width = int(self.scalar(args[3])) if len(args) > 3 else 32
             lane = np.arange(self.lanes)
-            if fname == "__shfl_xor_sync":
-                src = lane ^ k
+            if fname == "__shfl_xor_sync":  # a partner in a later width-group: own value
+                src = np.where((lane ^ k) < lane - lane % width + width, lane ^ k, lane)
             elif fname == "__shfl_sync":
                 src = (lane - lane % width) + np.broadcast_to(np.asarray(k), lane.shape) % width
             else:

@@ -93,7 +93,7 @@ class _Block:
         order = sorted(tvars, key=lambda t: t[0])  # threadIdx.x, .y, .z
         self.tvars = [v for _, _, v in tvars]
         self.total, self.flat, stride = 1, None, 1
-        for tag, extent, var in order:
+        for _tag, extent, var in order:
             n = _const(extent)
             if n is None:
                 self.total = None

@@ -76,6 +76,7 @@ def lower_reduce_cuda(v, ctx):
         )
     kind, dtype = v.reduce_type, dst.dtype
     merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
+    nan = bool(v.nan_propagate) and dtype.startswith(("float", "bfloat"))
     t = ctx.thread_var
     n_d = d_layout.get_local_size()
     sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
@@ -92,7 +93,7 @@ def lower_reduce_cuda(v, ctx):
         d_index[b] = x
     slot = inner.simplify(d_layout.map_forward_index(d_index)[0])
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
-    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value))
+    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value, nan))
     stmts.append(for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED))
     lanes = [g for g in gens if g < 32]
     warps = [g for g in gens if g >= 32]
@@ -100,7 +101,7 @@ def lower_reduce_cuda(v, ctx):
     cur = ir.TensorLoad(red, [ld2])
     body = []
     for g in lanes:
-        body.append(store(red, [ld2], combine(merge, cur, _shfl(cur, g, dtype))))
+        body.append(store(red, [ld2], combine(merge, cur, _shfl(cur, g, dtype), nan)))
     if warps:
         ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
         ctx.extra_allocs.append(alloc(ws))
@@ -117,13 +118,13 @@ def lower_reduce_cuda(v, ctx):
         order = sorted(span)
         total = ir.TensorLoad(ws, [base + order[0]])
         for o in order[1:]:
-            total = combine(merge, total, ir.TensorLoad(ws, [base + o]))
+            total = combine(merge, total, ir.TensorLoad(ws, [base + o]), nan)
         body.append(store(red, [ld2], total))
     if body:
         stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
     ld3 = ir.Var("ro", "int32")
     out = ir.TensorLoad(red, [ld3])
     if not v.clear:
-        out = combine(merge, ir.TensorLoad(dl, [ld3]), out)
+        out = combine(merge, ir.TensorLoad(dl, [ld3]), out, nan)
     stmts.append(for_(ld3, n_d, store(dl, [ld3], out, loc=v.loc), ir.ForKind.UNROLLED))
     return seq(stmts)
