@@ -89,6 +89,8 @@ _CMP = {
 _MATH = {
     "exp": np.exp,
     "isnan": np.isnan,
+    "cos": np.cos,
+    "sin": np.sin,
     "exp2": np.exp2,
     "log": np.log,
     "log2": np.log2,
