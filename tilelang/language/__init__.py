@@ -1,43 +1,24 @@
 """The ``T`` namespace: ``import tilelang.language as T`` (upstream TileLang's names)."""
 
-from ..dtypes import (  # noqa: E402
-    VECTOR_TYPES as _VECTOR_TYPES,
-)
-from ..dtypes import (  # noqa: E402
+from ..dtypes import (
     bfloat16,
-    double,
     dtype,
-    float4_e2m1fn,
-    float6_e2m3fn,
-    float6_e3m2fn,
-    float8_e3m4,
     float8_e4m3,
-    float8_e4m3b11fnuz,
     float8_e4m3fn,
-    float8_e4m3fnuz,
     float8_e5m2,
-    float8_e5m2fnuz,
-    float8_e8m0fnu,
     float16,
     float32,
     float64,
-    half,
-    int4,
     int8,
     int16,
     int32,
     int64,
-    long,
-    short,
-    uint,
     uint8,
     uint16,
     uint32,
     uint64,
 )
 from ..dtypes import bool_ as bool  # noqa: A004 - upstream name
-from ..dtypes import float_ as float  # noqa: E402, A004 - upstream name
-from ..dtypes import int_ as int  # noqa: E402, A004 - upstream name
 from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
 from .allocate import alloc_barrier, alloc_fragment, alloc_local, alloc_shared, alloc_var
 from .debug import device_assert, print  # noqa: A004 - upstream names
@@ -53,9 +34,6 @@ from .kernel import (
     get_thread_extent,
 )
 from .loops import Parallel, Persistent, Pipelined, grid, loop_break, serial, unroll, vectorized
-from .loops import serial as Serial  # noqa: E402, N812 - upstream alias
-from .loops import unroll as Unroll  # noqa: E402, N812 - upstream alias
-from .loops import vectorized as Vectorized  # noqa: E402, N812 - upstream alias
 from .math import (
     Cast,
     abs,
@@ -116,16 +94,6 @@ from .proxy import (
     dynamic,
     symbolic,
 )
-from .random import rng_init, rng_rand, rng_rand_float  # noqa: E402
-from .scalar import (  # noqa: E402
-    Let,
-    Select,
-    align_up,
-    annotate_safe_value,
-    assume,
-    let,
-    sync_grid,
-)
 from .tileop import (
     GemmWarpPolicy,
     atomic_add,
@@ -148,8 +116,35 @@ from .tileop import (
 )
 from .views import reshape, view
 
-# ---- T.* surface (issue 10 item 2): warp exchange, scalar helpers, dtypes ----
-from .warp import (  # noqa: E402
+# ---- T.* surface (issue 10 item 2): warp exchange, scalar helpers, pointers, random numbers,
+# every upstream dtype name. One block, kept apart from the imports above to ease merging.
+# isort: split
+from ..dtypes import VECTOR_TYPES as _VECTOR_TYPES
+from ..dtypes import (
+    double,
+    float4_e2m1fn,
+    float6_e2m3fn,
+    float6_e3m2fn,
+    float8_e3m4,
+    float8_e4m3b11fnuz,
+    float8_e4m3fnuz,
+    float8_e5m2fnuz,
+    float8_e8m0fnu,
+    half,
+    int4,
+    long,
+    short,
+    uint,
+)
+from ..dtypes import float_ as float  # noqa: A004 - upstream name
+from ..dtypes import int_ as int  # noqa: A004 - upstream name
+from .loops import serial as Serial  # noqa: N812 - upstream alias
+from .loops import unroll as Unroll  # noqa: N812 - upstream alias
+from .loops import vectorized as Vectorized  # noqa: N812 - upstream alias
+from .pointer import make_tensor, ptr
+from .random import rng_init, rng_rand, rng_rand_float
+from .scalar import Let, Select, align_up, annotate_safe_value, assume, let, sync_grid
+from .warp import (
     activemask,
     all_sync,
     any_sync,
