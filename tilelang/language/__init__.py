@@ -150,7 +150,17 @@ from .loops import unroll as Unroll  # noqa: N812 - upstream alias
 from .loops import vectorized as Vectorized  # noqa: N812 - upstream alias
 from .pointer import make_tensor, ptr
 from .random import rng_init, rng_rand, rng_rand_float
-from .scalar import Let, Select, align_up, annotate_safe_value, assume, let, sync_grid
+from .scalar import (
+    Let,
+    Select,
+    align_up,
+    annotate_safe_value,
+    assume,
+    index_to_coordinates,
+    let,
+    sync_grid,
+    transpose,
+)
 from .warp import (
     activemask,
     all_sync,

@@ -127,3 +127,53 @@ def sync_grid():
         "`T.sync_grid` is not supported on cpu or cuda (needs a cooperative launch); split "
         "the kernel at the grid barrier into two kernels"
     )
+
+
+def index_to_coordinates(index, shape):
+    """The row-major coordinates of the flat ``index`` in ``shape`` (one per dimension)."""
+    if not len(shape):
+        raise errors.TraceError("T.index_to_coordinates: shape must have at least one dimension")
+    coords = []
+    for extent in reversed(list(shape)):
+        if isinstance(index, int) and isinstance(extent, int):
+            coords.append(index % extent)
+            index //= extent
+        else:
+            coords.append(_tirx.floormod(_expr(index, extent), _expr(extent, index)))
+            index = _tirx.floordiv(_expr(index, extent), _expr(extent, index))
+    return coords[::-1]
+
+
+def transpose(src, dst, annotations=None):
+    """``dst[..., j, i] = src[..., i, j]`` for whole tiles (upstream: shared-memory tiles; here
+    any on-chip or global tensors). Emitted as a ``T.Parallel`` loop over ``src``, so every
+    backend spreads it over the block's threads (CUDA inserts the barriers around it)."""
+    from ..lowering.region import is_tensor
+    from .loops import Parallel
+
+    builder.state()
+    src, dst = builder.unwrap(src), builder.unwrap(dst)
+    for name, t in (("src", src), ("dst", dst)):
+        if not is_tensor(t):
+            raise errors.TraceError(
+                f"T.transpose: {name} must be a whole tensor (e.g. a T.alloc_shared tile), got "
+                f"{type(t).__name__}"
+            )
+    s_shape, d_shape = list(src.ty.shape), list(dst.ty.shape)
+    if len(s_shape) < 2 or len(s_shape) != len(d_shape):
+        raise errors.TraceError(
+            f"T.transpose: needs two tensors of the same rank >= 2, got {src.name}{s_shape} "
+            f"and {dst.name}{d_shape}"
+        )
+    want = [*s_shape[:-2], s_shape[-1], s_shape[-2]]
+    for a, b in zip(want, d_shape):
+        ca, cb = builder.static_value(a), builder.static_value(b)
+        if ca is not None and cb is not None and ca != cb:
+            raise errors.TraceError(
+                f"T.transpose: {dst.name}{d_shape} is not the transpose of {src.name}{s_shape}"
+            )
+    names = ", ".join(f"i{k}" for k in range(len(s_shape)))
+    for idx in builder.for_(Parallel(*s_shape), names):
+        idx = list(idx) if isinstance(idx, tuple) else [idx]
+        value = dtypes.convert(ir.TensorLoad(src, idx), str(dst.ty.dtype))
+        builder.store(dst, [*idx[:-2], idx[-1], idx[-2]], value)

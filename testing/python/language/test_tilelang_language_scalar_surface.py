@@ -229,6 +229,72 @@ def test_parallel_annotations_and_loop_aliases_cpu(rng):
     np.testing.assert_allclose(b.numpy(), ref, rtol=1e-6)
 
 
+def transpose_kernel(M, N, bM, bN, dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((N, M), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            tile = T.alloc_shared((bM, bN), dtype)
+            tile_t = T.alloc_shared((bN, bM), dtype)
+            T.copy(A[by * bM, bx * bN], tile)
+            T.transpose(tile, tile_t)
+            T.copy(tile_t, B[bx * bN, by * bM])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_transpose_cpu(dtype, rng):
+    M, N = 70, 45
+    a = torch.from_numpy(rng.standard_normal((M, N))).to(getattr(torch, dtype))
+    b = torch.zeros(N, M, dtype=a.dtype)
+    tilelang.compile(transpose_kernel(M, N, 32, 16, dtype), target="cpu")(a, b)
+    np.testing.assert_array_equal(b.double().numpy(), a.double().numpy().T)
+
+
+def test_transpose_emulated(rng):
+    from tilelang.testing.cuda_emulator import emulate
+
+    M, N = 70, 45
+    lowered = cuda_pipeline.lower(transpose_kernel(M, N, 32, 16), SM80)
+    a = rng.standard_normal((M, N)).astype(np.float32)
+    b = np.zeros((N, M), np.float32)
+    _, b = emulate(lowered, a, b)
+    np.testing.assert_array_equal(b, a.T)
+
+
+def test_transpose_shape_error():
+    with pytest.raises(tilelang.TileLangError, match="is not the transpose of"):
+
+        @T.prim_func
+        def main(A: T.Tensor((4, 8), "float32")):
+            with T.Kernel(1, threads=32):
+                s = T.alloc_shared((4, 8), "float32")
+                t = T.alloc_shared((4, 8), "float32")
+                T.transpose(s, t)
+
+
+def coords_kernel(shape):
+    total = int(np.prod(shape))
+
+    @T.prim_func
+    def main(out: T.Tensor((total, len(shape)), "int32")):
+        with T.Kernel(1, threads=1):
+            for f in T.serial(total):
+                coords = T.index_to_coordinates(f, shape)
+                for d, c in enumerate(coords):  # a Python loop: unrolled in the trace
+                    out[f, d] = c
+
+    return main
+
+
+def test_index_to_coordinates():
+    shape = (3, 5, 7)
+    out = torch.zeros(105, 3, dtype=torch.int32)
+    tilelang.compile(coords_kernel(shape), target="cpu")(out)
+    np.testing.assert_array_equal(out.numpy(), np.stack(np.unravel_index(np.arange(105), shape), 1))
+    assert T.index_to_coordinates(52, shape) == list(np.unravel_index(52, shape))
+
+
 # -------------------------------------------------------------------------------- dtypes
 UPSTREAM_DTYPES = {
     "float8_e8m0fnu": (8, torch.float8_e8m0fnu),
@@ -280,6 +346,7 @@ def test_nvcc_builds(target):
         assume_kernel(),
         special_kernel(),
         parallel_annotations_kernel(50, vectorized=False),  # see the note below
+        transpose_kernel(70, 45, 32, 16, "float16"),
     ):
         art = cuda_pipeline.build(func, target, compiler="nvcc")
         assert art.device_binary
