@@ -33,6 +33,7 @@ from tvm_tirx import ir
 from tvm_tirx.ir.prim import expr as P
 
 from ..lowering.stmt import launch_of
+from .cuda_emulator_warp import warp_extern
 
 
 class EmulationError(RuntimeError):
@@ -408,6 +409,9 @@ class _Machine:
             return value[src]
         if fname in _MATH:
             return self._as(_MATH[fname](self.eval(args[0], mask)), e.ty)
+        warp = warp_extern(self, fname, args, e, mask)  # votes, warp reductions, shfl_up
+        if warp is not None:
+            return warp
         if fname in ATOMICS:
             return self._atomic(fname, args, mask)
         if fname.startswith("tl::cp_async_gs"):

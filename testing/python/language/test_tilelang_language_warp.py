@@ -326,15 +326,23 @@ def test_nvcc_builds_every_op(target):
     assert art.device_binary
 
 
-@pytest.mark.parametrize("op", ["xor", "xor_w8", "down", "down_w8", "bcast"])
-def test_shuffles_emulated(op, rng):
+@pytest.mark.parametrize("op", FLOAT_OPS + INT_OPS)
+def test_ops_emulated(op, rng):
+    """The CUDA lowering, run lane by lane by the emulator, against the same reference."""
     from tilelang.testing.cuda_emulator import emulate
 
-    lowered = cuda_pipeline.lower(warp_kernel(op, "float32", [96]), SM80)
-    x = rng.standard_normal(96).astype(np.float32)
+    dtype = "float32" if op in FLOAT_OPS else "int32"
+    lowered = cuda_pipeline.lower(warp_kernel(op, dtype, [96]), SM80)
+    if dtype == "float32":
+        x = rng.standard_normal(96).astype(np.float32)
+    else:
+        x = rng.integers(4 if op == "all" else 0, 50, 96).astype(np.int32)
+        if op == "all":
+            x[40] = 1
     y = np.zeros_like(x)
     _, y = emulate(lowered, x, y)
-    np.testing.assert_allclose(y, reference(op, x.astype(np.float64)), rtol=1e-6)
+    ref = reference(op, x.astype(np.float64 if dtype == "float32" else np.int64))
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.cuda
