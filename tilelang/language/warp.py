@@ -24,39 +24,14 @@ from tvm_tirx import tirx as _tirx
 from tvm_tirx.script import tirx as _T
 
 from .. import dtypes, errors
+from ..lowering.warp_intrinsics import (
+    BLOCK_VOTES,
+    FULL_MASK,
+    SHUFFLES,
+    SYNC_WARP,
+    WARP_SIZE,
+)
 from . import builder
-
-WARP_SIZE = 32
-FULL_MASK = 0xFFFFFFFF
-
-# CUDA spelling -> (upstream name, result dtype or None for "the value's dtype")
-SHUFFLES = {
-    "__shfl_xor_sync": "shfl_xor",
-    "__shfl_down_sync": "shfl_down",
-    "__shfl_up_sync": "shfl_up",
-    "__shfl_sync": "shfl_sync",
-}
-VOTES = {
-    "__any_sync": "any_sync",
-    "__all_sync": "all_sync",
-    "__ballot_sync": "ballot_sync",
-    "__activemask": "activemask",
-    "__match_any_sync": "match_any_sync",
-}
-BLOCK_VOTES = {
-    "__syncthreads_count": "syncthreads_count",
-    "__syncthreads_and": "syncthreads_and",
-    "__syncthreads_or": "syncthreads_or",
-}
-REDUCTIONS = {
-    "tl::warp_reduce_sum<32, 1>": "warp_reduce_sum",
-    "tl::warp_reduce_max<32, 1>": "warp_reduce_max",
-    "tl::warp_reduce_min<32, 1>": "warp_reduce_min",
-    "tl::warp_reduce_bitand<32, 1>": "warp_reduce_bitand",
-    "tl::warp_reduce_bitor<32, 1>": "warp_reduce_bitor",
-}
-EXCHANGES = {**SHUFFLES, **VOTES, **BLOCK_VOTES, **REDUCTIONS}
-SYNC_WARP = "__syncwarp"
 
 
 def _value(x, name: str):

@@ -31,8 +31,15 @@ from tvm_tirx import tirx as _tirx
 from tvm_tirx.script import tirx as _T
 
 from ... import errors
-from ...language.warp import BLOCK_VOTES, EXCHANGES, REDUCTIONS, SHUFFLES, SYNC_WARP, WARP_SIZE
 from ...lowering.stmt import contains, launch_of, make_alloc, uses_any
+from ...lowering.warp_intrinsics import (
+    BLOCK_VOTES,
+    EXCHANGES,
+    REDUCTIONS,
+    SHUFFLES,
+    SYNC_WARP,
+    WARP_SIZE,
+)
 
 _NAMES = set(EXCHANGES) | {SYNC_WARP}
 
