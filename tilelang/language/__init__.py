@@ -161,6 +161,7 @@ from .scalar import (
     sync_grid,
     transpose,
 )
+from .tileop import cummax
 from .warp import (
     activemask,
     all_sync,

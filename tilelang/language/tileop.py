@@ -196,16 +196,23 @@ def reduce_bitxor(buffer, out, dim: int = -1, clear: bool = True, batch=1, annot
     reduce(buffer, out, "bitxor", dim, clear, batch, annotations)
 
 
-def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
+def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None, _op="sum"):
     """Inclusive prefix sum along ``dim`` (in place when ``dst`` is omitted)."""
     builder.state()
-    src_r = to_region(_operand(src), what="T.cumsum src")
-    dst_r = src_r if dst is None else to_region(_operand(dst), what="T.cumsum dst")
+    _annotations(annotations, f"T.cum{_op}")
+    what = f"T.cum{_op}"
+    src_r = to_region(_operand(src), what=f"{what} src")
+    dst_r = src_r if dst is None else to_region(_operand(dst), what=f"{what} dst")
     call = _cumsum.CUMSUM.make(
-        src_r, dst_r, loc=builder.user_loc(), dim=int(dim), reverse=bool(reverse)
+        src_r, dst_r, loc=builder.user_loc(), dim=int(dim), reverse=bool(reverse), op=_op
     )
     _cumsum.cumsum_axes(_cumsum.CUMSUM.view(call))  # early shape check, names the user's line
     _emit(call)
+
+
+def cummax(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None):
+    """Inclusive prefix maximum along ``dim`` (in place when ``dst`` is omitted)."""
+    cumsum(src, dst, dim, reverse, annotations, _op="max")
 
 
 def _atomic_op(kind, dst, value, memory_order=None):

@@ -1,5 +1,5 @@
 """Upstream's tile-op keywords: ``T.reduce_*(batch=, annotations={"nan_propagate": True})``,
-``T.copy(annotations=...)``, ``T.fill(annotations=...)``. CPU against float64 torch; the CUDA
+``T.copy(annotations=...)``, ``T.fill(annotations=...)``, ``T.cummax``. CPU against float64 torch; the CUDA
 form is emulated and nvcc-built; a GPU test is marked cuda."""
 
 from __future__ import annotations
@@ -135,3 +135,74 @@ def test_nan_propagate_gpu(kind, rng):
     out = torch.zeros(M, device="cuda")
     tilelang.compile(nan_reduce(M, N, kind, True), target="cuda")(torch.from_numpy(a).cuda(), out)
     np.testing.assert_allclose(out.cpu().numpy(), _ref(a, kind, True), rtol=1e-6, equal_nan=True)
+
+
+# --------------------------------------------------------------------------- T.cummax
+def cummax_tile(M, N, dim, reverse, scope, in_place):
+    alloc = T.alloc_shared if scope == "shared" else T.alloc_fragment
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), Out: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=64):
+            S = alloc((M, N), "float32")
+            D = alloc((M, N), "float32")
+            T.copy(A, S)
+            if in_place:
+                T.cummax(S, dim=dim, reverse=reverse)
+                T.copy(S, Out)
+            else:
+                T.cummax(S, D, dim=dim, reverse=reverse, annotations={"hint": 1})
+                T.copy(D, Out)
+
+    return main
+
+
+def _cummax_ref(a, dim, reverse):
+    x = np.flip(a, dim) if reverse else a
+    out = np.maximum.accumulate(x.astype(np.float64), axis=dim)
+    return np.flip(out, dim) if reverse else out
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_cummax_cpu(dim, reverse, in_place, rng):
+    M, N = 7, 13
+    a = rng.standard_normal((M, N)).astype(np.float32)
+    out = torch.zeros(M, N)
+    kernel = tilelang.compile(cummax_tile(M, N, dim, reverse, "shared", in_place), target="cpu")
+    kernel(torch.from_numpy(a), out)
+    np.testing.assert_array_equal(out.numpy(), _cummax_ref(a, dim, reverse))
+
+
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cummax_emulated(scope, reverse, rng):
+    from tilelang.testing.cuda_emulator import emulate
+
+    M, N = 20, 32
+    a = rng.standard_normal((M, N)).astype(np.float32)
+    lowered = cuda_pipeline.lower(cummax_tile(M, N, 1, reverse, scope, False), SM80)
+    out = np.zeros_like(a)
+    _, out = emulate(lowered, a, out)
+    np.testing.assert_array_equal(out, _cummax_ref(a, 1, reverse))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("target", [SM80, SM90], ids=["sm_80", "sm_90a"])
+def test_cummax_nvcc(target):
+    for scope in ("shared", "fragment"):
+        func = cummax_tile(20, 32, 1, True, scope, False)
+        assert cuda_pipeline.build(func, target, compiler="nvcc").device_binary
+
+
+@pytest.mark.cuda
+def test_cummax_gpu(rng):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    a = rng.standard_normal((20, 32)).astype(np.float32)
+    out = torch.zeros(20, 32, device="cuda")
+    tilelang.compile(cummax_tile(20, 32, 0, False, "shared", False), target="cuda")(
+        torch.from_numpy(a).cuda(), out
+    )
+    np.testing.assert_array_equal(out.cpu().numpy(), _cummax_ref(a, 0, False))
