@@ -145,6 +145,13 @@ from ..dtypes import (
 )
 from ..dtypes import float_ as float  # noqa: A004 - upstream name
 from ..dtypes import int_ as int  # noqa: A004 - upstream name
+from .hints import (
+    annotate_min_blocks_per_sm,
+    disable_warp_group_reg_alloc,
+    func_attr,
+    no_set_max_nreg,
+)
+from .hints import ldg as _ldg
 from .loops import serial as Serial  # noqa: N812 - upstream alias
 from .loops import unroll as Unroll  # noqa: N812 - upstream alias
 from .loops import vectorized as Vectorized  # noqa: N812 - upstream alias
@@ -190,4 +197,5 @@ from .warp import (
 )
 
 globals().update(_VECTOR_TYPES)  # T.float32x4, T.float16x2, T.float8_e4m3fnx2, ...
+globals()["__ldg"] = _ldg  # T.__ldg(A[i]): a read-only-cache load
 # ---- end T.* surface block ----

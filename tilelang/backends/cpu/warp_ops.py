@@ -55,10 +55,20 @@ def _has_exchange(node) -> bool:
 
 
 def lower_warp_ops(body):
-    """Rewrite the exchanges of every thread launch of ``body`` (module docstring)."""
+    """Rewrite the exchanges of every thread launch of ``body`` (module docstring); also
+    ``__ldg(&A[i])`` (``T.__ldg``, a read-only-cache load on CUDA) becomes ``A[i]``."""
+    if contains(body, lambda x: _extern_name(x) == "__ldg"):
+        body = tvm_ffi.structural_map(body, [(ir.Call, _plain_ldg)])
     if not _has_exchange(body):
         return body
     return _launches(body)
+
+
+def _plain_ldg(call):
+    if _extern_name(call) != "__ldg":
+        return call
+    address = call.args[1]  # address_of(A[i])
+    return address.args[0]
 
 
 def _launches(body):
