@@ -179,6 +179,7 @@ from .warp import (
     get_warp_group_idx,
     get_warp_idx,
     get_warp_idx_sync,
+    match_all_sync,
     match_any_sync,
     shfl_down,
     shfl_sync,

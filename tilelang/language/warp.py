@@ -171,6 +171,18 @@ def match_any_sync(value, mask=FULL_MASK):
     return _tirx.call_extern("__match_any_sync", _mask(mask, "match_any_sync"), value, ty="uint32")
 
 
+def match_all_sync(value, mask=FULL_MASK):
+    """uint32: ``mask`` when every lane of the warp in ``mask`` has the same ``value``, else 0
+    (``__match_all_sync`` without its predicate output)."""
+    builder.state()
+    value = _value(value, "match_all_sync")
+    if str(value.ty) not in ("int32", "uint32", "int64", "uint64"):
+        raise errors.TraceError(f"T.match_all_sync: needs a 32/64-bit integer, got {value.ty}")
+    return _tirx.call_extern(
+        "tl::match_all_sync", _mask(mask, "match_all_sync"), value, ty="uint32"
+    )
+
+
 def _block_vote(cuda_name, predicate):
     name = BLOCK_VOTES[cuda_name]
     builder.state()

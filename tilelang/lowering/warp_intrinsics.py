@@ -20,6 +20,7 @@ VOTES = {
     "__ballot_sync": "ballot_sync",
     "__activemask": "activemask",
     "__match_any_sync": "match_any_sync",
+    "tl::match_all_sync": "match_all_sync",
 }
 BLOCK_VOTES = {
     "__syncthreads_count": "syncthreads_count",

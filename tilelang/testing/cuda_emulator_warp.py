@@ -61,6 +61,16 @@ def warp_extern(m, fname, args, e, mask):
                 bits = sum(1 << j for j in range(len(group)) if hit[j] and (wmask[t] >> j) & 1)
                 out[t] = bits
         return m._as(out, e.ty)
+    if fname == "tl::match_all_sync":
+        wmask = vec(args[0]).astype(np.uint64)
+        value = vec(args[1])
+        out = np.zeros(lanes, np.uint64)
+        for t in range(lanes):
+            base = t - t % 32
+            group = value[base : base + 32]
+            inside = [j for j in range(len(group)) if (wmask[t] >> j) & 1]
+            out[t] = wmask[t] if all(group[j] == group[inside[0]] for j in inside) else 0
+        return m._as(out, e.ty)
     if fname == "__activemask":
         return m._as(
             np.array([(1 << min(32, lanes - (t - t % 32))) - 1 for t in range(lanes)], np.uint64),

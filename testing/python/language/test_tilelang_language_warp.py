@@ -25,6 +25,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 FLOAT_OPS = ["sum", "max", "min", "xor", "down", "up", "bcast", "xor_w8", "down_w8", "up_w4"]
 INT_OPS = ["bitand", "bitor", "any", "all", "ballot", "match", "count", "and", "or", "active"]
+INT_OPS += ["match_all", "match_all_const"]
 
 
 def _apply(op, v):
@@ -61,6 +62,10 @@ def _apply(op, v):
         return T.cast(T.ballot_sync(v > 25, 0x0FF0FFFF) >> 4, "int32")
     if op == "match":
         return T.cast(T.match_any_sync(v % 4) >> 8, "int32")
+    if op == "match_all":  # lanes 0, 4 and 9 agree with probability 1/16
+        return T.cast(T.match_all_sync(v % 4, 0x211) >> 4, "int32")
+    if op == "match_all_const":
+        return T.cast(T.match_all_sync(7) >> 1, "int32")
     if op == "count":
         return T.syncthreads_count(v > 25)
     if op == "and":
@@ -138,6 +143,11 @@ def reference(op, x):
             )
             >> 8
         )
+    if op == "match_all":
+        agree = [len({int(w[0]) % 4, int(w[4]) % 4, int(w[9]) % 4}) == 1 for w in warps]
+        return np.array([0x211 >> 4 if a else 0 for a in agree])
+    if op == "match_all_const":
+        return np.full(n, 0xFFFFFFFF >> 1)
     if op == "count":
         return np.full(n, (x > 25).sum())
     if op == "and":
@@ -147,6 +157,19 @@ def reference(op, x):
     if op == "active":
         return np.full(n, 0xFFFFFFFF >> 20)
     raise AssertionError(op)
+
+
+def int_input(op, n, rng):
+    """Per-thread ints that make both outcomes of the votes happen."""
+    if op == "all":  # a warp of all-true and one with a single false
+        x = rng.integers(4, 50, n)
+        x[min(n - 1, 40)] = 1
+        return x
+    x = rng.integers(0, 50, n)
+    if op == "match_all":  # warp 0: lanes 0, 4, 9 agree mod 4; warp 1: they do not
+        x[[0, 4, 9]] = [5, 9, 13]
+        x[[32, 36, 41]] = [5, 6, 13]
+    return x
 
 
 # ----------------------------------------------------------------------------------- CPU
@@ -168,11 +191,7 @@ def test_float_ops_cpu(op, dtype, threads, rng):
 @pytest.mark.parametrize("op", INT_OPS)
 def test_int_ops_cpu(op, threads, rng):
     n = int(np.prod(threads))
-    if op == "all":  # a warp of all-true and one with a single false
-        x = rng.integers(4, 50, n)
-        x[min(n - 1, 40)] = 1
-    else:
-        x = rng.integers(0, 50, n)
+    x = int_input(op, n, rng)
     xt = torch.from_numpy(x).to(torch.int32)
     y = torch.zeros_like(xt)
     tilelang.compile(warp_kernel(op, "int32", list(threads)), target="cpu")(xt, y)
@@ -336,9 +355,7 @@ def test_ops_emulated(op, rng):
     if dtype == "float32":
         x = rng.standard_normal(96).astype(np.float32)
     else:
-        x = rng.integers(4 if op == "all" else 0, 50, 96).astype(np.int32)
-        if op == "all":
-            x[40] = 1
+        x = int_input(op, 96, rng).astype(np.int32)
     y = np.zeros_like(x)
     _, y = emulate(lowered, x, y)
     ref = reference(op, x.astype(np.float64 if dtype == "float32" else np.int64))

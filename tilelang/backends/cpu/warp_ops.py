@@ -348,6 +348,21 @@ class _Block:
                         )
                         return _tirx.if_then_else(hit, bit(jj), ir.const(0, dtype))
 
+                elif name == "tl::match_all_sync":
+                    value, mask = get[1], get[0]
+                    fold, init = _tirx.bitwise_and, ir.const(1, dtype)
+
+                    # every masked lane equals the highest masked lane (31 - clz(mask))
+                    top = ir.const(31, "int32") - _tirx.Cast("int32", _tirx.clz(mask(t)))
+                    ref = base + top
+                    ref = _tirx.Select(ref < ir.const(self.total, "int32"), ref, t)
+
+                    def term(jj):
+                        agree = _tirx.any(
+                            _tirx.EQ(value(base + jj), value(ref)), _not(_in_mask(mask(t), jj))
+                        )
+                        return _tirx.Cast(dtype, agree)
+
                 elif name == "__match_any_sync":
                     value, mask = get[1], get[0]
 
@@ -369,7 +384,12 @@ class _Block:
         step = ir.If(exists, ir.TensorStore(out, [t], fold(acc, term(j))), None)
         loop = ir.For(j, ir.const(start, "int32"), ir.const(WARP_SIZE, "int32"),
                       ir.const(1, "int32"), ir.ForKind.DEFAULT, step)  # fmt: skip
-        return ir.SeqStmt([ir.TensorStore(out, [t], init), loop])
+        stmts = [ir.TensorStore(out, [t], init), loop]
+        if name == "tl::match_all_sync":  # 1/0 -> mask/0
+            zero = ir.const(0, dtype)
+            picked = _tirx.Select(_tirx.NE(acc, zero), _tirx.Cast(dtype, get[0](t)), zero)
+            stmts.append(ir.TensorStore(out, [t], picked))
+        return ir.SeqStmt(stmts)
 
     def _block_vote(self, name, pred, out, t):
         zero = ir.const(0, "int32")
@@ -384,6 +404,10 @@ class _Block:
         loop = ir.For(t, zero, ir.const(self.total, "int32"), ir.const(1, "int32"),
                       ir.ForKind.DEFAULT, ir.TensorStore(out, [zero], fold(acc, term)))  # fmt: skip
         return ir.SeqStmt([ir.TensorStore(out, [zero], ir.const(init, "int32")), loop])
+
+
+def _not(cond):
+    return _tirx.EQ(_tirx.Cast("int32", cond), ir.const(0, "int32"))
 
 
 def _in_mask(mask, j):

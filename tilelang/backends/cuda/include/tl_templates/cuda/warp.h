@@ -4,6 +4,7 @@
 //
 //   tl::warp_reduce_bitand<kLanes, kStride>(x)   bitwise AND over the lane group
 //   tl::warp_reduce_bitor<kLanes, kStride>(x)    bitwise OR over the lane group
+//   tl::match_all_sync(mask, x)                  __match_all_sync without `pred`
 //
 // Same lane groups and requirements as tl::warp_allreduce in reduce.h; integer types only.
 #ifndef TL_TEMPLATES_CUDA_WARP_H_
@@ -36,6 +37,14 @@ TL_DEVICE T warp_reduce_bitand(T value, unsigned mask = 0xffffffffu) {
 template <int kLanes, int kStride = 1, typename T>
 TL_DEVICE T warp_reduce_bitor(T value, unsigned mask = 0xffffffffu) {
   return warp_allreduce<BitOrOp, kLanes, kStride>(value, mask);
+}
+
+// __match_all_sync without the predicate output: `mask` when every lane of `mask` holds the
+// same value, else 0 (T.match_all_sync). sm_70+.
+template <typename T>
+TL_DEVICE unsigned match_all_sync(unsigned mask, T value) {
+  int pred;
+  return __match_all_sync(mask, value, &pred);
 }
 
 }  // namespace tl
