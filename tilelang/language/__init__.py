@@ -146,6 +146,7 @@ from ..dtypes import (
 from ..dtypes import float_ as float  # noqa: A004 - upstream name
 from ..dtypes import int_ as int  # noqa: A004 - upstream name
 from .hints import (
+    CUDASourceCodeKernel,
     annotate_min_blocks_per_sm,
     disable_warp_group_reg_alloc,
     func_attr,

@@ -67,3 +67,13 @@ def func_attr(attrs: dict):
     """Upstream's function attributes (``{"tir.noalias": True}``...): accepted and ignored."""
     if not isinstance(attrs, dict):
         raise errors.TraceError(f"T.func_attr takes a dict, got {type(attrs).__name__}")
+
+
+def CUDASourceCodeKernel(*blocks, threads=None, source_code_or_path=None, entry_name=None, **kw):  # noqa: N802
+    """Upstream: launch a kernel given as CUDA source. Not supported by tilelang yet on any
+    target: a TraceError naming the line (instead of a missing attribute)."""
+    builder.state()
+    raise errors.TraceError(
+        "`T.CUDASourceCodeKernel` is not supported on cpu or cuda yet (a kernel given as CUDA "
+        "source); write the kernel with T.Kernel"
+    )

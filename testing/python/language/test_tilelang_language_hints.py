@@ -76,6 +76,14 @@ def test_errors():
                 T.annotate_min_blocks_per_sm(0)
 
 
+def test_cuda_source_kernel_is_a_clear_error():
+    with pytest.raises(tilelang.TileLangError, match="`T.CUDASourceCodeKernel` is not supported"):
+
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            T.CUDASourceCodeKernel(1, threads=4, source_code_or_path="", entry_name="k")
+
+
 @needs_nvcc
 @pytest.mark.parametrize("target", [SM80, SM90], ids=["sm_80", "sm_90a"])
 def test_nvcc_builds_with_ldg(target):
