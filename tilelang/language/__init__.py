@@ -1,5 +1,6 @@
 """The ``T`` namespace: ``import tilelang.language as T`` (upstream TileLang's names)."""
 
+from .. import dtypes  # noqa: F401 - T.dtypes, the element-type module
 from ..dtypes import (
     bfloat16,
     dtype,
