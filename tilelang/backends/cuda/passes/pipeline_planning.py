@@ -123,6 +123,7 @@ from ....ops.gemm.wgmma_cuda import (
 )
 from .insert_sync import ATTR_ASYNC_STAGES
 from .pipeline_copies import _later_copies, _plan_split_copies
+from .tma_lowering import tma_loop
 
 VEC_BYTES = 16
 
@@ -388,6 +389,9 @@ class _Planner(StmtMutator):
 
         if later:
             return _plan_split_copies(loop, ctx, stages, rest, copies, later, mapping, issue, fence)
+        tma = tma_loop(self, loop, ctx, stages, copies, rest, mapping, in_flight, fence, _restage)
+        if tma is not None:  # sm_90+: TMA boxes completing on mbarriers (passes/tma_lowering.py)
+            return tma
         body_rest = _restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
         if stages == 1:
             new_body = [*issue(k, ir.const(0, "int32")), cp_async_commit(), cp_async_wait(0)]
