@@ -176,7 +176,11 @@ def plan_boxes(rows: int, cols: int, bits: int, layout=None) -> BoxPlan | str:
                 bases[(r0, c0)] = base
         if not ok:
             continue
-        base_of = np.vectorize(lambda a, b: bases[(a, b)])((i // br) * br, (j // width) * width)
+        grid = np.array(
+            [[bases[(r0, c0)] for c0 in range(0, cols, width)] for r0 in range(0, rows, br)],
+            dtype=np.int64,
+        )
+        base_of = grid[i // br, j // width]
         rel = ((i % br) * width + j % width) * nbytes
         got = hw_swizzle(base_of * nbytes + rel, mode) // nbytes
         if np.array_equal(got, want):

@@ -389,9 +389,14 @@ class _Planner(StmtMutator):
 
         if later:
             return _plan_split_copies(loop, ctx, stages, rest, copies, later, mapping, issue, fence)
-        tma = tma_loop(self, loop, ctx, stages, copies, rest, mapping, in_flight, fence, _restage)
-        if tma is not None:  # sm_90+: TMA boxes completing on mbarriers (passes/tma_lowering.py)
-            return tma
+        # sm_90+: TMA boxes completing on mbarriers (passes/tma_lowering.py), except where
+        # the mma.sync split schedule (tuned for cp.async) applies
+        if wgmma or stages < 2 or self._mma_split_plan(rest, tiles, stages) is None:
+            tma = tma_loop(
+                self, loop, ctx, stages, copies, rest, mapping, in_flight, fence, _restage
+            )
+            if tma is not None:
+                return tma
         body_rest = _restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
         if stages == 1:
             new_body = [*issue(k, ir.const(0, "int32")), cp_async_commit(), cp_async_wait(0)]
