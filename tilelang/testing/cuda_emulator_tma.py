@@ -47,7 +47,9 @@ class TensorMapState:
         self.swizzle = SwizzleMode(int(attrs.swizzle))
         self.itemsize = self.buf.data.dtype.itemsize
         if any(s % 16 for s in self.strides):
-            raise error(f"tensor map of {self.buf.name}: byte strides {self.strides} not 16-aligned")
+            raise error(
+                f"tensor map of {self.buf.name}: byte strides {self.strides} not 16-aligned"
+            )
         if any(not 1 <= b <= MAX_BOX for b in self.box):
             raise error(f"tensor map of {self.buf.name}: box {self.box} outside 1..{MAX_BOX}")
         inner = self.box[0] * self.itemsize
@@ -154,7 +156,9 @@ def tma_load(machine, barriers, fname, args, mask, error):
         raise error(f"{fname} with a rank-{len(tmap.dims)} tensor map")
     sb, sflat = machine._pointer(args[0], mask)
     keys = barriers._key(machine, args[2], mask)
-    coords = [np.broadcast_to(np.asarray(machine.eval(c, mask)), (machine.lanes,)) for c in args[3:]]
+    coords = [
+        np.broadcast_to(np.asarray(machine.eval(c, mask)), (machine.lanes,)) for c in args[3:]
+    ]
     active = np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]
     size = tmap.itemsize
     if sb.data.dtype.itemsize != size:
