@@ -383,6 +383,8 @@ class _Machine:
         if name == _tma.ENCODE_OP:  # host-side tensor map encoding (TMA)
             self.env[e.args[0].__chandle__()].encode(self, e, EmulationError)
             return np.int32(0)
+        if name == "tirx.reinterpret" and _tma.is_address(e.args[0]):  # TMA base alignment
+            return _tma.address_value(self, e.args[0], mask)
         short = name.split(".")[-1]
         if short in _MATH:
             return self._as(_MATH[short](self.eval(e.args[0], mask)), e.ty)

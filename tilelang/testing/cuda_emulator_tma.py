@@ -77,6 +77,21 @@ class TensorMapState:
         return out
 
 
+def is_address(e) -> bool:
+    """Whether ``e`` is ``address_of(tensor[...])``."""
+    return isinstance(e, ir.Call) and e.op.name == "tirx.address_of"
+
+
+def address_value(machine, e, mask):
+    """A byte address for ``address_of(tensor[...])`` (the host's alignment test of a TMA
+    map's base): the element offset in bytes, plus one element when the emulator runs with
+    ``aligned=False`` (tensors that start off a 16-byte boundary)."""
+    b, flat = machine._pointer(e, mask)
+    size = b.data.dtype.itemsize
+    extra = 0 if machine.aligned or size >= 16 else size
+    return (np.asarray(flat, np.int64) * size + extra).astype(np.uint64)
+
+
 def _pool_offset(arr) -> int:
     """Byte offset of ``arr`` in the array its memory belongs to (the shared-memory pool)."""
     root = arr
@@ -180,4 +195,4 @@ def tma_load(machine, barriers, fname, args, mask, error):
         barriers.complete_tx(key, values.size * size)
 
 
-__all__ = ["ENCODE_OP", "Barriers", "TensorMapState", "tma_load"]
+__all__ = ["ENCODE_OP", "Barriers", "TensorMapState", "address_value", "is_address", "tma_load"]

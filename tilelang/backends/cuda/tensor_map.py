@@ -205,10 +205,26 @@ class TensorMapSpec:
     box: tuple
     mode: SwizzleMode
     var: ir.Var = None
+    #: elements between the 16-byte aligned address the map starts at and the tensor's
+    #: first element (host-computed, a kernel parameter): the innermost coordinate of
+    #: every box is shifted by it (:func:`host_encode_stmts`)
+    shift: ir.Var = None
 
     def __post_init__(self):
         if self.var is None:
             self.var = ir.Var(f"{self.tensor.name}_tmap", ir.PtrType(tirx.TensorMapType()))
+        if self.shift is None and self.needs_shift:
+            self.shift = ir.Var(f"{self.tensor.name}_tma_shift", "int32")
+
+    @property
+    def needs_shift(self) -> bool:
+        """Whether the tensor's declared alignment allows a base that is not 16-byte aligned."""
+        align = getattr(self.tensor.ty, "data_alignment", None)
+        try:
+            align = int(align)
+        except (TypeError, ValueError):
+            align = 0
+        return align % 16 != 0
 
     @property
     def rank(self) -> int:
@@ -354,17 +370,39 @@ def ctx_layout(ctx, tensor):
 # ---------------------------------------------------------------------------------------
 def host_encode_stmts(specs) -> list:
     """``Bind(map, stack_alloca("tensormap"))`` + ``tensormap_encode_tiled(...)`` per map
-    (the host statements in front of the kernel launch)."""
+    (the host statements in front of the kernel launch).
+
+    TMA needs a 16-byte aligned global address; tilelang's tensors only promise element
+    alignment (views of a larger buffer are allowed). For a spec with ``shift``, the map
+    starts ``shift = (address % 16) / element bytes`` elements before the tensor (rounded
+    down to 16 bytes) and is ``shift`` elements wider; the kernel adds ``shift`` to every
+    box's innermost coordinate, so the elements before the tensor are never read and the
+    ones past a row's end are out of bounds (zero-filled) exactly as before. The byte
+    strides are 16-byte multiples (checked by :func:`plan_tma_copy`), so every row moves
+    by the same ``shift``.
+    """
     stmts = []
     for spec in specs:
         p = spec.encode_params()
         base = tirx.address_of(ir.TensorLoad(spec.tensor, [ir.const(0, "int32")] * spec.rank))
+        dims = list(p["dims"])
+        if spec.shift is not None:
+            nbytes = dtype_bits(spec.dtype) // 8
+            addr = tirx.reinterpret(base, ty="uint64")
+            misalign = ir.prim.floormod(addr, ir.const(16, "uint64"))
+            shift_value = ir.prim.Cast(
+                "int32", ir.prim.floordiv(misalign, ir.const(nbytes, "uint64"))
+            )
+            stmts.append(ir.Bind(spec.shift, shift_value))
+            ptr_ty = ir.PtrType(ir.PrimType(spec.dtype), "global")
+            base = tirx.ptr_byte_offset(base, spec.shift * (-nbytes), ty=ptr_ty)
+            dims[0] = dims[0] + spec.shift
         alloca = tirx.stack_alloca("tensormap", 1, ty=spec.var.ty)
         stmts.append(ir.Bind(spec.var, alloca))
         encode = cuda_op.tensormap_encode_tiled(
             spec.var,
             base,
-            *p["dims"],
+            *dims,
             *p["strides"],
             *p["box"],
             *p["element_strides"],

@@ -122,20 +122,12 @@ def _tma_attr(func):
     return [str(x) for x in func.attrs["tl.tma"]] if "tl.tma" in func.attrs else []
 
 
-def _specs(func):
-    """Every host-side tensormap_encode_tiled call's operands, as ints."""
-    out = []
+def _encode_args(func, tensor):
+    """The operands after the base pointer of ``tensor``'s host-side map encoding."""
     for line in str(func).splitlines():
-        m = re.search(
-            r"tensormap_encode_tiled\((\w+), T\.address_of\((\w+)\[[^\]]*\]\), ([^a-z]*?), desc",
-            line,
-        )
-        if m:
-            nums = [int(x) for x in m.group(3).split(", ")]
-            sw = re.search(r"swizzle=(\d)", line)
-            sw = int(sw.group(1)) if sw else 0
-            out.append((m.group(2), nums, sw))
-    return out
+        if "tensormap_encode_tiled" in line and f"T.address_of({tensor}[" in line:
+            return line.split("ty=T.Ptr(")[1].split("), ", 1)[1].rstrip(")")
+    return None
 
 
 def test_readme_gemm_uses_tma_with_encoded_maps():
@@ -145,10 +137,14 @@ def test_readme_gemm_uses_tma_with_encoded_maps():
     notes = _tma_attr(f)
     assert any("A -> A_shared: TMA, 1 box(es) of 128x64, swizzle SWIZZLE_128B" in n for n in notes)
     assert any("B -> B_shared: TMA, 2 box(es) of 64x64, swizzle SWIZZLE_128B" in n for n in notes)
-    specs = dict((name, (nums, sw)) for name, nums, sw in _specs(f))
-    # dims (inner first), byte strides, box (inner first), element strides
-    assert specs["A"] == ([1000, 1000, 2000, 64, 128, 1, 1], 3)
-    assert specs["B"] == ([1000, 1000, 2000, 64, 64, 1, 1], 3)
+    # dims (inner first, the inner one widened by the alignment shift), byte strides,
+    # box (inner first), element strides, swizzle 128B
+    tail = 'descriptor_dtype="float16", rank=2, swizzle=3'
+    assert _encode_args(f, "A") == f"1000 + A_tma_shift, 1000, 2000, 64, 128, 1, 1, {tail}"
+    assert _encode_args(f, "B") == f"1000 + B_tma_shift, 1000, 2000, 64, 64, 1, 1, {tail}"
+    assert "T.reinterpret(T.address_of(A[0, 0]), ty=T.uint64) % T.uint64(16) // T.uint64(2)" in str(
+        f
+    )
     text = str(f)
     loop = text.split("for k in")[1]
     assert "tl::cp_async" not in text
@@ -226,14 +222,16 @@ def test_batched_copy_has_a_rank3_map():
 
     f = _lower(main)
     assert "tl::tma_load_3d" in str(f), _tma_attr(f)
-    ((name, nums, _sw),) = _specs(f)
-    assert name == "A" and nums[:3] == [64, 200, 3] and nums[5:8] == [64, 64, 1]
-    a = np.random.default_rng(3).standard_normal((3, 200, 64)).astype(np.float16)
-    c = np.zeros_like(a)
+    assert _encode_args(f, "A") == (
+        '64 + A_tma_shift, 200, 3, 128, 25600, 64, 64, 1, 1, 1, 1, descriptor_dtype="float16", rank=3'
+    )
     from tilelang.testing.cuda_emulator import emulate
 
-    emulate(f, a, c)
-    np.testing.assert_allclose(c, (a.astype(np.float32) * 2).astype(np.float16))
+    for aligned in (True, False):  # False: the base is one element past 16 bytes (shift 1)
+        a = np.random.default_rng(3).standard_normal((3, 200, 64)).astype(np.float16)
+        c = np.zeros_like(a)
+        emulate(f, a, c, aligned=aligned)
+        np.testing.assert_array_equal(c, a * np.float16(2))
 
 
 # -------------------------------------------------------------------------- emulated

@@ -170,10 +170,12 @@ def _issue_copy(t: TmaCopy, tile_mb, stage, k, k_value, bar_ptr):
     out = []
     for row0, col0, offset in t.plan.boxes:
         coords = t.box_coords(begins, row0, col0)
+        if t.spec.shift is not None:  # the map starts 16-byte aligned, before the tensor
+            coords[-1] = coords[-1] + t.spec.shift
         elem = _i32(stage) * tile_elems + offset
         smem = tirx.ptr_byte_offset(tirx.address_of(tile_mb), elem * nbytes, ty=ptr_ty)
         args = [smem, tirx.address_of(t.spec.var), bar_ptr]
-        args += [ir.Cast("int32", c) if str(c.ty) != "int32" else c for c in reversed(coords)]
+        args += [ir.prim.Cast("int32", c) if str(c.ty) != "int32" else c for c in reversed(coords)]
         out.append(_call(f"tl::tma_load_{t.spec.rank}d", *args))
     return out
 
