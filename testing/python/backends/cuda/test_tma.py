@@ -5,7 +5,6 @@ emulated kernels (TMA boxes and mbarrier phases modelled), SASS of nvcc builds a
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -102,6 +101,23 @@ def test_plan_rejects_padded_and_row_major_wide_tiles():
     assert isinstance(plan_boxes(8, 512, 16, None), str)  # 512 > 256 columns, no swizzle
     plan = plan_boxes(8, 64, 16, None)
     assert not isinstance(plan, str) and plan.mode is SwizzleMode.NONE
+
+
+def test_direct_launch_code_for_tensor_maps():
+    from tilelang.backends.cuda.direct_launch import _direct_kernel_code, _direct_launch_unsupported
+
+    info = {
+        "arg_types": ["handle", "handle", "int32"],
+        "launch_param_tags": ["blockIdx.x", "threadIdx.x"],
+        "arg_extra_tags": [1, 0, 0],
+        "cuda_launch_fields": 0,
+        "cuda_kernel_attrs": 0,
+    }
+    assert _direct_launch_unsupported(info) is None
+    code = _direct_kernel_code(0, "k", info)
+    assert "void* params[3] = {args[0].v_ptr, &a1, &a2};" in code and "a0" not in code
+    assert _direct_launch_unsupported({**info, "arg_extra_tags": [2, 0, 0]}) is not None
+    assert _direct_launch_unsupported({**info, "arg_extra_tags": [0, 0, 1]}) is not None
 
 
 def test_descriptor_dtypes():
@@ -316,6 +332,10 @@ def test_sass_has_utmaldg_syncs_hgmma(bN):
     art = pipeline.build(func, SM90A, compiler="nvcc")
     assert "const __grid_constant__ CUtensorMap A_tmap" in art.kernel_source
     assert "__tl_tensor_map_slot" in art.host_source
+    assert "tma.h" in art.meta["extra_headers"]
+    # direct launch: the grid-constant maps are passed as pointers to their 128 bytes
+    assert art.meta["direct_launch_kernels"] == ["main_kernel"]
+    assert "void* params[5] = {args[0].v_ptr, args[1].v_ptr, &a2, &a3, &a4};" in art.host_source
     sass = _sass(art)
     assert "UTMALDG" in sass and "HGMMA" in sass
     assert "SYNCS.ARRIVE.TRANS64" in sass and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in sass
