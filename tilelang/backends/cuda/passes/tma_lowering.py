@@ -146,14 +146,13 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
     refill = guarded(k + ahead < end, issue(k + ahead, (rel + ahead) % stages))
     body = [wait, *fence, sync_threads()]
     after = []
-    if in_flight is not None:
-        from ....ops.gemm.wgmma_cuda import wgmma_drain, wgmma_wait
-
+    if in_flight is not None:  # (pipelining rule, reader) of the op kept in flight
+        rule, reader = in_flight
         if pctx.options["wgmma_copies_after"]:
-            body += [body_rest, *refill, *wgmma_wait(pctx, in_flight, 1)]
+            body += [body_rest, *refill, *rule.wait(pctx, reader, 1)]
         else:
             body += [*refill, body_rest]
-        after = wgmma_drain(pctx, in_flight)
+        after = rule.drain(pctx, reader)
     else:
         body += [*refill, body_rest]
     return ir.SeqStmt([*prologue, _with_loop(loop, body), *after])
