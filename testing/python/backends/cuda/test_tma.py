@@ -427,3 +427,55 @@ def test_tma_repeated_calls_and_threads_gpu():
     for t in threads:
         t.join()
     assert not errors
+
+
+def _dyn_gemm(m_dyn, k_dyn, N=128, K=256):
+    M = T.dynamic("m") if m_dyn else 256
+    Kd = T.dynamic("k") if k_dyn else K
+
+    @T.prim_func
+    def main(A: T.Tensor((M, Kd), "float16"), B: T.Tensor((Kd, N), "float16"), C: T.Tensor((M, N), "float32")):  # fmt: skip
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            As = T.alloc_shared((128, 64), "float16")
+            Bs = T.alloc_shared((64, 128), "float16")
+            Cf = T.alloc_fragment((128, 128), "float32")
+            T.clear(Cf)
+            for k in T.Pipelined(T.ceildiv(Kd, 64), num_stages=3):
+                T.copy(A[by * 128, k * 64], As)
+                T.copy(B[k * 64, bx * 128], Bs)
+                T.gemm(As, Bs, Cf)
+            T.copy(Cf, C[by * 128, bx * 128])
+
+    return main
+
+
+def test_dynamic_rows_use_tma_and_emulate():
+    """A symbolic M: the map's outer dimension is the run-time M (encoded per call)."""
+    from test_gemm_wgmma_emulation import emulate_wgmma
+
+    f = _lower(_dyn_gemm(True, False))
+    assert "tl::tma_load_2d" in str(f)
+    assert _encode_args(f, "A").startswith("256 + A_tma_shift, m, 512, 64, 128")
+    rng = np.random.default_rng(11)
+    for m in (72, 300):
+        a = rng.integers(-3, 4, size=(m, 256)).astype(np.float16)
+        b = rng.integers(-3, 4, size=(256, 128)).astype(np.float16)
+        c = np.full((m, 128), np.nan, np.float32)
+        (_, _, c), _ = emulate_wgmma(f, a, b, c, mode="late_writes")
+        np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+def test_dynamic_row_length_keeps_synchronous_copies():
+    """A symbolic K: the byte stride K * 2 is not provably a multiple of 16, so neither TMA
+    nor cp.async; the kernel stays correct (emulated with K = 200 and 72)."""
+    from test_gemm_wgmma_emulation import emulate_wgmma
+
+    f = _lower(_dyn_gemm(False, True))
+    assert "tma_load" not in str(f) and "mbarrier" not in str(f)
+    rng = np.random.default_rng(12)
+    for k in (200, 72):
+        a = rng.integers(-3, 4, size=(256, k)).astype(np.float16)
+        b = rng.integers(-3, 4, size=(k, 128)).astype(np.float16)
+        c = np.full((256, 128), np.nan, np.float32)
+        (_, _, c), _ = emulate_wgmma(f, a, b, c, mode="late_writes")
+        np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
