@@ -312,8 +312,8 @@ def plan_tma_copy(view, layout, ctx) -> TmaCopy | str:
     strides are provably multiples of 16; a whole 2-d shared destination tile whose two
     axes run along two source axes, the columns along the innermost one; a static tile
     whose layout :func:`plan_boxes` can store. Region offsets may be anything (a box
-    past the tensor's end is zero-filled), the base pointer must be 16-byte aligned (the
-    host encoding checks it at call time).
+    past the tensor's end is zero-filled); a base pointer off a 16-byte boundary is
+    handled at call time (``TensorMapSpec.shift``, :func:`host_encode_stmts`).
     """
     src, dst = RegionView.of(view.src), RegionView.of(view.dst)
     if not src.scope.startswith("global") or not dst.scope.startswith("shared"):

@@ -479,3 +479,23 @@ def test_dynamic_row_length_keeps_synchronous_copies():
         c = np.full((256, 128), np.nan, np.float32)
         (_, _, c), _ = emulate_wgmma(f, a, b, c, mode="late_writes")
         np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("offset", [1, 3, 8])
+def test_tma_base_off_16_bytes_gpu(offset):
+    """Tensors that start ``offset`` elements into an allocation (element-aligned only): the
+    map starts at the 16-byte boundary below and the kernel shifts its coordinates."""
+    import torch
+
+    from tilelang.backends.cuda import load_kernel
+
+    M, N, K = 264, 200, 328
+    func = make(M=M, N=N, K=K, bM=128, bN=128, bK=64, threads=256, stages=3)
+    kernel = load_kernel(pipeline.build(func, {"kind": "cuda"}))
+    a = torch.randn(M * K + offset, device="cuda", dtype=torch.float16)[offset:].view(M, K)
+    b = torch.randn(K * N + offset, device="cuda", dtype=torch.float16)[offset:].view(K, N)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-2, atol=5e-2)

@@ -56,25 +56,13 @@ def _i32(x):
     return ir.const(int(x), "int32") if isinstance(x, int) else x
 
 
-def _notes(pctx) -> list:
-    if getattr(pctx, "tma_notes", None) is None:
-        pctx.tma_notes = []
-    return pctx.tma_notes
-
-
-def _maps(pctx) -> list:
-    if getattr(pctx, "tma_maps", None) is None:
-        pctx.tma_maps = []
-    return pctx.tma_maps
-
-
 def plan_tma_copies(copies, pctx, loop_name: str):
     """The :class:`TmaCopy` of every copy (AsyncCopy list), or None (and a note why not)."""
     out = []
     for c in copies:
         plan = plan_tma_copy(c.view, pctx, pctx)
         if isinstance(plan, str):
-            _notes(pctx).append(
+            pctx.tma_notes.append(
                 f"loop {loop_name}: cp.async ({c.src.name} -> {c.dst.name}: {plan})"
             )
             return None
@@ -84,10 +72,10 @@ def plan_tma_copies(copies, pctx, loop_name: str):
 
 def _shared_map(pctx, spec):
     """The tensor map shared by every copy with the same tensor, box and swizzle."""
-    for known in _maps(pctx):
+    for known in pctx.tma_maps:
         if known.key() == spec.key():
             return known
-    _maps(pctx).append(spec)
+    pctx.tma_maps.append(spec)
     return spec
 
 
@@ -108,7 +96,7 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
         return None
     for t in tma:
         t.spec = _shared_map(pctx, t.spec)
-        _notes(pctx).append(f"loop {loop.var.name}: {t.describe()}")
+        pctx.tma_notes.append(f"loop {loop.var.name}: {t.describe()}")
     k, begin, end = loop.var, loop.begin, loop.end
     rel = k - begin
     tx = planner.tx
