@@ -171,6 +171,19 @@ def test_readme_gemm_uses_tma_with_encoded_maps():
     assert all(int(plan[t][0]) % 1024 == 0 for t in ("A_shared_mb", "B_shared_mb"))
 
 
+def test_tilelang_lower_shows_the_decision():
+    """``tilelang.lower`` (the public API) builds and shows ``tl.tma`` after pipelining."""
+    import tilelang
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    out = tilelang.lower(make(M=256, N=256, K=256, bK=64, stages=3), target=SM90A)
+    planned = str(out.stages["pipeline_planning"])
+    assert '"tl.tma": ["loop k: A -> A_shared: TMA' in planned
+    assert "tma_host_encode" in out.stages
+    assert "const __grid_constant__ CUtensorMap" in out.artifact.get_kernel_source()
+
+
 def test_encode_params_of_a_spec():
     a = T.Tensor((7, 300, 64), "bfloat16")  # noqa: F841 - only the var matters
     from tilelang.lowering.thread_utils import new_tensor
