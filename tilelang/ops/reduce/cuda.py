@@ -63,10 +63,22 @@ def _shfl(value, lane_mask, dtype):
 
 @lower_rule("reduce", "cuda")
 def lower_reduce_cuda(v, ctx):
+    """Warp shuffles (``__shfl_xor_sync`` over 32 lanes), then shared memory across warps."""
+    return lower_reduce_threads(v, ctx, _shfl, 32)
+
+
+def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
+    """The reduction over a block's threads: ``shuffle(value, lane_mask, dtype)`` exchanges
+    registers between lanes closer than ``warp`` (the warp/wavefront size); rows spanning
+    more lanes go through a shared workspace. Shared by the CUDA, ROCm and Metal rules.
+
+    ``whole_warp(kind, value, dtype)``, when given, may return one expression reducing
+    ``value`` over all ``warp`` lanes (Metal's ``simd_sum``/``simd_max``); it replaces the
+    butterfly when the lanes sharing a row are exactly the whole warp."""
     src, dst, dim, pairs = reduce_axes(v)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         raise errors.compile_error(
-            f"T.reduce on CUDA needs fragment src and dst ({src.name}, {dst.name})", v.loc
+            f"T.reduce on {ctx.backend} needs fragment src and dst ({src.name}, {dst.name})", v.loc
         )
     s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
     gens = xor_group(s_layout, dim)
@@ -94,13 +106,19 @@ def lower_reduce_cuda(v, ctx):
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
     acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value))
     stmts.append(for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED))
-    lanes = [g for g in gens if g < 32]
-    warps = [g for g in gens if g >= 32]
+    lanes = [g for g in gens if g < warp]
+    warps = [g for g in gens if g >= warp]
     ld2 = ir.Var("rw", "int32")
     cur = ir.TensorLoad(red, [ld2])
     body = []
-    for g in lanes:
-        body.append(store(red, [ld2], combine(merge, cur, _shfl(cur, g, dtype))))
+    whole = None
+    if whole_warp is not None and sorted(lanes) == [1 << b for b in range(warp.bit_length() - 1)]:
+        whole = whole_warp(merge, cur, dtype)
+    if whole is not None:
+        body.append(store(red, [ld2], whole))
+    else:
+        for g in lanes:
+            body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype))))
     if warps:
         ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
         ctx.extra_allocs.append(alloc(ws))
