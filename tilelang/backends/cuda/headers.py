@@ -35,6 +35,7 @@ HEADER_ORDER = (
     "atomic.h",
     "threadblock_swizzle.h",
     "wgmma.h",  # sm_90a wgmma wrappers used by tilelang/ops/gemm_wgmma.py (guarded per arch)
+    "tma.h",  # sm_90 TMA loads and mbarriers (backends/cuda/passes/tma_lowering.py)
 )
 _LOCAL_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_]+\.h)"\s*$')
 

@@ -37,6 +37,7 @@ from .passes.lower_parallel import lower_parallel
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
+from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
 
 
 @dataclass
@@ -104,8 +105,13 @@ def stage_layout_inference(func, state):
 
 def stage_pipeline_planning(func, state):
     """``T.Pipelined`` loops: multi-buffered shared tiles, cp.async prologue/steady state,
-    gemm phases (tile level, needs the layouts). See ``passes/pipeline_planning.py``."""
-    return plan_pipelines(func, state.ctx)
+    gemm phases (tile level, needs the layouts). See ``passes/pipeline_planning.py``.
+    On sm_90+ the copies become TMA boxes where they can (``passes/tma_lowering.py``); the
+    decisions are recorded as ``tl.tma``."""
+    func = plan_pipelines(func, state.ctx)
+    if state.ctx.tma_notes:
+        func = func.with_attr(ATTR_TMA, list(state.ctx.tma_notes))
+    return func
 
 
 def stage_apply_shared_layouts(func, state):
@@ -168,6 +174,16 @@ def stage_apply_global_layouts(func, state):
     return func.with_body(apply_global_layouts(func.body, state.global_layouts))
 
 
+def stage_tma_host_encode(func, state):
+    """The tensor maps of TMA copies are encoded on the host in front of the launch
+    (``tensor_map.host_encode_stmts``); the kernel receives them as grid-constant
+    parameters. Last: the stages before work on the launch region alone."""
+    if not state.ctx.tma_maps:
+        return func
+    stmts = host_encode_stmts(state.ctx.tma_maps)
+    return func.with_body(ir.SeqStmt([*stmts, func.body]))
+
+
 #: The CUDA pipeline, in order.
 STAGES = [
     ("rasterize_blocks", stage_rasterize_blocks),
@@ -183,6 +199,7 @@ STAGES = [
     ("strip_schedule_hints", stage_strip_schedule_hints),
     ("apply_global_layouts", stage_apply_global_layouts),
     ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume
+    ("tma_host_encode", stage_tma_host_encode),
 ]
 
 
@@ -219,6 +236,7 @@ def build(func, target=None, pass_configs=None, compile_flags=None, compiler=Non
     compiler = compiler or ("nvrtc" if _nvrtc_available() else "nvcc")
     return build_cuda(
         lowered,
+        pipeline=register_pipeline() if uses_tensor_maps(lowered) else "default",
         arch=target.get("arch", "sm_90a"),
         compiler=compiler,
         compile_flags=[*(compile_flags or ()), *options["device_flags"]],
