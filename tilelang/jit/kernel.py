@@ -226,6 +226,11 @@ class JITKernel:
     def export_library(self, path: str) -> None:
         import shutil
 
+        data = getattr(self.artifact, "library_bytes", None)
+        if data is not None:
+            with open(path, "wb") as handle:
+                handle.write(data())
+            return
         lib = getattr(self.artifact, "lib_path", None)
         if lib is None:
             raise errors.CompileError("this artifact has no shared library to export")
