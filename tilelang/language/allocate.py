@@ -34,7 +34,9 @@ def _alloc(shape, dtype, scope):
         value = builder.static_value(extent)
         if value is not None and value <= 0:
             raise errors.TraceError(f"allocation extent must be positive, got shape {shape}")
-    tensor = _T.alloc_tensor(ty_args=[_T.Tensor(shape, dtypes.canonical(dtype), scope=scope)])
+    tensor = _T.alloc_tensor(
+        ty_args=[_T.Tensor(shape, dtypes.canonical(dtype), scope=scope)], loc=builder.user_loc()
+    )
     return builder.unwrap(tensor)
 
 
