@@ -77,6 +77,12 @@ class PassConfigKey(str, Enum):
     issued with the leading ones), ``"split"`` (the later ones each in their own group) or
     ``"auto"`` (default: ``"hoist"`` with ``num_stages >= 2``, else ``"split"``)."""
 
+    TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
+    """Debug: check every element access the compiler cannot prove in bounds when the kernel
+    runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
+    then run one after another); CUDA: the thread prints that and executes ``__trap()``.
+    Default: False. (Accesses that are certainly out of bounds are compile errors anyway.)"""
+
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
     """Index bit width; tilelang indexes in 32 bits and rejects any other value."""
 
@@ -205,4 +211,5 @@ def build_options(pass_configs) -> dict:
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "copy_schedule": schedule,
+        "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
     }

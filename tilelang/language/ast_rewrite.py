@@ -213,9 +213,7 @@ class _KernelRewriter(ast.NodeTransformer):
         if not assigned:
             return loop
         before = self._fresh("pre")
-        make_probe = ast.Assign(
-            targets=[ast.Name(probe, ast.Store())], value=_call("LoopProbe")
-        )
+        make_probe = ast.Assign(targets=[ast.Name(probe, ast.Store())], value=_call("LoopProbe"))
         after = _call(
             "after",
             ast.Tuple([ast.Constant(n) for n in assigned], ast.Load()),
@@ -260,9 +258,7 @@ class _KernelRewriter(ast.NodeTransformer):
             self._arm(name, "then", self._visit_body(node.body), node, assigned, 0),
         ]
         if node.orelse:
-            arms.append(
-                self._arm(name, "orelse", self._visit_body(node.orelse), node, assigned, 1)
-            )
+            arms.append(self._arm(name, "orelse", self._visit_body(node.orelse), node, assigned, 1))
         test = _call("if_", self.visit(node.test), ast.Constant(bool(assigned)))
         frame = ast.With(items=[ast.withitem(test, ast.Name(name, ast.Store()))], body=arms)
         frame = ast.fix_missing_locations(ast.copy_location(frame, node))
@@ -273,7 +269,10 @@ class _KernelRewriter(ast.NodeTransformer):
         snap = ast.Assign(targets=[ast.Name(before, ast.Store())], value=_snapshot(assigned))
         merge = ast.Call(
             ast.Attribute(ast.Name(name, ast.Load()), "merge", ast.Load()),
-            [ast.Tuple([ast.Constant(n) for n in assigned], ast.Load()), ast.Name(before, ast.Load())],
+            [
+                ast.Tuple([ast.Constant(n) for n in assigned], ast.Load()),
+                ast.Name(before, ast.Load()),
+            ],
             [],
         )
         out = [snap, frame, *self._apply_values(assigned, merge)]

@@ -116,6 +116,9 @@ def trace(func, name: str | None = None, outer_locals: dict | None = None) -> ir
             fn(*args)
     traced = ib.get()
     check_scopes(traced)
+    from ..transform.check_bounds import check_static_bounds
+
+    check_static_bounds(traced)
     return traced
 
 

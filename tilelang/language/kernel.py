@@ -85,7 +85,9 @@ def _check_launch(blocks, threads) -> None:
         if value is None:
             continue
         if not isinstance(value, int) or value < 1:
-            raise errors.TraceError(f"T.Kernel: threads {axis} must be a positive int, got {extent}")
+            raise errors.TraceError(
+                f"T.Kernel: threads {axis} must be a positive int, got {extent}"
+            )
         if value > limit:
             raise errors.TraceError(
                 f"T.Kernel: {value} threads in dimension {axis}, but a block has at most "

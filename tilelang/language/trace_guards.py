@@ -255,7 +255,6 @@ def _install() -> None:
 
         guarded.__tilelang_guard__ = True
         cls.__bool__ = guarded
-        cls.__nonzero__ = guarded
 
     for cls in (expr_mod.ExprWithOp, overload.ExprOp):
         original = cls.__bool__

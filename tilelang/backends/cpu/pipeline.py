@@ -76,20 +76,30 @@ def lower(func, pass_configs=None):
     Named stages (dumped/timed by ``tilelang.engine.instrument``). Blocks run serially
     when the kernel uses atomics or ``T.device_assert`` (a failed assert must reach the caller).
     """
-    build_options(pass_configs)  # rejects values tilelang cannot honour (index bit width)
-    parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body))
+    options = build_options(pass_configs)  # rejects values tilelang cannot honour
+    checked = options.get("bounds_check", False)
+    # a failed assertion inside a parallel task would be lost: checked kernels run serially
+    parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body) or checked)
     stages = [
         ("lower_threads", on_body(lower_threads)),
         ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
         ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),
         ("legalize_half_math", on_body(legalize_half_math)),
+        *([("bounds_check", on_body(_bounds_checks))] if checked else []),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
         ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),
     ]
     global_layouts = collect_global_layouts(func.body)
     with no_vectors_for(global_layouts):
         return run_stages(func, stages, pass_configs)
+
+
+def _bounds_checks(body):
+    """``tl.enable_bounds_check``: an assertion before every access not proven in bounds."""
+    from ...transform.check_bounds import cpu_check, insert_bounds_checks
+
+    return insert_bounds_checks(body, cpu_check, "cpu")
 
 
 def build(func, pass_configs=None, out_dir=None):
