@@ -47,12 +47,7 @@ class JITKernel:
         self.params = read_params(func)
         self.out_idx = _normalize_out_idx(out_idx, len(self.params))
         self.backend = get_backend(self.target["kind"])
-        self.artifact = artifact or self.backend.build(
-            func,
-            target=self.target,
-            pass_configs=self.pass_configs,
-            compile_flags=self.compile_flags,
-        )
+        self.artifact = artifact or self._build(func)
         self._fn = None  # loaded on first call: compiling needs no GPU, running does
         self._fast = None  # bound on the first call with out_idx (see __call__)
         self._direct = None  # the loaded function, once called, when there is no out_idx
@@ -68,6 +63,25 @@ class JITKernel:
             if func.attrs and "global_symbol" in func.attrs
             else "kernel"
         )
+
+    def _build(self, func):
+        """The backend's build; a foundation error becomes a CompileError naming the kernel."""
+        from ..engine.pass_config import build_options
+
+        build_options(self.pass_configs)  # a bad option: ValueError naming the key
+        try:
+            return self.backend.build(
+                func,
+                target=self.target,
+                pass_configs=self.pass_configs,
+                compile_flags=self.compile_flags,
+            )
+        except errors.TileLangError:
+            raise
+        except Exception as err:  # noqa: BLE001 - TIRx/LLVM/nvcc internals
+            from ..language.diagnostics import compile_error
+
+            raise compile_error(err, func, self.target) from err
 
     # -- calling ------------------------------------------------------------
     @property

@@ -28,7 +28,11 @@ def _shape(shape):
 
 
 def _alloc(shape, dtype, scope):
-    builder.state()
+    if not builder.state().kernels:
+        raise errors.TraceError(
+            f"allocations ({scope}) must be inside a `with T.Kernel(...)` block: they live in "
+            "a block's memory"
+        )
     shape = _shape(shape)
     for extent in shape:
         value = builder.static_value(extent)

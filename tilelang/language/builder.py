@@ -542,7 +542,7 @@ def _reads_memory(expr) -> bool:
 def store(target, indices, value):
     """Emit ``target[indices] = value``, converting ``value`` to the element type."""
     dtype = str(target.ty.dtype)
-    value = dtypes.convert(value, dtype)
+    value = dtypes.scalar_value(value, dtype, f"storing into {target.name}")
     stmt = ir.TensorStore(target, list(indices), value, loc=user_loc())
     _T.emit_(stmt)
 

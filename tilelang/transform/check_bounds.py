@@ -187,6 +187,14 @@ class _StaticChecker:
             )
 
     def check_access(self, tensor, indices, ranges, certain, parallel, loc):
+        for dim, index in enumerate(indices):
+            ty = str(getattr(index, "ty", "int32"))
+            if isinstance(index, ir.Expr) and not ty.startswith(("int", "uint")):
+                raise errors.compile_error(
+                    f"{_describe(tensor, indices)}: index {dim} has type {ty}; indices must "
+                    "be integers (use T.cast(x, 'int32') or //)",
+                    loc,
+                )
         if not certain or not hasattr(tensor.ty, "shape"):
             return
         if parallel and str(tensor.ty.scope) == "global":

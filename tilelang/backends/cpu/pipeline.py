@@ -26,6 +26,7 @@ from ...ops.debug.op import uses_device_assert
 from ...transform.apply_global_layouts import apply_global_layouts
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
+from ...transform.wide_index import widen_indices
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 
@@ -89,6 +90,7 @@ def lower(func, pass_configs=None):
         *([("bounds_check", on_body(_bounds_checks))] if checked else []),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
         ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),
+        ("widen_indices", on_body(widen_indices)),
     ]
     global_layouts = collect_global_layouts(func.body)
     with no_vectors_for(global_layouts):

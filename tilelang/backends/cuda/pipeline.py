@@ -176,6 +176,14 @@ def stage_apply_global_layouts(func, state):
     return func.with_body(apply_global_layouts(func.body, state.global_layouts))
 
 
+def stage_widen_indices(func, state):
+    """Indices of tensors with 2**31 elements or more computed in int64
+    (``tilelang/transform/wide_index.py``)."""
+    from ...transform.wide_index import widen_indices
+
+    return func.with_body(widen_indices(func.body))
+
+
 #: The CUDA pipeline, in order.
 STAGES = [
     ("rasterize_blocks", stage_rasterize_blocks),
@@ -191,6 +199,7 @@ STAGES = [
     ("plan_shared_memory", stage_plan_shared_memory),
     ("strip_schedule_hints", stage_strip_schedule_hints),
     ("apply_global_layouts", stage_apply_global_layouts),
+    ("widen_indices", stage_widen_indices),
 ]
 
 
