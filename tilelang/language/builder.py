@@ -31,8 +31,8 @@ from tvm_tirx.script import tirx as _T
 from tvm_tirx.script.ir_builder import IRBuilder
 from tvm_tirx.script.ir_builder.base import AlreadyEmitted
 
-from .. import errors
-from . import dtypes, trace_guards
+from .. import dtypes, errors
+from . import trace_guards
 from .trace_guards import KEEP, snapshot  # noqa: F401 - used by rewritten source
 
 _DEFERRED_CMP = (EqualOp, NotEqualOp)
@@ -72,6 +72,11 @@ def user_where() -> str:
     """``file:line`` of the user's line currently being traced ('' outside a trace)."""
     frame = user_frame()
     return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+# errors.TraceError names the user's line through this provider (errors imports nothing of
+# tilelang, so the tracer hands it the location instead).
+errors.set_location_provider(user_where)
 
 
 # ---------------------------------------------------------------------------

@@ -68,18 +68,6 @@ def _error_class(base: type, family: type) -> type:
     return _CLASSES[key]
 
 
-def _make(cls, message: str):
-    try:
-        err = cls(message)
-    except Exception:  # noqa: BLE001 - an exotic constructor: plain message only
-        err = None
-    if err is None or str(err) != message:
-        base = errors.TraceError if issubclass(cls, errors.TraceError) else errors.CompileError
-        err = Exception.__new__(base)
-        Exception.__init__(err, message)
-    return err
-
-
 def trace_error(err: Exception) -> errors.TraceError:
     """A TraceError (also of ``err``'s class) naming the user's line where ``err`` rose."""
     kernel, other = user_lines(err.__traceback__)
@@ -87,9 +75,10 @@ def trace_error(err: Exception) -> errors.TraceError:
     helper = f" (in {other})" if other and kernel and other != kernel else ""
     message = f"{where}: {short_message(err)}{helper}" if where else short_message(err)
     cls = _error_class(type(err), errors.TraceError)
-    made = _make(cls, "")
-    Exception.__init__(made, message)  # TraceError.__init__ would prefix the line again
-    return made
+    try:
+        return cls(message, where="")  # the message already names the line
+    except Exception:  # noqa: BLE001 - an exception class with an exotic constructor
+        return errors.TraceError(message, where="")
 
 
 def first_line(func) -> str:

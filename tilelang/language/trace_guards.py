@@ -106,7 +106,8 @@ def _is_py_number(value) -> bool:
 
 
 def _merge_one(name, cond, then_v, else_v, what):
-    from . import builder, dtypes
+    from .. import dtypes
+    from . import builder
 
     then_v, else_v = builder.unwrap(then_v), builder.unwrap(else_v)
     if then_v is else_v:
@@ -181,9 +182,8 @@ def _library_dirs() -> tuple[str, ...]:
         import tvm_ffi
         import tvm_tirx
 
-        import tilelang
-
-        _LIBRARY_DIRS = tuple(_package_dir(m) for m in (tvm_ffi, tvm_tirx, tilelang))
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        _LIBRARY_DIRS = (*(_package_dir(m) for m in (tvm_ffi, tvm_tirx)), package)
     return _LIBRARY_DIRS
 
 

@@ -85,7 +85,7 @@ def test_int32_dynamic_extent_too_large_is_rejected_at_the_call():
 
 
 def test_index_arithmetic_is_int64_only_where_needed():
-    from tilelang.engine.lower import lower
+    from tilelang import lower
 
     small = lower(add_one_2d(256, 300), target="cpu").kernel_source
     big = lower(add_one_2d(), target="cpu").kernel_source

@@ -7,7 +7,7 @@ import re
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
-from .. import errors
+from . import errors
 
 _ALIASES = {
     "float": "float32",
@@ -51,7 +51,7 @@ def _caller_where() -> str:
     import os
     import sys
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))  # the tilelang package
     frame = sys._getframe(1)
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
