@@ -77,7 +77,7 @@ def widen(expr):
     if isinstance(expr, int):
         return ir.const(expr, "int64")
     ty = str(getattr(expr, "ty", ""))
-    if not ty.startswith(("int", "uint")):
+    if not ty.startswith(("int", "uint")) or "x" in ty:  # vector lanes: left as they are
         return expr
     if isinstance(expr, ir.IntImm):
         return ir.const(expr.value, "int64")
