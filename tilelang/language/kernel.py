@@ -54,6 +54,9 @@ class KernelLaunchFrame:
             builder.name_value(f"t{axis}", var)
             self.thread_vars.append(var)
         st.kernels.append(self)
+        from .pointer import emit_pending_views  # T.make_tensor views made before T.Kernel
+
+        emit_pending_views()
         return self.block_vars[0] if len(self.block_vars) == 1 else tuple(self.block_vars)
 
     def __exit__(self, *exc):

@@ -30,6 +30,7 @@ from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.wide_index import widen_indices
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
+from .warp_ops import lower_warp_ops
 
 TARGET = {"kind": "llvm"}  # plus "mcpu": see host_target()
 
@@ -89,6 +90,7 @@ def _lower_kernel(func, pass_configs):
     # a failed assertion inside a parallel task would be lost: checked kernels run serially
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body) or checked)
     stages = [
+        ("lower_warp_ops", on_body(lower_warp_ops)),
         ("lower_threads", on_body(lower_threads)),
         ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),

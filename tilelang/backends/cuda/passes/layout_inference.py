@@ -41,6 +41,7 @@ from ....layout import Fragment
 from ....layout import expr as E
 from ....layout.annotation import contiguous_vectors
 from ....lowering.cuda_context import LayoutInferContext
+from ....lowering.target_info import backend_of
 from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
     default_fragment,
     project_fragment,
@@ -218,7 +219,7 @@ class _Inference:
     def run_ops(self, level) -> bool:
         changed = False
         for op, call in self.ops:
-            rule = layout_rule_for(op, "cuda")
+            rule = layout_rule_for(op, backend_of(self.arch))
             if rule is None:
                 continue
             ctx = LayoutInferContext(
