@@ -84,6 +84,12 @@ class PassConfigKey(str, Enum):
     copy allows it; the function attribute ``tl.tma`` of ``tilelang.lower``'s output says
     which copies use it and why the others do not)."""
 
+    TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
+    """Debug: check every element access the compiler cannot prove in bounds when the kernel
+    runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
+    then run one after another); CUDA: the thread prints that and executes ``__trap()``.
+    Default: False. (Accesses that are certainly out of bounds are compile errors anyway.)"""
+
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
     """Index bit width; tilelang indexes in 32 bits and rejects any other value."""
 
@@ -212,4 +218,5 @@ def build_options(pass_configs) -> dict:
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "copy_schedule": schedule,
         "disable_tma": flag(PassConfigKey.TL_DISABLE_TMA_LOWER, False),
+        "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
     }

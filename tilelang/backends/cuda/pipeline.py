@@ -152,6 +152,16 @@ def stage_insert_sync(func, state):
     return func.with_body(insert_sync(func.body, state.thread_var))
 
 
+def stage_bounds_check(func, state):
+    """``tl.enable_bounds_check``: ``printf`` + ``__trap()`` before every element access not
+    proven in bounds (``tilelang/transform/check_bounds.py``)."""
+    if not state.options.get("bounds_check"):
+        return func
+    from ...transform.check_bounds import cuda_check, insert_bounds_checks
+
+    return func.with_body(insert_bounds_checks(func.body, cuda_check, "cuda"))
+
+
 def stage_plan_shared_memory(func, state):
     """All shared tiles in one ``shared.dyn`` buffer; records ``tl.shared_memory``
     (tile -> [offset, bytes]) on the function."""
@@ -172,6 +182,14 @@ def stage_apply_global_layouts(func, state):
     """Accesses of laid-out global tensors go to their storage place (last: tail guards
     were computed on logical indices)."""
     return func.with_body(apply_global_layouts(func.body, state.global_layouts))
+
+
+def stage_widen_indices(func, state):
+    """Indices of tensors with 2**31 elements or more computed in int64
+    (``tilelang/transform/wide_index.py``)."""
+    from ...transform.wide_index import widen_indices
+
+    return func.with_body(widen_indices(func.body))
 
 
 def stage_tma_host_encode(func, state):
@@ -195,10 +213,12 @@ STAGES = [
     ("lower_fragments", stage_lower_fragments),
     ("hoist_allocs", stage_hoist_allocs),
     ("insert_sync", stage_insert_sync),
+    ("bounds_check", stage_bounds_check),
     ("plan_shared_memory", stage_plan_shared_memory),
     ("strip_schedule_hints", stage_strip_schedule_hints),
     ("apply_global_layouts", stage_apply_global_layouts),
     ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume
+    ("widen_indices", stage_widen_indices),
     ("tma_host_encode", stage_tma_host_encode),
 ]
 
