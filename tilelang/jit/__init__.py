@@ -8,6 +8,7 @@ import threading
 import tvm_ffi
 
 from .kernel import JITKernel
+from .torch_op import torch_op  # noqa: F401
 
 _MEMORY_CACHE: dict = {}
 _LOCK = threading.Lock()
@@ -77,6 +78,14 @@ class _JitFactory:
             kernel = compile(func, **self.options)
             self._kernels[key] = kernel
         return kernel
+
+    def as_torch_op(self, *args, name=None, mutates_args="auto", **kwargs):
+        """The kernel for these factory arguments as a torch custom op (``torch_op``);
+        ``name`` defaults to the factory's name."""
+
+        return torch_op(
+            self(*args, **kwargs), name=name or self.fn.__name__, mutates_args=mutates_args
+        )
 
     def get_tir(self, *args, **kwargs):
         """The traced TIRx function, without compiling it."""
