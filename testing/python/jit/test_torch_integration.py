@@ -384,3 +384,41 @@ def test_flash_attention_autograd_cuda(causal, compiled):
     torch.manual_seed(99 + 2 * causal + compiled)
     Attn = _flash_attention_function(2, 3, 192, 64, causal, target="cuda", block=64)
     _check_attention(Attn, 2, 3, 192, 64, causal, "cuda", compiled)
+
+
+@tilelang.jit(out_idx=[-1], target="cpu")
+def axpb(M, N):
+    """``Y = alpha * X + b`` with a float scalar and an int scalar parameter."""
+
+    @T.prim_func
+    def main(
+        X: T.Tensor((M, N), "float32"), alpha: T.float32, b: T.int32, Y: T.Tensor((M, N), "float32")
+    ):
+        with T.Kernel(1, threads=1):
+            for i, j in T.grid(M, N):
+                Y[i, j] = X[i, j] * alpha + b
+
+    return main
+
+
+def test_scalar_parameters_in_schema_compile_and_autograd(randn):
+    M, N = 13, 7
+    op = axpb.as_torch_op(M, N)
+    assert op.schema == "(Tensor X, float alpha, int b) -> Tensor"
+    assert op.mutated == []
+    x = randn(M, N)
+    f = torch.compile(lambda x, alpha: op(x.cos(), alpha, 3) * 2, fullgraph=True)
+    for alpha in (0.5, -1.25):
+        torch.testing.assert_close(f(x, alpha).double(), (x.double().cos() * alpha + 3) * 2)
+
+    # d(alpha * x + b)/dx = alpha: the same kernel with b = 0 computes the gradient
+    Axpb = tilelang.autograd_function(
+        forward=axpb(M, N),
+        backward=lambda x, alpha, b, y, dy: (op(dy.contiguous(), alpha, 0), None, None),
+    )
+    xg = x.clone().requires_grad_()
+    up = randn(M, N)
+    loss = torch.compile(lambda x: (Axpb.apply(x, 1.5, 2) * up).sum(), fullgraph=True)(xg)
+    loss.backward()
+    torch.testing.assert_close(xg.grad.double(), 1.5 * up.double())
+    torch.testing.assert_close(loss.double(), ((x.double() * 1.5 + 2) * up.double()).sum())
