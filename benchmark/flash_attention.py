@@ -5,9 +5,10 @@
 
 CUDA events, median of ``--iters`` runs after warm-up; TFLOP/s counts 4*b*h*s*s*d (half of it
 for causal) and the ratio is ours over torch's time inverted (higher is better).
-``--variants`` runs every config once per value of ``pipeline_planning.COPY_SCHEDULE``
-(``leading``: only K's copy pipelined, the schedule before; ``hoist``/``split``/``auto``:
-every copy, see ``tilelang/transform/pipeline_copies.py``); default: the module's setting.
+``--variants`` runs every config once per value of the pass config
+``tl.pipeline_copy_schedule`` (``leading``: only K's copy pipelined, the schedule before;
+``hoist``/``split``/``auto``: every copy, see ``backends/cuda/passes/pipeline_copies.py``);
+default: ``auto``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from example_mha_fwd_bshd import flashattn  # noqa: E402
 
 import tilelang  # noqa: E402
 from tilelang.profiler import bench  # noqa: E402
-from tilelang.transform import pipeline_planning  # noqa: E402
 
 CONFIGS = ((128, 128, 2, 256), (128, 64, 2, 128), (64, 64, 1, 128))
 
@@ -45,8 +45,8 @@ def main():
         "--variants",
         nargs="+",
         choices=("leading", "hoist", "split", "auto"),
-        default=[pipeline_planning.COPY_SCHEDULE],
-        help="copy schedules to compare (pipeline_planning.COPY_SCHEDULE)",
+        default=["auto"],
+        help="copy schedules to compare (pass config tl.pipeline_copy_schedule)",
     )
     parser.add_argument(
         "--configs",
@@ -80,7 +80,6 @@ def main():
         for (bm, bn, stages, threads), variant in (
             (c, var) for c in configs for var in args.variants
         ):
-            pipeline_planning.COPY_SCHEDULE = variant
             label = f"{variant:>8} {bm}x{bn}/{threads}t/{stages}s"
             if causal and bm > bn:
                 # The example (as upstream's) has no Check_inf step: with block_M > block_N a
@@ -88,13 +87,14 @@ def main():
                 print(f"{str(causal):>7} {label:>31}  skipped: causal needs block_M <= block_N")
                 continue
             try:
-                # get_tir + compile, not the memoised @jit factory: the module flag is not in
-                # the kernel cache key, so an otherwise unused pass config keys each variant
                 tir = flashattn.get_tir(
                     b, h, s, d, causal, block_M=bm, block_N=bn, num_stages=stages, threads=threads
                 )
                 kernel = tilelang.compile(
-                    tir, out_idx=[3], target="cuda", pass_configs={"bench.copy_schedule": variant}
+                    tir,
+                    out_idx=[3],
+                    target="cuda",
+                    pass_configs={"tl.pipeline_copy_schedule": variant},
                 )
                 out = kernel(q, k, v)
                 err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()

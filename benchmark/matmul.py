@@ -3,8 +3,8 @@
     python benchmark/matmul.py [--sizes 4096 8192] [--dtypes float16 bfloat16] [--iters 50]
                                [--configs all|wgmma|mma|extra] [--only NAME ...]
 
-For each size and dtype, each tile configuration is built (``tilelang.compile``; when that
-fails, ``tilelang.ops.gemm_cuda_standalone`` for the mma configs), checked against torch,
+For each size and dtype, each tile configuration is built (``tilelang.compile`` with the
+configuration's pass configs), checked against torch,
 and timed (CUDA events, median); the table reports TFLOP/s and the ratio to torch.matmul.
 The kernel accumulates in float32 and writes C in the input dtype, as torch.matmul does.
 
@@ -14,10 +14,10 @@ Configurations (block M x N x K / threads / stages), ``--configs all|wgmma|mma|e
 * ``wgmma`` ones target the device's arch (``sm_90a`` on Hopper: the wgmma path); ``+rP``
   rasterizes the blocks in panels of P tile rows (a 1-D grid, for L2 reuse of B), ``-ovl``
   builds without keeping a wgmma group in flight across iterations (copies S-1 ahead,
-  ``pipeline_planning.WGMMA_IN_FLIGHT = False``), ``+ca`` issues each iteration's copies
-  after the wgmma batch (``pipeline_planning.WGMMA_COPIES_AFTER = True``);
+  pass config ``tl.wgmma_in_flight = False``), ``+ca`` issues each iteration's copies
+  after the wgmma batch (``tl.wgmma_copies_after = True``);
 * ``mma`` ones target ``sm_90`` on Hopper (no ``a``: wgmma is unavailable, so mma.sync);
-  ``-nosplit`` builds them with ``pipeline_planning.MMA_SPLIT = False`` (the gemm is not
+  ``-nosplit`` builds them with ``tl.mma_split_pipeline = False`` (the gemm is not
   split into phases: every fragment of a tile is loaded after the iteration's barrier, the
   schedule before the split), for an A/B comparison in the same run.
 
@@ -62,7 +62,7 @@ def _cfg(
 
 
 #: ``+rP``: rasterized in panels of P tile rows; ``-ovl``: no wgmma group kept in flight;
-#: ``+ca``: the iteration's copies issued after the wgmma batch (WGMMA_COPIES_AFTER).
+#: ``+ca``: the iteration's copies issued after the wgmma batch (tl.wgmma_copies_after).
 CONFIGS = [
     _cfg(128, 256, 64, 256, 4),
     _cfg(128, 256, 64, 256, 4, raster=8),
@@ -151,35 +151,17 @@ def arch_of_device() -> str:
 
 
 def build(func, arch, in_flight=True, after=False, split=True):
-    """A callable ``kern(a, b, c)`` and how it was built."""
-    from tilelang.transform import pipeline_planning
+    """A callable ``kern(a, b, c)`` and how it was built (``tilelang.compile`` with the
+    configuration's code-generation choices as pass configs, so each is its own cache entry)."""
+    import tilelang
 
-    errors = []
-    if not in_flight or after or not split:  # module switches: build directly, no caches
-        from tilelang.backends.cuda import load_kernel, pipeline
-
-        pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = in_flight, after
-        pipeline_planning.MMA_SPLIT = split
-        try:
-            return load_kernel(pipeline.build(func, {"kind": "cuda", "arch": arch})), "pipeline"
-        finally:
-            pipeline_planning.WGMMA_IN_FLIGHT, pipeline_planning.WGMMA_COPIES_AFTER = True, False
-            pipeline_planning.MMA_SPLIT = True
-    try:
-        import tilelang
-
-        kernel = tilelang.compile(func, target={"kind": "cuda", "arch": arch})
-        return kernel, "tilelang.compile"
-    except Exception as err:  # noqa: BLE001 - report and fall back
-        errors.append(f"tilelang.compile: {type(err).__name__}: {str(err)[:300]}")
-    from tilelang.backends.cuda.runtime import load_kernel
-    from tilelang.ops.gemm_cuda_standalone import build_standalone
-
-    try:
-        return load_kernel(build_standalone(func, arch=arch)), "standalone"
-    except Exception as err:  # noqa: BLE001
-        errors.append(f"standalone: {type(err).__name__}: {str(err)[:300]}")
-    raise RuntimeError("; ".join(errors))
+    configs = {
+        "tl.wgmma_in_flight": in_flight,
+        "tl.wgmma_copies_after": after,
+        "tl.mma_split_pipeline": split,
+    }
+    kernel = tilelang.compile(func, target={"kind": "cuda", "arch": arch}, pass_configs=configs)
+    return kernel, "tilelang.compile"
 
 
 def time_ms(fn, iters: int, warmup: int = 10) -> float:

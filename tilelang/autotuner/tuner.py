@@ -299,7 +299,7 @@ class AutoTuner:
         """Everything the stored best config depends on (see the module docstring)."""
         from ..backends.registry import resolve_target
         from ..cache.kernel_cache import _versions
-        from ..transform.pass_config import OBSERVATION_KEYS, normalize_pass_configs
+        from ..engine.pass_config import OBSERVATION_KEYS, normalize_pass_configs
 
         ca, pa = self.compile_args, self.profile_args
         pass_configs = {

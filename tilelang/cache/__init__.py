@@ -38,11 +38,11 @@ def cached_kernel(func, *, out_idx, target, execution_backend, pass_configs, com
     """A JITKernel for ``func``: loaded from the disk cache, or compiled now and stored.
 
     ``target`` is a resolved target dict. The build runs inside an observation session
-    (``tilelang.transform.instrument``) so IR dumps and pass timing cover TIRx's passes
+    (``tilelang.engine.instrument``) so IR dumps and pass timing cover TIRx's passes
     too; while those are requested the disk cache is bypassed.
     """
+    from ..engine import instrument
     from ..jit.kernel import JITKernel
-    from ..transform import instrument
 
     options = dict(
         out_idx=out_idx,

@@ -222,7 +222,7 @@ def key_material(
     """Everything the cache key covers, as a JSON-able dict (see the module docstring)."""
     import tvm_ffi
 
-    from ..transform.pass_config import OBSERVATION_KEYS, normalize_pass_configs
+    from ..engine.pass_config import OBSERVATION_KEYS, normalize_pass_configs
 
     try:
         script = func.script()

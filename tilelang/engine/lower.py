@@ -87,7 +87,7 @@ def lower(func, target="auto", pass_configs=None, compile_flags=None, **_ignored
     at the same time.
     """
     from ..backends.registry import get_backend, resolve_target
-    from ..transform import instrument
+    from . import instrument
 
     func = getattr(func, "prim_func", func)
     if not hasattr(func, "body") or not hasattr(func, "params"):

@@ -33,16 +33,7 @@ from .kernel import (
     get_thread_bindings,
     get_thread_extent,
 )
-from .loops import (
-    Parallel,
-    Persistent,
-    Pipelined,
-    grid,
-    loop_break,
-    serial,
-    unroll,
-    vectorized,
-)
+from .loops import Parallel, Persistent, Pipelined, grid, loop_break, serial, unroll, vectorized
 from .math import (
     Cast,
     abs,

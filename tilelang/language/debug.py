@@ -10,8 +10,8 @@ from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
 from .. import errors
-from ..ops import debug as _debug
-from ..ops.region import is_tensor, to_region
+from ..lowering.region import is_tensor, to_region
+from ..ops.debug import op as _debug
 from . import builder, dtypes
 
 

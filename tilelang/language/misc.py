@@ -11,7 +11,7 @@ from . import builder, dtypes
 
 def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True):
     """Visit blocks in panels of ``panel_size`` rows for L2 reuse (GPU targets; a no-op on CPU)."""
-    from ..ops.rasterize import USE_SWIZZLE
+    from ..ops.rasterize.op import USE_SWIZZLE
 
     builder.state()
     if order not in ("row", "col"):
@@ -45,8 +45,8 @@ def annotate_layout(layout_map: dict):
     """
     from ..layout import Fragment, Layout
     from ..layout.annotation import check_layout, check_permutation, encode
-    from ..ops.annotate_layout import ANNOTATE_LAYOUT
-    from ..ops.region import is_tensor
+    from ..lowering.region import is_tensor
+    from ..ops.annotate_layout.op import ANNOTATE_LAYOUT
 
     builder.state()
     if not isinstance(layout_map, dict):
@@ -109,7 +109,7 @@ def sync_threads():
 
 
 def _sync():
-    from ..ops.sync import SYNC
+    from ..ops.sync.op import SYNC
 
     return ir.Evaluate(SYNC.make(loc=builder.user_loc()))
 

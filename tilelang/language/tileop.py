@@ -10,14 +10,14 @@ from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
 from .. import errors
-from ..ops import atomic as _atomic
-from ..ops import copy as _copy
-from ..ops import cumsum as _cumsum
-from ..ops import fill as _fill
-from ..ops import gemm as _gemm
-from ..ops import reduce as _reduce
-from ..ops.gemm import GemmWarpPolicy
-from ..ops.region import region_extents, to_region
+from ..lowering.region import region_extents, to_region
+from ..ops.atomic import op as _atomic
+from ..ops.copy import op as _copy
+from ..ops.cumsum import op as _cumsum
+from ..ops.fill import op as _fill
+from ..ops.gemm import op as _gemm
+from ..ops.gemm.op import GemmWarpPolicy
+from ..ops.reduce import op as _reduce
 from . import builder, dtypes
 
 __all__ = ["GemmWarpPolicy"]

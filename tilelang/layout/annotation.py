@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _expr as E
+from . import expr as E
 from .fragment import Fragment
 from .layout import Layout
 

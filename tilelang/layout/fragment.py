@@ -14,7 +14,7 @@ import numpy as np
 from tvm_tirx import sym
 from tvm_tirx.ir import Range, Var
 
-from . import _expr as E
+from . import expr as E
 from .layout import Layout, _as_index_list, _extent_equal, _shape_repr
 
 _REP_NAME = "rep"

@@ -20,7 +20,7 @@ Conventions (all fragments are :class:`~tilelang.layout.Fragment`):
 
 from __future__ import annotations
 
-from . import _expr as E
+from . import expr as E
 from .fragment import Fragment
 from .layout import Layout
 

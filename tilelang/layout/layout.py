@@ -16,7 +16,7 @@ from tvm_tirx import sym
 from tvm_tirx.ir import Range, Var
 from tvm_tirx.ir import prim as P
 
-from . import _expr as E
+from . import expr as E
 
 #: Inputs at most this large are checked exhaustively with numpy (inverse validation).
 _ENUMERATION_LIMIT = 1 << 20

@@ -33,7 +33,7 @@ from tvm_tirx import ir
 from tvm_tirx.ir import IntImm, Var
 from tvm_tirx.ir import prim as P
 
-from . import _expr as E
+from . import expr as E
 from .fragment import Fragment
 from .layout import Layout
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import tvm_ffi
 from tvm_tirx.ir import prim as P
 
-from . import _expr as E
+from . import expr as E
 from .layout import Layout
 
 

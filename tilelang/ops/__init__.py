@@ -1,21 +1,19 @@
-"""Tile ops: one module per op, each with its IR form and per-backend lowering."""
+"""Tile ops: one package per op (``ops/<op>/``): its IR form and checks, CPU rule, and CUDA
+layout and lowering rules. Importing ``tilelang.ops`` registers every rule.
 
-from . import (  # noqa: F401  # noqa: F401
+``registry.py`` is the table: ``(op, backend) -> lowering rule`` and ``op -> layout rule``.
+"""
+
+from . import (  # noqa: F401 - each package registers its rules
     annotate_layout,
     atomic,
     copy,
-    copy_cuda,
     cumsum,
     debug,
     fill,
-    fill_cuda,
     gemm,
-    gemm_cuda,
-    gemm_scalar_cuda,
     rasterize,
     reduce,
-    reduce_cuda,
     sync,
-    sync_cuda,
 )
 from .registry import OPS, lowering_for, tile_op_of  # noqa: F401

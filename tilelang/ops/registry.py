@@ -101,7 +101,7 @@ def layout_rule(op_name: str, backend: str):
     """Decorator registering ``fn(view, ctx) -> {tensor Var: Layout/Fragment}`` for layout inference.
 
     ``ctx`` is the backend's layout-inference context (for CUDA:
-    ``tilelang.backends.cuda.context.LayoutInferContext``). A rule returns the
+    ``tilelang.lowering.cuda_context.LayoutInferContext``). A rule returns the
     layouts it can decide at ``ctx.level`` ("strict", "common" or "free") given
     ``ctx.layout_map`` (what is already known); it returns {} when it needs more.
     """

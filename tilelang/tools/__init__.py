@@ -3,7 +3,7 @@
 - ``tilelang.tools.ir_diff(a, b)``: unified diff between two IRs (or texts, or dump files).
 - ``tilelang.lower(func, target=...)``: see ``tilelang.engine.lower``.
 - IR dumps and pass timing: ``TILELANG_DUMP_IR=<dir>``, ``TILELANG_PASS_TIMING=1`` (or the
-  pass configs in ``tilelang.PassConfigKey``); see ``tilelang.transform.instrument``.
+  pass configs in ``tilelang.PassConfigKey``); see ``tilelang.engine.instrument``.
 """
 
 from ..engine.lower import LoweredKernel, lower

@@ -14,8 +14,8 @@ from __future__ import annotations
 import tvm_ffi
 from tvm_tirx import ir
 
-from ..ops.bounds import in_bounds
-from .stmt import StmtMutator
+from ..lowering.bounds import in_bounds
+from ..lowering.stmt import StmtMutator
 
 
 def _is_parallel(stmt) -> bool:

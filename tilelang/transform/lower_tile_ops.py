@@ -8,8 +8,8 @@ user's line.
 
 from __future__ import annotations
 
+from ..lowering.stmt import StmtMutator
 from ..ops import lowering_for, tile_op_of
-from .stmt import StmtMutator
 
 
 class LowerTileOps(StmtMutator):

@@ -1,6 +1,6 @@
 """The examples' CUDA lowering, run by the CUDA emulator on the CPU (no GPU needed).
 
-``tilelang.backends.cuda.emulate`` executes the thread-level IR the CUDA pipeline produces
+``tilelang.testing.cuda_emulator`` executes the thread-level IR the CUDA pipeline produces
 (cp.async, ldmatrix, mma.sync, shuffles, barriers, atomics), so the kernels CI cannot run
 on a GPU are still checked against float64 references, tails included. The ``sm_80``
 lowering (mma.sync) is emulated for the gemm examples; the wgmma form has its own
@@ -15,8 +15,8 @@ import pytest
 import torch
 from example_loader import load_example as _load
 
-from tilelang.backends.cuda import emulate as emulate_mod
 from tilelang.backends.cuda import pipeline
+from tilelang.testing import cuda_emulator as emulate_mod
 
 SM80 = {"kind": "cuda", "arch": "sm_80"}
 SM90A = {"kind": "cuda", "arch": "sm_90a"}

@@ -7,7 +7,7 @@ import torch
 
 import tilelang
 import tilelang.language as T
-from tilelang.ops.debug import DeviceAssertError
+from tilelang.ops.debug.op import DeviceAssertError
 from tilelang.transform.lower_tile_ops import LowerTileOps
 
 THIS_FILE = __file__

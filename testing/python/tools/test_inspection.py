@@ -9,8 +9,8 @@ import torch
 
 import tilelang
 import tilelang.language as T
+from tilelang.engine.instrument import run_stages, session
 from tilelang.tools import ir_diff
-from tilelang.transform.instrument import run_stages, session
 
 
 @pytest.fixture(autouse=True)

@@ -22,11 +22,10 @@ from tvm_tirx import ir
 import tilelang
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import emulate
+from tilelang.backends.cuda.passes.layout_inference import infer_layouts
 from tilelang.layout import Fragment, Layout, make_swizzled_layout
 from tilelang.layout.annotation import contiguous_vectors, decode, encode, storage_elements
-from tilelang.transform import plan_shared_memory as psm
-from tilelang.transform.layout_inference import infer_layouts
+from tilelang.testing.cuda_emulator import emulate
 
 THIS_FILE = os.path.basename(__file__)
 SM80 = {"kind": "cuda", "arch": "sm_80"}
@@ -112,10 +111,10 @@ def test_padded_tile_gets_larger_storage():
     assert storage_elements(lay) == 63 * 40 + 32
     assert storage_elements(make_swizzled_layout(((64, 32), "float16"))) == 64 * 32
     assert contiguous_vectors(lay, 8) and not contiguous_vectors(padded(64, 32, pad=4), 8)
-    pipeline.lower(gemm(128, 128, 96, ann="pad", stages=3), SM80)
+    lowered = pipeline.lower(gemm(128, 128, 96, ann="pad", stages=3), SM80)
     # 3 stages of (63 * 40 + 32) halves each, in whole (64 x 32) slices of the typed view
     need_a = 3 * (63 * 40 + 32) * 2
-    off, size = psm.last_plan["A_shared_mb"]
+    off, size = lowered.attrs["tl.shared_memory"]["A_shared_mb"]
     assert size >= need_a and size > 3 * 64 * 32 * 2
 
 

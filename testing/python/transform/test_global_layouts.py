@@ -14,8 +14,8 @@ import torch
 import tilelang
 import tilelang.language as T
 from tilelang import errors
-from tilelang.backends.cuda import emulate as emulate_mod
 from tilelang.backends.cuda import pipeline
+from tilelang.testing import cuda_emulator as emulate_mod
 
 L, D, BLOCK = 64, 32, 16
 

@@ -9,7 +9,7 @@ import torch
 import tilelang
 import tilelang.language as T
 from tilelang import PassConfigKey
-from tilelang.transform.pass_config import build_options
+from tilelang.engine.pass_config import build_options
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 

@@ -7,7 +7,7 @@ from tvm_tirx import ir, sym
 import tilelang
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline as cuda_pipeline
-from tilelang.transform.rasterize_blocks import panel_map
+from tilelang.backends.cuda.passes.rasterize_blocks import panel_map
 
 
 def _value(expr):

@@ -21,8 +21,8 @@ import tvm_ffi
 from tvm_tirx import ir
 
 from ... import errors
+from ...lowering.stmt import alloc_of, contains, launch_of, substitute, uses_any
 from ...ops import tile_op_of
-from ...transform.stmt import alloc_of, contains, launch_of, substitute, uses_any
 from .privatize import privatize
 
 

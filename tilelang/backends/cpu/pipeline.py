@@ -17,18 +17,15 @@ import tvm_ffi
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
+from ...engine.instrument import on_body, run_stages
+from ...engine.pass_config import build_options
+from ...lowering.global_layouts import collect_global_layouts, no_vectors_for
+from ...lowering.stmt import StripScheduleHints, contains
 from ...ops import tile_op_of
-from ...ops.debug import uses_device_assert
-from ...transform.apply_global_layouts import (
-    apply_global_layouts,
-    collect_global_layouts,
-    no_vectors_for,
-)
-from ...transform.instrument import on_body, run_stages
+from ...ops.debug.op import uses_device_assert
+from ...transform.apply_global_layouts import apply_global_layouts
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
-from ...transform.pass_config import build_options
-from ...transform.stmt import StripScheduleHints, contains
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 
@@ -76,7 +73,7 @@ def _uses_atomics(body) -> bool:
 def lower(func, pass_configs=None):
     """The kernel as plain TIRx loops over blocks, ready for TIRx's own pipeline.
 
-    Named stages (dumped/timed by ``tilelang.transform.instrument``). Blocks run serially
+    Named stages (dumped/timed by ``tilelang.engine.instrument``). Blocks run serially
     when the kernel uses atomics or ``T.device_assert`` (a failed assert must reach the caller).
     """
     build_options(pass_configs)  # rejects values tilelang cannot honour (index bit width)

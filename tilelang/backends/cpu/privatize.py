@@ -27,8 +27,8 @@ from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
 from ... import errors
+from ...lowering.stmt import alloc_of, contains, make_alloc, uses_any
 from ...ops import tile_op_of
-from ...transform.stmt import alloc_of, contains, make_alloc, uses_any
 
 _LOCAL = ("local", "local.var")
 

@@ -71,7 +71,6 @@ from .direct_launch import _DirectLaunch
 from .errors import CorruptArtifactError, CudaBuildError
 from .headers import (
     _STATE,
-    HEADER_ORDER,  # noqa: F401 - re-exported (public constant)
     _compile_device_source,
     _device_factory,
     _install_postproc_hook,

@@ -1,16 +1,11 @@
 """The CUDA backend pipeline: traced tilelang kernel -> thread-level TIRx -> CudaArtifact.
 
-    trace
-      ─► rasterize_blocks      T.use_swizzle: blocks renumbered in panels (L2 reuse)
-      ─► layout_inference      every fragment and T.Parallel nest gets a Fragment
-      ─► pipeline_planning     (if present: cp.async software pipelining of T.Pipelined)
-      ─► apply_shared_layouts  element accesses of laid-out shared tiles go through the layout
-      ─► lower_parallel        T.Parallel nests partitioned over threads by their layout
-      ─► lower tile ops        tl.copy/fill/reduce/gemm/... by their ("op", "cuda") rules
-      ─► lower_fragments       fragments -> per-thread register arrays
-      ─► insert_sync           __syncthreads where shared memory is handed between threads
-      ─► plan_shared_memory    all shared tiles in one shared.dyn buffer (offsets, reuse)
-      ─► strip schedule hints  ─► build_cuda (TIRx codegen + nvcc/nvrtc)
+Every stage is ``stage(func, state) -> func``: it takes the TIRx function and the typed
+:class:`CudaLowering` state, and returns the next function. Decisions a stage makes are
+written onto the function as attributes (``tl.layouts``, ``tl.loop_layouts``,
+``tl.shared_memory``), so ``tilelang.lower(...)`` and ``TILELANG_DUMP_IR`` show them right
+after the stage that made them. The passes live in ``passes/``; the tile-op rules in
+``tilelang/ops/<op>/``.
 
 ``lower(func, target)`` returns the thread-level function (what tests inspect);
 ``build(func, target, ...)`` compiles it.
@@ -18,47 +13,220 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+from dataclasses import dataclass, field
 
 from tvm_tirx import ir
 
 from ... import errors
-from ...layout import _expr as E
+from ...engine.instrument import run_stages
+from ...engine.pass_config import build_options
+from ...layout import expr as E
+from ...lowering.cuda_context import CudaLowerContext
+from ...lowering.global_layouts import collect_global_layouts, no_vectors_for
+from ...lowering.stmt import StmtMutator, StripScheduleHints, launch_of, launches_of
+from ...lowering.thread_utils import is_fragment, new_tensor
 from ...ops import lowering_for, tile_op_of
-from ...ops.registry import _LOWERINGS
-from ...transform.apply_global_layouts import (
-    apply_global_layouts,
-    collect_global_layouts,
-    no_vectors_for,
-)
-from ...transform.apply_shared_layouts import apply_shared_layouts
-from ...transform.insert_sync import insert_sync
-from ...transform.instrument import on_body, run_stages
-from ...transform.layout_inference import infer_layouts, strip_layout_annotations
-from ...transform.lower_fragments import lower_fragments
-from ...transform.lower_parallel import lower_parallel
-from ...transform.pass_config import build_options
-from ...transform.plan_shared_memory import plan_shared_memory
-from ...transform.rasterize_blocks import rasterize_blocks
-from ...transform.stmt import StmtMutator, StripScheduleHints, launch_of, launches_of
-from ...transform.thread_utils import is_fragment, new_tensor
-from .context import CudaLowerContext
+from ...transform.apply_global_layouts import apply_global_layouts
+from .passes.apply_shared_layouts import apply_shared_layouts
+from .passes.insert_sync import insert_sync
+from .passes.layout_inference import infer_layouts, strip_layout_annotations
+from .passes.lower_fragments import lower_fragments
+from .passes.lower_parallel import lower_parallel
+from .passes.pipeline_planning import plan_pipelines
+from .passes.plan_shared_memory import plan_shared_memory
+from .passes.rasterize_blocks import rasterize_blocks
 
 
+@dataclass
+class CudaLowering:
+    """What the CUDA stages hand each other besides the function itself.
+
+    ``arch`` and ``options`` (the pass configs' code-generation choices, see
+    ``engine.pass_config.build_options``) are fixed before the first stage;
+    ``layouts``/``ctx`` are set by ``layout_inference`` and read by the later stages;
+    ``global_layouts`` are the ``T.annotate_layout``-ed global tensors (read before any stage).
+    """
+
+    arch: str
+    options: dict
+    global_layouts: dict = field(default_factory=dict)
+    thread_var: object = None
+    threads: int = 0
+    layouts: object = None  # passes.layout_inference.InferResult
+    ctx: CudaLowerContext | None = None
+    shared_memory: dict = field(default_factory=dict)  # tile name -> (offset, bytes)
+
+
+# ------------------------------------------------------------------------------- stages
+def stage_rasterize_blocks(func, state):
+    """``T.use_swizzle``: blocks renumbered in panels for L2 reuse (before anything reads
+    blockIdx). Assumes a traced kernel; guarantees no ``tl.use_swizzle`` remains."""
+    return rasterize_blocks(func)
+
+
+def stage_layout_inference(func, state):
+    """Every fragment and ``T.Parallel`` nest gets a Fragment, shared tiles their Layouts.
+
+    Guarantees: ``state.layouts`` / ``state.ctx`` are set; the consumed ``T.annotate_layout``
+    statements are gone; the function carries ``tl.layouts`` (tensor -> layout) and
+    ``tl.loop_layouts`` (one entry per parallel nest) for the dumps.
+    """
+    tvar, threads = _thread_info(func)
+    info = infer_layouts(func, threads, state.arch, _layout_annotations(func), state.options)
+    locals_ = {}
+    for var, frag in info.layouts.items():
+        if is_fragment(var):
+            locals_[var] = new_tensor(
+                f"{var.name}_local", [frag.get_local_size()], str(var.ty.dtype), "local"
+            )
+    state.thread_var, state.threads, state.layouts = tvar, threads, info
+    state.ctx = CudaLowerContext(
+        "cuda",
+        {},
+        threads,
+        None,
+        tvar,
+        state.arch,
+        info.layouts,
+        locals_,
+        [],
+        {tag: var for tag, _, var in launches_of(func.body)[0]},
+        state.options,
+    )
+    func = func.with_body(strip_layout_annotations(func.body))
+    func = func.with_attr("tl.layouts", {v.name: repr(lay) for v, lay in info.layouts.items()})
+    return func.with_attr(
+        "tl.loop_layouts", [f"{n.key}: {info.loops[n.key]!r}" for n in info.nests]
+    )
+
+
+def stage_pipeline_planning(func, state):
+    """``T.Pipelined`` loops: multi-buffered shared tiles, cp.async prologue/steady state,
+    gemm phases (tile level, needs the layouts). See ``passes/pipeline_planning.py``."""
+    return plan_pipelines(func, state.ctx)
+
+
+def stage_apply_shared_layouts(func, state):
+    """Element accesses of laid-out shared tiles go through their Layout (swizzles)."""
+    return func.with_body(apply_shared_layouts(func.body, state.ctx))
+
+
+def stage_lower_parallel(func, state):
+    """``T.Parallel`` nests partitioned over threads by their loop layout."""
+    body = lower_parallel(
+        func.body, state.layouts.loops, state.thread_var, state.threads, state.ctx
+    )
+    return func.with_body(body)
+
+
+def stage_lower_tile_ops(func, state):
+    """Each tile op replaced by its ``(op, "cuda")`` rule's thread-level code."""
+    return func.with_body(_LowerTileOpsCuda("cuda")(func.body, state.ctx))
+
+
+def stage_lower_fragments(func, state):
+    """Fragments become per-thread register arrays (``ctx.local_of``)."""
+    body = lower_fragments(func.body, state.layouts.layouts, state.ctx.local_arrays, state.ctx)
+    return func.with_body(body)
+
+
+def stage_hoist_allocs(func, state):
+    """Allocations the rules requested (``ctx.extra_allocs``) move to the kernel's top."""
+    if not state.ctx.extra_allocs:
+        return func
+    _, inner = launches_of(func.body)
+    inner_seq = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    return func.with_body(_rebuild(func.body, ir.SeqStmt(list(state.ctx.extra_allocs) + inner_seq)))
+
+
+def stage_insert_sync(func, state):
+    """``__syncthreads`` wherever shared memory is handed from some threads to others."""
+    return func.with_body(insert_sync(func.body, state.thread_var))
+
+
+def stage_plan_shared_memory(func, state):
+    """All shared tiles in one ``shared.dyn`` buffer; records ``tl.shared_memory``
+    (tile -> [offset, bytes]) on the function."""
+    body = plan_shared_memory(func.body, state.arch, state.ctx.layout_map, plan=state.shared_memory)
+    func = func.with_body(body)
+    if state.shared_memory:
+        plan = {name: [int(o), int(sz)] for name, (o, sz) in state.shared_memory.items()}
+        func = func.with_attr("tl.shared_memory", plan)
+    return func
+
+
+def stage_strip_schedule_hints(func, state):
+    """Scheduling annotations only tilelang reads are removed before codegen."""
+    return func.with_body(StripScheduleHints("cuda")(func.body, state.ctx))
+
+
+def stage_apply_global_layouts(func, state):
+    """Accesses of laid-out global tensors go to their storage place (last: tail guards
+    were computed on logical indices)."""
+    return func.with_body(apply_global_layouts(func.body, state.global_layouts))
+
+
+#: The CUDA pipeline, in order.
+STAGES = [
+    ("rasterize_blocks", stage_rasterize_blocks),
+    ("layout_inference", stage_layout_inference),
+    ("pipeline_planning", stage_pipeline_planning),
+    ("apply_shared_layouts", stage_apply_shared_layouts),
+    ("lower_parallel", stage_lower_parallel),
+    ("lower_tile_ops", stage_lower_tile_ops),
+    ("lower_fragments", stage_lower_fragments),
+    ("hoist_allocs", stage_hoist_allocs),
+    ("insert_sync", stage_insert_sync),
+    ("plan_shared_memory", stage_plan_shared_memory),
+    ("strip_schedule_hints", stage_strip_schedule_hints),
+    ("apply_global_layouts", stage_apply_global_layouts),
+]
+
+
+def lower(func, target=None, pass_configs=None):
+    """The thread-level TIRx function for ``func``: :data:`STAGES` in order.
+
+    The stages run through ``tilelang.engine.instrument.run_stages``, so
+    ``TILELANG_DUMP_IR``/``tl.enable_dump_ir``, pass timing and ``tilelang.lower`` see each.
+    """
+    import tilelang.ops  # noqa: F401 - registers the op rules
+
+    options = build_options(pass_configs)
+    arch = (target or {}).get("arch", "sm_90a")
+    if options["disable_wgmma"] and arch.endswith("a"):
+        arch = arch[:-1]  # instruction selection without wgmma; the build keeps the real arch
+    state = CudaLowering(arch, options, collect_global_layouts(func.body))
+    with no_vectors_for(state.global_layouts):
+        return run_stages(func, STAGES, pass_configs, state=state)
+
+
+def build(func, target=None, pass_configs=None, compile_flags=None, compiler=None):
+    """Compile ``func`` for CUDA; returns a CudaArtifact."""
+    from .build import _nvrtc_available, build_cuda
+
+    target = dict(target or {"kind": "cuda", "arch": "sm_90a"})
+    options = build_options(pass_configs)
+    lowered = lower(func, target, pass_configs)
+    compiler = compiler or ("nvrtc" if _nvrtc_available() else "nvcc")
+    return build_cuda(
+        lowered,
+        arch=target.get("arch", "sm_90a"),
+        compiler=compiler,
+        compile_flags=[*(compile_flags or ()), *options["device_flags"]],
+        fast_math=True if options["fast_math"] is None else options["fast_math"],
+    )
+
+
+# ------------------------------------------------------------------------------ helpers
 class _LowerTileOpsCuda(StmtMutator):
-    """Replace tile ops by their CUDA rules; gemm falls back to the scalar rule if needed."""
+    """Replace tile ops by their CUDA rules."""
 
     def visit_Evaluate(self, stmt, ctx):
         found = tile_op_of(stmt)
         if found is None:
             return stmt
         op, call = found
-        if op.name == "gemm" and ("gemm", "cuda") not in _LOWERINGS:
-            rule = lowering_for(op, "cuda_fallback", call)
-        else:
-            rule = lowering_for(op, "cuda", call)
-        return rule(op.view(call), ctx)
+        return lowering_for(op, "cuda", call)(op.view(call), ctx)
 
 
 def _rebuild(body, new_inner):
@@ -95,108 +263,3 @@ def _thread_info(func):
 def _layout_annotations(func):
     ann = func.attrs["tl.layout_map"] if func.attrs and "tl.layout_map" in func.attrs else None
     return dict(ann.items()) if ann is not None else {}
-
-
-def lower(func, target=None, pass_configs=None):
-    """The thread-level TIRx function for ``func`` (see the module docstring).
-
-    The passes run as named stages (``tilelang.transform.instrument.run_stages``), so
-    ``TILELANG_DUMP_IR``/``tl.enable_dump_ir``, pass timing and ``tilelang.lower`` see each.
-    """
-    import tilelang.ops  # noqa: F401 - registers the op rules
-
-    from ...ops import atomic_cuda, cumsum_cuda, debug_cuda  # noqa: F401 - CUDA-only rules
-
-    arch = (target or {}).get("arch", "sm_90a")
-    if build_options(pass_configs)["disable_wgmma"] and arch.endswith("a"):
-        arch = arch[:-1]  # instruction selection without wgmma; the build keeps the real arch
-    state = {}
-
-    def layout_inference(f):
-        tvar, threads = _thread_info(f)
-        info = infer_layouts(f, threads, arch, _layout_annotations(f))
-        locals_ = {}
-        for var, frag in info.layouts.items():
-            if is_fragment(var):
-                locals_[var] = new_tensor(
-                    f"{var.name}_local", [frag.get_local_size()], str(var.ty.dtype), "local"
-                )
-        ctx = CudaLowerContext(
-            "cuda",
-            {},
-            threads,
-            None,
-            tvar,
-            arch,
-            info.layouts,
-            locals_,
-            [],
-            {tag: var for tag, _, var in launches_of(f.body)[0]},
-        )
-        state.update(tvar=tvar, threads=threads, info=info, locals=locals_, ctx=ctx)
-        # layouts live in the context; the consumed T.annotate_layout statements go
-        return f.with_body(strip_layout_annotations(f.body))
-
-    def pipeline_planning(f):
-        if importlib.util.find_spec("tilelang.transform.pipeline_planning") is None:
-            return f
-        planning = importlib.import_module("tilelang.transform.pipeline_planning")
-        return planning.plan_pipelines(f, state["ctx"])  # tile level, after layout inference
-
-    def hoist_allocs(body):
-        ctx = state["ctx"]
-        if not ctx.extra_allocs:
-            return body
-        _, inner = launches_of(body)
-        inner_seq = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
-        return _rebuild(body, ir.SeqStmt(list(ctx.extra_allocs) + inner_seq))
-
-    stages = [
-        ("rasterize_blocks", rasterize_blocks),
-        ("layout_inference", layout_inference),
-        ("pipeline_planning", pipeline_planning),
-        ("apply_shared_layouts", on_body(lambda b: apply_shared_layouts(b, state["ctx"]))),
-        (
-            "lower_parallel",
-            on_body(
-                lambda b: lower_parallel(
-                    b, state["info"].loops, state["tvar"], state["threads"], state["ctx"]
-                )
-            ),
-        ),
-        ("lower_tile_ops", on_body(lambda b: _LowerTileOpsCuda("cuda")(b, state["ctx"]))),
-        (
-            "lower_fragments",
-            on_body(
-                lambda b: lower_fragments(b, state["info"].layouts, state["locals"], state["ctx"])
-            ),
-        ),
-        ("hoist_allocs", on_body(hoist_allocs)),
-        ("insert_sync", on_body(lambda b: insert_sync(b, state["tvar"]))),
-        (
-            "plan_shared_memory",
-            on_body(lambda b: plan_shared_memory(b, arch, state["ctx"].layout_map)),
-        ),
-        ("strip_schedule_hints", on_body(lambda b: StripScheduleHints("cuda")(b, state["ctx"]))),
-        ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),
-    ]
-    global_layouts = collect_global_layouts(func.body)
-    with no_vectors_for(global_layouts):
-        return run_stages(func, stages, pass_configs)
-
-
-def build(func, target=None, pass_configs=None, compile_flags=None, compiler=None):
-    """Compile ``func`` for CUDA; returns a CudaArtifact."""
-    from .build import _nvrtc_available, build_cuda
-
-    target = dict(target or {"kind": "cuda", "arch": "sm_90a"})
-    options = build_options(pass_configs)
-    lowered = lower(func, target, pass_configs)
-    compiler = compiler or ("nvrtc" if _nvrtc_available() else "nvcc")
-    return build_cuda(
-        lowered,
-        arch=target.get("arch", "sm_90a"),
-        compiler=compiler,
-        compile_flags=[*(compile_flags or ()), *options["device_flags"]],
-        fast_math=True if options["fast_math"] is None else options["fast_math"],
-    )

@@ -43,3 +43,19 @@ def make(
             T.copy(C_local, C[by * bM, bx * bN])
 
     return main
+
+
+def build_mma(func, arch, compiler="nvcc"):
+    """CudaArtifact of ``func`` through the CUDA pipeline with ``T.gemm`` on mma.sync (pass
+    config ``tl.disable_wgmma``, so sm_90a builds take the mma path too)."""
+    from tilelang.backends.cuda.pipeline import build
+
+    target = {"kind": "cuda", "arch": arch}
+    return build(func, target, {"tl.disable_wgmma": True}, compiler=compiler)
+
+
+def lower_mma(func, arch="sm_90a"):
+    """The thread-level function of ``func`` with ``T.gemm`` on mma.sync."""
+    from tilelang.backends.cuda.pipeline import lower
+
+    return lower(func, {"kind": "cuda", "arch": arch}, {"tl.disable_wgmma": True})

@@ -20,7 +20,6 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import emulate
 from tilelang.layout import (
     Fragment,
     Layout,
@@ -29,14 +28,15 @@ from tilelang.layout import (
     make_mma_b_fragment,
     make_swizzled_layout,
 )
+from tilelang.testing.cuda_emulator import emulate
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ARCH_FLAGS = {"sm_80": ["-arch=sm_80"], "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"]}
 LDSM = re.compile(r"tl::ptx_ldmatrix_x[124](?:_trans)?")
 
 
-def _lower(func, arch="sm_80"):
-    return pipeline.lower(func, {"kind": "cuda", "arch": arch})
+def _lower(func, arch="sm_80", pass_configs=None):
+    return pipeline.lower(func, {"kind": "cuda", "arch": arch}, pass_configs)
 
 
 def _ldmatrix(lowered) -> list:
@@ -285,12 +285,11 @@ def test_gemm_with_register_a_emulated(dtype, ta, rng):
     np.testing.assert_allclose(c, want_c, rtol=1e-4, atol=1e-3)
 
 
-def test_disabled_gives_per_thread_loads(monkeypatch):
-    from tilelang.ops import copy_ldmatrix_cuda
-
+def test_disabled_gives_per_thread_loads():
     frag, _ = _frag("mma_a", 64, 64)
-    monkeypatch.setattr(copy_ldmatrix_cuda, "ENABLED", False)
-    assert _ldmatrix(_lower(roundtrip(64, 64, frag))) == []
+    assert _ldmatrix(_lower(roundtrip(64, 64, frag))) != []
+    off = _lower(roundtrip(64, 64, frag), pass_configs={"tl.disable_ldmatrix": True})
+    assert _ldmatrix(off) == []
 
 
 # ------------------------------------------------------------------------- nvcc

@@ -18,7 +18,7 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import DeviceTrap, emulate
+from tilelang.testing.cuda_emulator import DeviceTrap, emulate
 
 TARGET = {"kind": "cuda", "arch": "sm_90a"}
 REPO = Path(__file__).resolve().parents[4]

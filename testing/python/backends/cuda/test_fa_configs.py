@@ -25,11 +25,11 @@ import sys
 import numpy as np
 import pytest
 
-from tilelang.backends.cuda import emulate as emulate_mod
 from tilelang.backends.cuda import pipeline
+from tilelang.testing import cuda_emulator as emulate_mod
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_pipeline_emulate import _attention, _example, scalar_gemm  # noqa: E402
+from test_pipeline_emulate import SCALAR_GEMM, _attention, _example  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90a"}
 SM80 = {"kind": "cuda", "arch": "sm_80"}
@@ -107,7 +107,7 @@ def _instructions(func, target=SM90):
 @pytest.fixture
 def mma_p_at_v(monkeypatch):
     """P @ V (register A) on mma.sync, as before wgmma's RS form: the layout-conflict retry."""
-    from tilelang.ops import gemm_wgmma
+    from tilelang.ops.gemm import wgmma_cuda as gemm_wgmma
 
     build = gemm_wgmma.WgmmaPlan.build.__func__
 
@@ -182,8 +182,9 @@ def test_previously_failing_config_emulated(bm, bn, causal, mma_p_at_v):
 
 
 def test_previously_failing_config_emulated_scalar_gemm():
-    """The same block sizes with T.gemm through the scalar fallback rule."""
+    """The same block sizes with T.gemm through the scalar rule (``tl.gemm_scalar``)."""
     B, H, S, D = 1, 1, 128, 64
-    with scalar_gemm():
-        lowered = pipeline.lower(_tir(128, 64, 128, D, False, seq=S, heads=H, batch=B), SM90)
+    lowered = pipeline.lower(
+        _tir(128, 64, 128, D, False, seq=S, heads=H, batch=B), SM90, SCALAR_GEMM
+    )
     _run(lowered, B, H, S, D, False)

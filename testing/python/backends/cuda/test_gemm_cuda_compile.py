@@ -1,7 +1,7 @@
 """The mma gemm + cp.async pipeline compile with nvcc for sm_80 and sm_90a, without spills.
 
-Uses ``tilelang.ops.gemm_cuda_standalone`` (layout rule -> plan_pipelines -> gemm rule)
-so it does not depend on the rest of the CUDA pipeline. GPU runs are marked ``cuda``.
+Built through the CUDA pipeline with ``tl.disable_wgmma`` (the mma.sync path on sm_90a too).
+GPU runs are marked ``cuda``.
 """
 
 import re
@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm_kernels import make  # noqa: E402
-
-from tilelang.ops.gemm_cuda_standalone import build_standalone  # noqa: E402
+from gemm_kernels import build_mma, make  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ARCH_FLAGS = {
@@ -57,7 +55,7 @@ def ptxas_report(source: str, arch: str, tmp_path) -> dict:
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_readme_gemm_no_spills(arch, tmp_path):
-    art = build_standalone(make(bM=128, bN=128, bK=32, threads=128, stages=3), arch=arch)
+    art = build_mma(make(bM=128, bN=128, bK=32, threads=128, stages=3), arch)
     rep = ptxas_report(art.get_kernel_source(), arch, tmp_path)
     assert rep["spill_bytes"] == 0, rep["log"]
     assert rep["registers"] <= 255
@@ -71,7 +69,7 @@ def test_readme_gemm_no_spills(arch, tmp_path):
 @pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_transposes_compile(ta, tb, dtype, tmp_path):
-    art = build_standalone(make(ta=ta, tb=tb, dtype=dtype, stages=2), arch="sm_80")
+    art = build_mma(make(ta=ta, tb=tb, dtype=dtype, stages=2), "sm_80")
     rep = ptxas_report(art.get_kernel_source(), "sm_80", tmp_path)
     assert rep["spill_bytes"] == 0, rep["log"]
     kind = "bf16" if dtype == "bfloat16" else "f16"
@@ -87,14 +85,13 @@ def test_transposes_compile(ta, tb, dtype, tmp_path):
     ],
 )
 def test_benchmark_configs_no_spills(cfg, tmp_path):
-    art = build_standalone(make(M=4096, N=4096, K=4096, **cfg), arch="sm_90a")
+    art = build_mma(make(M=4096, N=4096, K=4096, **cfg), "sm_90a")
     rep = ptxas_report(art.get_kernel_source(), "sm_90a", tmp_path)
     assert rep["spill_bytes"] == 0, rep["log"]
 
 
 # The best mma.sync configs of benchmark/matmul.py on the H200 (bK=64, 8 warps, up to 192 KB
-# of shared memory: the full pipeline's dynamic shared memory, not the standalone builder's
-# static arrays), built for sm_90 (no wgmma) as the benchmark builds them.
+# of dynamic shared memory), built for sm_90 (no wgmma) as the benchmark builds them.
 BIG_MMA_CONFIGS = [
     dict(bM=128, bN=256, bK=64, threads=256, stages=4),
     dict(bM=256, bN=128, bK=64, threads=256, stages=3),
@@ -142,7 +139,7 @@ def test_gemm_matches_torch(ta, tb, dtype, shape):
     m, n, k = shape
     cap = torch.cuda.get_device_capability()
     arch = "sm_90a" if cap[0] == 9 else f"sm_{cap[0]}{cap[1]}"
-    kern = load_kernel(build_standalone(make(M=m, N=n, K=k, ta=ta, tb=tb, dtype=dtype), arch=arch))
+    kern = load_kernel(build_mma(make(M=m, N=n, K=k, ta=ta, tb=tb, dtype=dtype), arch))
     tdt = getattr(torch, dtype)
     a = torch.randn((k, m) if ta else (m, k), dtype=tdt, device="cuda")
     b = torch.randn((n, k) if tb else (k, n), dtype=tdt, device="cuda")

@@ -4,7 +4,7 @@
   shared memory, ``tl::float_to_tf32``, the mma wrappers) are interpreted lane by lane with
   the PTX ISA fragment tables for m16n8k32 (8-bit) and m16n8k8 (tf32), written out
   independently below, for all four transposes and several warp policies.
-* nvcc: the standalone pipeline compiles for sm_80 and sm_90a without spills and emits
+* nvcc: the CUDA pipeline (wgmma disabled) compiles for sm_80 and sm_90a without spills and emits
   the expected mma instruction.
 * GPU (``cuda`` marker): results against torch in float64 (int8 exact, tf32 ~1e-3).
 """
@@ -22,10 +22,10 @@ import gemm_kernels  # noqa: E402
 from test_gemm_cuda_compile import ptxas_report  # noqa: E402
 from test_gemm_mma_emulation import _const, _store, _tensor  # noqa: E402
 
-from tilelang.backends.cuda.context import CudaLowerContext, LayoutInferContext  # noqa: E402
-from tilelang.ops.gemm import GEMM, GemmWarpPolicy  # noqa: E402
-from tilelang.ops.gemm_cuda import infer_gemm_layout_cuda, lower_gemm_cuda  # noqa: E402
-from tilelang.ops.region import full_region  # noqa: E402
+from tilelang.lowering.cuda_context import CudaLowerContext, LayoutInferContext  # noqa: E402
+from tilelang.lowering.region import full_region  # noqa: E402
+from tilelang.ops.gemm.mma_cuda import infer_gemm_layout_cuda, lower_gemm_cuda  # noqa: E402
+from tilelang.ops.gemm.op import GEMM, GemmWarpPolicy  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ACCUM = {"int8": "int32", "float32": "float32"}
@@ -314,11 +314,9 @@ PTX_MMA = {
 @pytest.mark.parametrize("ta,tb", TRANSPOSES)
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_compiles_without_spills(dtype, ta, tb, arch, tmp_path):
-    from tilelang.ops.gemm_cuda_standalone import build_standalone
+    from gemm_kernels import build_mma
 
-    art = build_standalone(
-        make_kernel(512, 512, 512, dtype=dtype, ta=ta, tb=tb, **CFG[dtype]), arch=arch
-    )
+    art = build_mma(make_kernel(512, 512, 512, dtype=dtype, ta=ta, tb=tb, **CFG[dtype]), arch)
     rep = ptxas_report(art.get_kernel_source(), arch, tmp_path)
     assert rep["spill_bytes"] == 0, rep["log"]
     assert PTX_MMA[dtype] in rep["ptx"]
@@ -331,11 +329,11 @@ def test_compiles_without_spills(dtype, ta, tb, arch, tmp_path):
 
 
 def build_any(func, arch, flow):
-    """CudaArtifact of ``func``: the standalone gemm lowering or the full CUDA pipeline."""
-    if flow == "standalone":
-        from tilelang.ops.gemm_cuda_standalone import build_standalone
+    """CudaArtifact of ``func`` through the CUDA pipeline (``flow`` "mma": wgmma disabled)."""
+    if flow == "mma":
+        from gemm_kernels import build_mma
 
-        return build_standalone(func, arch=arch)
+        return build_mma(func, arch, compiler="nvrtc")
     from tilelang.backends.cuda.pipeline import build
 
     return build(func, target={"kind": "cuda", "arch": arch}, compiler="nvcc")
@@ -357,16 +355,9 @@ def test_full_pipeline_builds(dtype, ta, tb):
 
 
 def _flows_and_shapes():
-    # gemm_cuda_standalone lowers whole-tile copies only: tail shapes go through the pipeline
-    for flow in ("standalone", "pipeline"):
+    for flow in ("mma", "pipeline"):
         for shape in ((256, 256, 256), (200, 136, 96)):
-            tail = shape[0] % 128 or shape[1] % 128 or shape[2] % 64
-            marks = ()
-            if flow == "standalone" and tail:
-                marks = pytest.mark.skip(
-                    reason="gemm_cuda_standalone supports tile-multiple shapes only (no tails)"
-                )
-            yield pytest.param(flow, shape, marks=marks, id=f"{flow}-{shape}")
+            yield pytest.param(flow, shape, id=f"{flow}-{shape}")
 
 
 def _tail_cases():
@@ -382,8 +373,8 @@ def test_pipeline_tails_emulated(dtype, k, ta, tb, aligned):
     M/N/K tails with two K tiles: a shared tile left stale at the K tail (the int8
     transpose_A bug seen on the H200) gives wrong sums. ``aligned=False`` runs the scalar
     copies."""
-    from tilelang.backends.cuda.emulate import emulate as run_kernel
     from tilelang.backends.cuda.pipeline import lower
+    from tilelang.testing.cuda_emulator import emulate as run_kernel
 
     m, n = 40, 24
     # 128-byte rows of int8 MN-major A and B tiles: the swizzle whose copy lost the K-tail

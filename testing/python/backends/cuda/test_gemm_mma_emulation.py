@@ -14,11 +14,11 @@ import pytest
 from tvm_tirx import ir, sym
 from tvm_tirx.tirx.tensor import TensorType
 
-from tilelang.backends.cuda.context import CudaLowerContext, LayoutInferContext
 from tilelang.layout import Fragment
-from tilelang.ops.gemm import GEMM, GemmWarpPolicy
-from tilelang.ops.gemm_cuda import infer_gemm_layout_cuda, lower_gemm_cuda
-from tilelang.ops.region import full_region
+from tilelang.lowering.cuda_context import CudaLowerContext, LayoutInferContext
+from tilelang.lowering.region import full_region
+from tilelang.ops.gemm.mma_cuda import infer_gemm_layout_cuda, lower_gemm_cuda
+from tilelang.ops.gemm.op import GEMM, GemmWarpPolicy
 
 
 # PTX ISA "Matrix Fragments for mma.m16n8k16" (f16/bf16), g = lane // 4, t = lane % 4

@@ -21,7 +21,7 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.ops.gemm_wgmma import warpgroup_partition
+from tilelang.ops.gemm.wgmma_cuda import warpgroup_partition
 
 ROOT = Path(__file__).resolve().parents[4]
 SM90A = {"kind": "cuda", "arch": "sm_90a"}

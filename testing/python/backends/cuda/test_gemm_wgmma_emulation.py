@@ -43,7 +43,7 @@ import numpy as np
 import pytest
 from tvm_tirx import ir
 
-from tilelang.backends.cuda import emulate as _emu
+from tilelang.testing import cuda_emulator as _emu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -261,8 +261,8 @@ def _tensor(name, shape, dtype, scope):
 
 
 def _gemm_view(m, n, k, ta, tb, dtype="float16", clear_accum=False, policy=0):
-    from tilelang.ops.gemm import GEMM
-    from tilelang.ops.region import full_region
+    from tilelang.lowering.region import full_region
+    from tilelang.ops.gemm.op import GEMM
 
     a = _tensor("A_s", (k, m) if ta else (m, k), dtype, "shared.dyn")
     b = _tensor("B_s", (n, k) if tb else (k, n), dtype, "shared.dyn")
@@ -305,7 +305,7 @@ GEMMS = [
 @pytest.mark.parametrize("m,n,k,threads,ta,tb", GEMMS)
 def test_descriptor_address_walk(m, n, k, threads, ta, tb):
     """Each (mn, k) element of each instruction: stored byte == byte the descriptor reads."""
-    from tilelang.ops.gemm_wgmma import INSTR_K, INSTR_M, WgmmaPlan
+    from tilelang.ops.gemm.wgmma_cuda import INSTR_K, INSTR_M, WgmmaPlan
 
     view, *_ = _gemm_view(m, n, k, ta, tb)
     plan, why = WgmmaPlan.build(view, threads)
@@ -329,7 +329,7 @@ def test_descriptor_address_walk(m, n, k, threads, ta, tb):
 
 def test_descriptor_fields():
     """K-major 128B: LBO 16 (unused), SBO 1024; N-major B of 256: LBO = 64 rows x 128 B."""
-    from tilelang.ops.gemm_wgmma import WgmmaPlan
+    from tilelang.ops.gemm.wgmma_cuda import WgmmaPlan
 
     view, *_ = _gemm_view(128, 256, 64, False, False)
     plan, _ = WgmmaPlan.build(view, 256)
@@ -342,10 +342,10 @@ def test_descriptor_fields():
 
 
 def test_header_is_generated():
-    from tilelang.ops.gemm_wgmma_header import header_path, render_header
+    from tilelang.ops.gemm.wgmma_header import header_path, render_header
 
     assert header_path().read_text() == render_header(), (
-        "src/tl_templates/cuda/wgmma.h is stale: python -m tilelang.ops.gemm_wgmma_header"
+        "src/tl_templates/cuda/wgmma.h is stale: python -m tilelang.ops.gemm.wgmma_header"
     )
 
 
@@ -366,8 +366,8 @@ LOWERED = [
 
 @pytest.mark.parametrize("m,n,k,threads,policy,ta,tb,clear", LOWERED)
 def test_gemm_lowering_emulated(m, n, k, threads, policy, ta, tb, clear):
-    from tilelang.backends.cuda.context import CudaLowerContext, LayoutInferContext
-    from tilelang.ops.gemm_cuda import infer_gemm_layout_dispatch, lower_gemm_dispatch
+    from tilelang.lowering.cuda_context import CudaLowerContext, LayoutInferContext
+    from tilelang.ops.gemm.mma_cuda import infer_gemm_layout_dispatch, lower_gemm_dispatch
 
     view, a_var, b_var, c_var = _gemm_view(m, n, k, ta, tb, clear_accum=clear, policy=policy)
     layouts = {}
@@ -482,7 +482,6 @@ def test_tiles_aligned_to_swizzle_period():
     """A small tile live across the loop must not push the wgmma tiles off 1024 bytes."""
     import tilelang.language as T
     from tilelang.backends.cuda import pipeline
-    from tilelang.transform import plan_shared_memory
 
     @T.prim_func
     def main(
@@ -506,7 +505,7 @@ def test_tiles_aligned_to_swizzle_period():
             T.copy(X, D[0:8])
 
     lowered = pipeline.lower(main, {"kind": "cuda", "arch": "sm_90a"})
-    plan = plan_shared_memory.last_plan
+    plan = {k: list(v) for k, v in lowered.attrs["tl.shared_memory"].items()}
     assert plan["X"][0] == 0 and plan["A_s_mb"][0] % 1024 == 0 and plan["B_s_mb"][0] % 1024 == 0
     rng = np.random.default_rng(4)
     a = rng.integers(-3, 4, size=(256, 128)).astype(np.float16)

@@ -6,7 +6,7 @@ CPU:
   its thread map equal to the wgmma accumulator's (a cast accumulator is a valid A);
 * dispatch: register A lowers to ``tl::wgmma_m64n<N>k16_rs`` (shared A keeps ``_ss``);
   transposed register A, other archs and the layout-conflict retry stay on mma.sync;
-* emulation (``tilelang.backends.cuda.emulate`` plus the wgmma model of
+* emulation (``tilelang.testing.cuda_emulator`` plus the wgmma model of
   ``test_gemm_wgmma_emulation``, extended here with the RS form): a chained gemm
   ``S = Q @ K^T; P = cast(S); O = P @ V`` and a register-A gemm fed from global memory,
   fp16 and bf16, several N, 1-2 warpgroups along M or N, against float64 numpy on fresh
@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 
 import tilelang.language as T
-from tilelang.backends.cuda import emulate as _emu
 from tilelang.backends.cuda import pipeline
+from tilelang.testing import cuda_emulator as _emu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gemm_wgmma_emulation import WgmmaMachine, operand_addresses  # noqa: E402
@@ -297,10 +297,10 @@ def test_layout_conflict_retry_keeps_register_a_on_mma():
     """The second layout-inference attempt (``prefer_mma``) never picks the RS form."""
     from test_gemm_wgmma_emulation import _tensor
 
-    from tilelang.backends.cuda.context import LayoutInferContext
-    from tilelang.ops.gemm import GEMM
-    from tilelang.ops.gemm_wgmma import wgmma_plan_for
-    from tilelang.ops.region import full_region
+    from tilelang.lowering.cuda_context import LayoutInferContext
+    from tilelang.lowering.region import full_region
+    from tilelang.ops.gemm.op import GEMM
+    from tilelang.ops.gemm.wgmma_cuda import wgmma_plan_for
 
     a = _tensor("P", (64, 64), "float16", "local.fragment")
     b = _tensor("V_s", (64, 64), "float16", "shared.dyn")
@@ -381,7 +381,7 @@ def test_register_a_from_global_emulated(M, N, K, bM, bN, bK, threads, stages, p
 
 def test_rewriting_register_a_in_flight_is_caught(monkeypatch, rng):
     """Without the wait after the RS batch the next iteration rewrites A under the wgmma."""
-    from tilelang.ops import gemm_wgmma
+    from tilelang.ops.gemm import wgmma_cuda as gemm_wgmma
 
     real = gemm_wgmma.wgmma_wait
     monkeypatch.setattr(gemm_wgmma, "wgmma_wait", lambda ctx, plan, n: real(ctx, plan, 1))

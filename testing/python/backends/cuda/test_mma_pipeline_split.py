@@ -15,9 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from tilelang.backends.cuda import emulate as emu
 from tilelang.backends.cuda import pipeline
-from tilelang.transform import pipeline_planning
+from tilelang.testing import cuda_emulator as emu
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gemm_kernels import make  # noqa: E402
@@ -119,11 +118,6 @@ def test_split_pipeline_structure():
 
 def test_split_pipeline_off_matches_plain_schedule():
     func = make(256, 256, 256, 128, 128, 32, 128, 3)
-    saved = pipeline_planning.MMA_SPLIT
-    pipeline_planning.MMA_SPLIT = False
-    try:
-        text = pipeline.lower(func, TARGET).script()
-    finally:
-        pipeline_planning.MMA_SPLIT = saved
+    text = pipeline.lower(func, TARGET, {"tl.mma_split_pipeline": False}).script()
     loop = text[text.index("for k in") :]
     assert "(k + 1) % 3" not in loop[: loop.index('"tl::cp_async_wait<0>"')]

@@ -14,7 +14,7 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import emulate
+from tilelang.testing.cuda_emulator import emulate
 
 TARGET = {"kind": "cuda", "arch": "sm_90a"}
 ROOT = pathlib.Path(__file__).resolve().parents[4]

@@ -1,5 +1,5 @@
 """Software pipelining of every global->shared copy of a ``T.Pipelined`` body
-(``pipeline_planning.COPY_SCHEDULE``, ``pipeline_copies.py``), on the FlashAttention example.
+(pass config ``tl.pipeline_copy_schedule``, ``pipeline_copies.py``), on the FlashAttention example.
 
 The V copy of the example stands after Q @ K^T and softmax, not at the start of the body.
 ``"leading"`` (the old schedule) leaves it synchronous; ``"hoist"`` issues it with K's copy
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from tilelang.backends.cuda import pipeline
-from tilelang.transform import pipeline_planning
+from tilelang.backends.cuda.passes import pipeline_planning
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gemm_wgmma_rs import emulate_rs  # noqa: E402
@@ -36,9 +36,9 @@ MODES = ("leading", "hoist", "split", "auto")
 
 
 @pytest.fixture
-def schedule(request, monkeypatch):
-    monkeypatch.setattr(pipeline_planning, "COPY_SCHEDULE", request.param)
-    return request.param
+def schedule(request):
+    """The pass configs selecting copy schedule ``request.param``."""
+    return {"tl.pipeline_copy_schedule": request.param}
 
 
 def _fa_tir(bm, bn, threads, stages, causal, batch=1, heads=1, seq=256, dim=64):
@@ -84,14 +84,14 @@ def _events(text):
     return out
 
 
-def _lower(*cfg, **kw):
-    return pipeline.lower(_fa_tir(*cfg, **kw), SM90A).script()
+def _lower(*cfg, schedule=None, **kw):
+    return pipeline.lower(_fa_tir(*cfg, **kw), SM90A, schedule).script()
 
 
 # ------------------------------------------------------------------------- schedules
 @pytest.mark.parametrize("schedule", ["hoist", "auto"], indirect=True)
 def test_hoist_schedule(schedule):
-    ev = _events(_lower(128, 128, 256, 2, False))
+    ev = _events(_lower(128, 128, 256, 2, False, schedule=schedule))
     assert ev == [
         "cp_async_wait<0>",
         "fence_proxy_async_shared",
@@ -106,7 +106,7 @@ def test_hoist_schedule(schedule):
 
 @pytest.mark.parametrize("schedule", ["split"], indirect=True)
 def test_split_schedule_two_stages(schedule):
-    ev = _events(_lower(128, 128, 256, 2, False))
+    ev = _events(_lower(128, 128, 256, 2, False, schedule=schedule))
     refill = ["cp_async_wait<1>", "fence_proxy_async_shared", "__syncthreads"]
     assert ev == [
         *refill,
@@ -123,7 +123,7 @@ def test_split_schedule_two_stages(schedule):
 @pytest.mark.parametrize("schedule", ["split", "auto"], indirect=True)
 def test_split_schedule_one_stage(schedule):
     """K and V issued at the top in two groups; V waited for only before P @ V."""
-    ev = _events(_lower(64, 64, 128, 1, True))
+    ev = _events(_lower(64, 64, 128, 1, True, schedule=schedule))
     assert ev == [
         "cp.async K_shared_mb",
         "cp_async_commit",
@@ -143,16 +143,16 @@ def test_split_schedule_one_stage(schedule):
 
 @pytest.mark.parametrize("schedule", ["split"], indirect=True)
 def test_split_schedule_three_stages(schedule):
-    ev = _events(_lower(128, 64, 128, 3, False))
+    ev = _events(_lower(128, 64, 128, 3, False, schedule=schedule))
     assert ev.count("cp_async_wait<3>") == 2 and ev.count("__syncthreads") == 2
-    text = _lower(128, 64, 128, 3, False)
+    text = _lower(128, 64, 128, 3, False, schedule=schedule)
     prologue = text[: text.index("for k in")]
     assert prologue.count("cp_async_commit") == 4  # K0 V0 K1 V1
 
 
 @pytest.mark.parametrize("schedule", ["leading"], indirect=True)
 def test_leading_schedule_keeps_v_synchronous(schedule):
-    ev = _events(_lower(128, 128, 256, 2, False))
+    ev = _events(_lower(128, 128, 256, 2, False, schedule=schedule))
     assert "sync V copy" in ev and "cp.async V_shared_mb" not in ev
     assert ev.count("fence_proxy_async_shared") == 3  # top of the loop + one per gemm
 
@@ -160,7 +160,7 @@ def test_leading_schedule_keeps_v_synchronous(schedule):
 @pytest.mark.parametrize("schedule", ["hoist", "split"], indirect=True)
 def test_all_copies_are_async_in_every_config(schedule):
     for cfg in ((128, 128, 256, 2), (128, 64, 128, 2), (64, 64, 128, 1), (128, 64, 128, 3)):
-        ev = _events(_lower(*cfg, False))
+        ev = _events(_lower(*cfg, False, schedule=schedule))
         assert "sync V copy" not in ev and "cp.async V_shared_mb" in ev, (cfg, ev)
         assert ev.count("wgmma_rs") == 1
 
@@ -168,7 +168,7 @@ def test_all_copies_are_async_in_every_config(schedule):
 @pytest.mark.parametrize("schedule", ["hoist"], indirect=True)
 def test_hoisted_gemms_need_no_own_fence(schedule):
     """The loop's fence after its wait covers Q (written before the loop) and K/V."""
-    ev = _events(_lower(128, 128, 256, 2, True))
+    ev = _events(_lower(128, 128, 256, 2, True, schedule=schedule))
     assert ev.count("fence_proxy_async_shared") == 1
 
 
@@ -190,7 +190,7 @@ def test_emulated(schedule, bm, bn, threads, stages, causal, mode, rng):
     if causal and bm > bn:
         pytest.skip("the example has no Check_inf step: fully masked rows give NaN")
     B, H, S, D = 1, 1, 256, 64
-    lowered = pipeline.lower(_fa_tir(bm, bn, threads, stages, causal, B, H, S, D), SM90A)
+    lowered = pipeline.lower(_fa_tir(bm, bn, threads, stages, causal, B, H, S, D), SM90A, schedule)
     q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
     o = np.full_like(q, np.nan)
     (q, k, v, o), _ = emulate_rs(lowered, q, k, v, o, mode=mode)
@@ -201,7 +201,7 @@ def test_emulated(schedule, bm, bn, threads, stages, causal, mode, rng):
 def test_emulated_causal_seq_not_a_multiple_of_the_block(schedule, rng):
     """Causal: the zero-filled keys past the end are masked for every real row."""
     B, H, S, D = 1, 2, 200, 64
-    lowered = pipeline.lower(_fa_tir(64, 64, 128, 2, True, B, H, S, D), SM90A)
+    lowered = pipeline.lower(_fa_tir(64, 64, 128, 2, True, B, H, S, D), SM90A, schedule)
     q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
     o = np.full_like(q, np.nan)
     (q, k, v, o), _ = emulate_rs(lowered, q, k, v, o, mode="late_writes")
@@ -218,7 +218,7 @@ def test_one_wait_too_few_is_caught(schedule, cfg, monkeypatch, rng):
     wait = pipeline_planning.cp_async_wait
     monkeypatch.setattr(pipeline_planning, "cp_async_wait", lambda n: wait(n + 1 if n else 0))
     B, H, S, D = 1, 1, 256, 64
-    lowered = pipeline.lower(_fa_tir(*cfg, False, B, H, S, D), SM90A)
+    lowered = pipeline.lower(_fa_tir(*cfg, False, B, H, S, D), SM90A, schedule)
     q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
     o = np.full_like(q, np.nan)
     (q, k, v, o), _ = emulate_rs(lowered, q, k, v, o, mode="late_writes")
@@ -245,7 +245,7 @@ def test_gpu_against_sdpa(schedule, bm, bn, threads, stages, causal):
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
     o = torch.empty_like(q)
     func = _fa_tir(bm, bn, threads, stages, causal, B, H, S, D)
-    load_kernel(pipeline.build(func, {"kind": "cuda"}))(q, k, v, o)
+    load_kernel(pipeline.build(func, {"kind": "cuda"}, schedule))(q, k, v, o)
     torch.cuda.synchronize()
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)

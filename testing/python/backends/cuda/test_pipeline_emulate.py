@@ -1,14 +1,13 @@
 """CUDA pipeline without a GPU: the lowered thread-level IR run by the numpy emulator
-(``tilelang.backends.cuda.emulate``), and Z3 proofs that the inferred layouts are sound.
+(``tilelang.testing.cuda_emulator``), and Z3 proofs that the inferred layouts are sound.
 
 Kernels: the pipeline's elementwise + row-sum kernel, the elementwise-add example (both
 variants), the softmax example (row lengths that do and do not divide the threads) and
-the FlashAttention example (gemm through the scalar fallback rule, which the emulator
+the FlashAttention example (gemm through the scalar rule, pass config ``tl.gemm_scalar``, which the emulator
 can run; the mma path is covered by the GPU tests), plus a swizzled shared tile filled
 from a 4-D region with unit dims.
 """
 
-import contextlib
 import pathlib
 import sys
 
@@ -17,10 +16,10 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import EmulationError, emulate
+from tilelang.backends.cuda.passes.layout_inference import infer_layouts
 from tilelang.layout import make_swizzled_layout
 from tilelang.layout.proofs import prove_fragment
-from tilelang.transform.layout_inference import infer_layouts
+from tilelang.testing.cuda_emulator import EmulationError, emulate
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from example_loader import load_example  # noqa: E402
@@ -32,21 +31,8 @@ TARGET = {"kind": "cuda", "arch": "sm_90a"}
 _example = load_example
 
 
-@contextlib.contextmanager
-def scalar_gemm():
-    """Lower T.gemm with the scalar ("cuda_fallback") rule, which the emulator can run."""
-    import tilelang.ops  # noqa: F401
-    from tilelang.ops import registry
-
-    lowering = registry._LOWERINGS.pop(("gemm", "cuda"), None)
-    layout = registry._LAYOUT_RULES.pop(("gemm", "cuda"), None)
-    try:
-        yield
-    finally:
-        if lowering is not None:
-            registry._LOWERINGS[("gemm", "cuda")] = lowering
-        if layout is not None:
-            registry._LAYOUT_RULES[("gemm", "cuda")] = layout
+#: Pass configs that lower T.gemm to scalar FMAs, which the emulator can run.
+SCALAR_GEMM = {"tl.gemm_scalar": True}
 
 
 def check_layouts(func, threads=128):
@@ -142,8 +128,7 @@ def test_flash_attention_example_layouts(causal):
 def test_flash_attention_example_emulated(causal):
     B, H, S, D = 1, 1, 128, 64
     func = _example("flash_attention/example_mha_fwd_bshd.py").flashattn.get_tir(B, H, S, D, causal)
-    with scalar_gemm():
-        lowered = pipeline.lower(func, TARGET)
+    lowered = pipeline.lower(func, TARGET, SCALAR_GEMM)
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
     o = np.full_like(q, np.nan)

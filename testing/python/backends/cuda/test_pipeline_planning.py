@@ -6,21 +6,21 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm_kernels import make  # noqa: E402
-
-from tilelang.backends.cuda.context import CudaLowerContext  # noqa: E402
-from tilelang.ops.gemm_cuda_standalone import infer_layouts, lower_standalone  # noqa: E402
-from tilelang.transform.pipeline_planning import plan_pipelines  # noqa: E402
+from gemm_kernels import lower_mma, make  # noqa: E402
 
 
 def _planned(stages):
-    func = make(M=256, N=256, K=256, stages=stages)
-    from tilelang.ops.gemm_cuda_standalone import _thread_info
+    """The GEMM after the CUDA pipeline's stages up to pipeline planning (mma.sync path)."""
+    from tilelang.backends.cuda.pipeline import STAGES, CudaLowering
+    from tilelang.engine.pass_config import build_options
 
-    tx, threads = _thread_info(func)
-    layouts = infer_layouts(func, threads)
-    ctx = CudaLowerContext("cuda", {}, threads, None, tx, "sm_90a", layouts, {})
-    return plan_pipelines(func, ctx), ctx
+    func = make(M=256, N=256, K=256, stages=stages)
+    configs = {"tl.disable_wgmma": True, "tl.mma_split_pipeline": False}
+    state = CudaLowering("sm_90", build_options(configs))
+    names = [name for name, _ in STAGES]
+    for _, stage in STAGES[: names.index("pipeline_planning") + 1]:
+        func = stage(func, state)
+    return func, state.ctx
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
@@ -45,6 +45,6 @@ def test_num_stages_zero_is_untouched():
 
 @pytest.mark.parametrize("stages", [2, 3])
 def test_lowered_has_one_barrier_per_iteration(stages):
-    text = str(lower_standalone(make(M=256, N=256, K=256, stages=stages)))
+    text = str(lower_mma(make(M=256, N=256, K=256, stages=stages)))
     loop = text.split("for k")[1]
     assert loop.count("__syncthreads") == 1

@@ -12,8 +12,8 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import EmulationError, emulate
-from tilelang.transform.layout_inference import infer_layouts
+from tilelang.backends.cuda.passes.layout_inference import infer_layouts
+from tilelang.testing.cuda_emulator import EmulationError, emulate
 
 TARGET = {"kind": "cuda", "arch": "sm_90a"}
 

@@ -15,7 +15,7 @@ import pytest
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
-from tilelang.backends.cuda.emulate import emulate
+from tilelang.testing.cuda_emulator import emulate
 
 TARGET = {"kind": "cuda", "arch": "sm_90a"}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

@@ -1,0 +1,259 @@
+"""InsertSync (CUDA): ``__syncthreads()`` exactly where shared memory changes hands.
+
+Assumes: thread-level code (tile ops and parallel nests lowered); shared tiles are still
+separate Vars (run before ``plan_shared_memory``); any two statements may touch a shared
+element from different threads.
+
+Guarantees: walking the kernel in program order, a barrier precedes every statement that
+reads a shared buffer written since the last barrier (RAW), writes one read or written
+since then (WAR/WAW) — including across iterations of a loop (the body is checked with
+the state its own end leaves). Barriers are only placed at block-uniform points: a
+statement under a thread-dependent condition or loop is treated as one unit and the
+barrier goes before it. Existing barriers (``T.sync_threads``) are respected.
+
+A loop annotated ``tl_async_stages`` (software pipelining's split mma.sync schedule,
+``pipeline_planning._plan_split``) vouches that each of its cp.async copies writes a
+pipeline stage that no statement of the loop reads or writes until the loop's own
+``cp.async.wait_group`` + barrier, and that the stage was last read before the previous
+such barrier: inside it (and for the loop as a whole against what precedes it) cp.async
+writes are not counted as conflicting writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm_ffi
+from tvm_tirx import ir
+
+from ....lowering.stmt import launch_of
+from ....lowering.thread_utils import is_shared, is_sync, sync_threads
+
+#: For-loop annotation: the loop's cp.async writes need no barrier (see the module doc).
+ATTR_ASYNC_STAGES = "tl_async_stages"
+
+
+@dataclass
+class _State:
+    reads: set = field(default_factory=set)
+    writes: set = field(default_factory=set)
+    async_writes: set = field(default_factory=set)  # (buffer, leaf) pairs written by cp.async
+
+    def merge(self, other):
+        return _State(
+            self.reads | other.reads,
+            self.writes | other.writes,
+            self.async_writes | other.async_writes,
+        )
+
+    def copy(self):
+        return _State(set(self.reads), set(self.writes), set(self.async_writes))
+
+
+# Extern device helpers whose shared-memory operands only read, or whose writes are
+# asynchronous copies that never overlap another async copy of the same tile op.
+# (tl::wgmma_m64n*: wgmma.mma_async only reads its shared A/B tiles, via the descriptors.)
+_READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n")
+_ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs",)
+# Synchronous vector copies (transform/vectorize.py): the first operand is written, the
+# rest are read.
+_WRITE_FIRST_EXTERNS = ("tl::copy_vec", "tl::zero_vec")
+
+
+def _extern_name(call) -> str:
+    if not call.args:
+        return ""
+    head = call.args[0]
+    return str(head.value) if isinstance(head, ir.StringImm) else ""
+
+
+def _accesses(stmt):
+    """(reads, writes, async_writes): handles of the shared tensors a statement touches."""
+    reads, writes, async_writes = set(), set(), set()
+
+    def load(x):
+        if is_shared(x.source):
+            reads.add(x.source.__chandle__())
+
+    def store(x):
+        if is_shared(x.dest):
+            writes.add(x.dest.__chandle__())
+
+    def call(x):
+        # Pre-order: an extern call's pointer operands (address_of(buf[...])) are classified
+        # here and not descended into, so taking an address is not mistaken for a read.
+        if getattr(x.op, "name", "") not in ("tirx.call_extern", "tirx.call_intrin"):
+            return None
+        name = _extern_name(x)
+        if name.startswith(_READ_ONLY_EXTERNS):
+            for arg in x.args[1:]:
+                reads.update(_shared_vars(arg))
+        elif name.startswith(_WRITE_FIRST_EXTERNS) and len(x.args) >= 2:
+            writes.update(_shared_vars(x.args[1]))
+            for arg in x.args[2:]:
+                reads.update(_shared_vars(arg))
+        elif name.startswith(_ASYNC_WRITE_EXTERNS) and len(x.args) >= 3:
+            async_writes.update(_shared_vars(x.args[1]))
+            for arg in x.args[2:]:
+                reads.update(_shared_vars(arg))
+        else:
+            for arg in x.args:
+                for v in _shared_vars(arg):
+                    reads.add(v)
+                    writes.add(v)
+        return tvm_ffi.WalkResult.SKIP
+
+    tvm_ffi.structural_walk(
+        stmt, [(ir.TensorLoad, load), (ir.TensorStore, store), (ir.Call, call)], order="pre"
+    )
+    return reads, writes | async_writes, async_writes
+
+
+def _tag(bufs, leaf):
+    return {(b, leaf) for b in bufs}
+
+
+def _conflict(reads, writes, state, leaf, async_writes=frozenset()) -> bool:
+    """Whether accesses of ``leaf`` race with another statement's since the last barrier.
+
+    Asynchronous tile copies (cp.async, emitted only by software pipelining) neither
+    conflict with each other (each partitions its tile over the threads) nor make later
+    reads wait here: their data is consumed only after the pipeline's own
+    ``cp.async.wait_group`` + barrier. A later write over a buffer they read still does.
+    """
+    own = leaf if isinstance(leaf, frozenset) else frozenset(() if leaf is None else (leaf,))
+    w_prev = {b for b, who in state.writes if who not in own}
+    r_prev = {b for b, who in state.reads if who not in own}
+    sync_w_prev = {
+        b for b, who in state.writes if who not in own and (b, who) not in state.async_writes
+    }
+    plain_writes = writes - async_writes
+    waw = (plain_writes & w_prev) or (async_writes & sync_w_prev)
+    return bool((reads & sync_w_prev) or (writes & r_prev) or waw)
+
+
+def _shared_vars(node):
+    out = set()
+
+    def visit(v):
+        if is_shared(v):
+            out.add(v.__chandle__())
+
+    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
+    return out
+
+
+class _Inserter:
+    def __init__(self, thread_var):
+        self.varying = {thread_var.__chandle__()}
+        self.count = 0
+        self.trusted = 0  # inside loops annotated ATTR_ASYNC_STAGES
+
+    def _checked(self, r, w, aw):
+        """The (reads, writes, async writes) to check for conflicts."""
+        if self.trusted and aw:
+            return r, w - aw, set()
+        return r, w, aw
+
+    def uniform(self, expr) -> bool:
+        bad = []
+
+        def visit(v):
+            if v.__chandle__() in self.varying:
+                bad.append(v)
+
+        def load(x):
+            if str(x.source.ty.scope) != "global":
+                bad.append(x)
+
+        tvm_ffi.structural_walk(expr, [(ir.Var, visit), (ir.TensorLoad, load)])
+        return not bad
+
+    def leaf(self, stmt, state):
+        if isinstance(stmt, ir.Bind) and not self.uniform(stmt.value):
+            self.varying.add(stmt.var.__chandle__())
+        r, w, aw = _accesses(stmt)
+        me = stmt.__chandle__()
+        cr, cw, caw = self._checked(r, w, aw)
+        if _conflict(cr, cw, state, me, caw):
+            self.count += 1
+            return [sync_threads(), stmt], _State(_tag(r, me), _tag(w, me), _tag(aw, me))
+        return [stmt], _State(
+            state.reads | _tag(r, me),
+            state.writes | _tag(w, me),
+            state.async_writes | _tag(aw, me),
+        )
+
+    def visit(self, stmt, state):
+        """(list of statements, state after)."""
+        if is_sync(stmt):
+            return [stmt], _State()
+        if isinstance(stmt, ir.SeqStmt):
+            out = []
+            for s in stmt.seq:
+                part, state = self.visit(s, state)
+                out.extend(part)
+            return out, state
+        if isinstance(stmt, ir.For) and self.uniform(stmt.begin) and self.uniform(stmt.end):
+            trusted = ATTR_ASYNC_STAGES in (stmt.annotations or {})
+            self.trusted += trusted
+            saved = self.count
+            r, w, aw = self._checked(*_accesses(stmt.body))
+            pre = []
+            # The loop's own statements, left in ``state`` by an earlier run of the loop
+            # (an enclosing loop's previous iteration), are checked against ``end`` below.
+            if _conflict(r, w, state, _statements(stmt.body), aw):
+                pre, state = [sync_threads()], _State()
+                saved += 1
+            _, end = self.visit(stmt.body, _State())
+            self.count = saved
+            body, after = self.visit(stmt.body, end)
+            self.trusted -= trusted
+            new = ir.For(
+                stmt.var,
+                stmt.begin,
+                stmt.end,
+                stmt.step,
+                stmt.kind,
+                _seq(body),
+                stmt.annotations,
+                stmt.loc,
+            )
+            return pre + [new], state.merge(after)
+        if isinstance(stmt, ir.If) and self.uniform(stmt.condition):
+            then, s1 = self.visit(stmt.then_case, state.copy())
+            other, s2 = (None, state)
+            if stmt.else_case is not None:
+                other, s2 = self.visit(stmt.else_case, state.copy())
+                other = _seq(other)
+            return [ir.If(stmt.condition, _seq(then), other, stmt.loc)], s1.merge(s2)
+        if isinstance(stmt, ir.RegionStmt) and launch_of(stmt) is not None:
+            body, state = self.visit(stmt.body, state)
+            new = ir.RegionStmt(
+                stmt.op,
+                stmt.args,
+                stmt.body_params,
+                stmt.attrs,
+                _seq(body),
+                stmt.result_vars,
+                stmt.loc,
+            )
+            return [new], state
+        return self.leaf(stmt, state)
+
+
+def _statements(node) -> frozenset:
+    """Handles of every statement inside ``node`` (the leaves ``_Inserter`` may tag)."""
+    out = set()
+    tvm_ffi.structural_walk(node, [(ir.Stmt, lambda x: out.add(x.__chandle__()))])
+    return frozenset(out)
+
+
+def _seq(stmts):
+    return stmts[0] if len(stmts) == 1 else ir.SeqStmt(stmts)
+
+
+def insert_sync(body, thread_var):
+    """Insert the barriers (see the module docstring); returns the new body."""
+    out, _ = _Inserter(thread_var).visit(body, _State())
+    return _seq(out)

@@ -1,0 +1,472 @@
+"""LayoutInference (CUDA): give every fragment tensor and every ``T.Parallel`` nest a Fragment.
+
+Assumes: a traced tilelang kernel (tile ops as ``Evaluate(Call(tl.*))``, ``T.Parallel``
+nests as perfectly nested serial Fors annotated ``tl.parallel``, fragments allocated
+with scope ``local.fragment``) and the block's thread count.
+
+Guarantees: ``InferResult.layouts`` maps every fragment Var to a Fragment and
+``InferResult.loops`` maps every parallel nest (``loop_key`` of its outermost For) to a Fragment over
+the nest's iteration space, such that for every fragment access ``F[idx]`` in a nest
+the thread running iteration ``x`` owns ``F[idx(x)]``. Shared tiles map to the Layout
+an op rule (gemm's swizzle) or ``T.annotate_layout`` gave them. Conflicts raise a
+CompileError naming the buffer(s) and the user's lines of both sides.
+
+``T.annotate_layout`` (``tl.annotate_layout`` statements, and the legacy function
+attribute ``tl.layout_map``) is applied first: those layouts are fixed before any rule
+runs, so the rules adapt to them (gemm keeps a known shared layout, loops take a known
+fragment) or report a conflict naming the annotation's line. A gemm that reads an
+annotated shared operand with ``ldmatrix`` needs its 16-byte rows stored contiguously
+(:func:`check_annotated_gemm_operands`).
+
+Levels (upstream TileLang's): "strict" (gemm fixes its accumulator), "common"
+(reduce, fragment copies, loops touching a fragment with a known layout propagate),
+"free" (one unconstrained loop at a time gets ``default_fragment``: upstream's
+``make_parallel_fragment`` with 16-byte vectors where its global/shared accesses are
+contiguous -- or its fragment accesses, when it has no global/shared ones -- or a
+per-axis split when that one fuses axes). Fragments that are never
+constrained get a default: fully replicated when they are used outside parallel loops
+(serial code sees all of them), ``make_parallel_fragment`` otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm_ffi
+from tvm_tirx import ir
+
+from .... import errors
+from ....engine.pass_config import build_options
+from ....layout import Fragment
+from ....layout import expr as E
+from ....layout.annotation import contiguous_vectors
+from ....lowering.cuda_context import LayoutInferContext
+from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
+    default_fragment,
+    project_fragment,
+    replicated_fragment,
+    same_threads,
+)
+from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
+from ....ops.registry import layout_rule_for, tile_op_of
+
+
+@dataclass
+class ParallelNest:
+    """A perfectly nested ``T.Parallel`` loop nest."""
+
+    root: ir.For
+    vars: list
+    extents: list
+    body: ir.Stmt
+    accesses: list = field(default_factory=list)  # (tensor Var, indices)
+
+    @property
+    def loc(self):
+        return self.root.loc
+
+    @property
+    def key(self):
+        """The nest's identity: its outermost loop Var (passes may rebuild the For node)."""
+        return loop_key(self.root)
+
+
+def loop_key(for_stmt):
+    """Key of a parallel nest in ``InferResult.loops``: the handle of its outer loop Var.
+
+    Keyed by the Var, not the For node, because passes between layout inference and
+    ``lower_parallel`` (pipeline planning, any StmtMutator) rebuild For nodes but keep
+    their loop Vars.
+    """
+    return for_stmt.var.__chandle__()
+
+
+def _int(x):
+    return E.as_const_int(x)
+
+
+def parallel_nest(stmt) -> ParallelNest | None:
+    if not _is_parallel(stmt):
+        return None
+    vars_, extents, s = [], [], stmt
+    while _is_parallel(s):
+        if _int(s.begin) != 0 or _int(s.end) is None:
+            raise errors.compile_error(
+                "T.Parallel on CUDA needs static extents starting at 0", s.loc
+            )
+        vars_.append(s.var)
+        extents.append(_int(s.end))
+        s = s.body
+        while isinstance(s, ir.SeqStmt) and len(s.seq) == 1:
+            s = s.seq[0]
+    nest = ParallelNest(stmt, vars_, extents, s)
+    seen = []
+
+    def visit_load(x):
+        seen.append((x.source, list(x.indices), False))
+
+    def visit_store(x):
+        seen.append((x.dest, list(x.indices), True))
+
+    tvm_ffi.structural_walk(s, [(ir.TensorLoad, visit_load), (ir.TensorStore, visit_store)])
+    nest.accesses = seen
+    return nest
+
+
+def _is_parallel(s) -> bool:
+    return isinstance(s, ir.For) and s.annotations is not None and "tl.parallel" in s.annotations
+
+
+@dataclass
+class InferResult:
+    layouts: dict  # fragment Var -> Fragment  (use get())
+    loops: dict  # loop_key(nest root For) -> Fragment
+    nests: list  # ParallelNest in program order
+
+    def get(self, var):
+        for k, v in self.layouts.items():
+            if k.same_as(var):
+                return v
+        return None
+
+
+# --------------------------------------------------------------------------- the pass
+class _Inference:
+    def __init__(
+        self, func, threads: int, arch: str, annotations=None, prefer_mma=False, options=None
+    ):
+        self.threads, self.arch, self.options = threads, arch, options
+        self.prefer_mma = prefer_mma
+        self.layout_map: dict = {}
+        self.origins: dict = {}  # Var handle -> (who, loc) of the rule that set its layout
+        self.ops, self.nests, self.fragments, self.serial_frags = [], [], [], []
+        self.annotated: list = []  # (Var, Layout, loc) of T.annotate_layout statements
+        self.loop_layouts: dict = {}
+        self._collect(func.body, in_nest=False)
+        for var, layout in (annotations or {}).items():
+            self._set(var, layout, None, "T.annotate_layout")
+        for var, layout, loc in self.annotated:
+            self._annotate(var, layout, loc)
+
+    def _annotate(self, var, layout, loc) -> None:
+        if isinstance(layout, Fragment) and layout.get_thread_size() > self.threads:
+            raise errors.compile_error(
+                f"T.annotate_layout: the fragment of {var.name} uses "
+                f"{layout.get_thread_size()} threads but the block has {self.threads}",
+                loc,
+            )
+        self._set(var, layout, loc, "T.annotate_layout")
+
+    def _collect(self, stmt, in_nest):
+        nest = parallel_nest(stmt) if not in_nest else None
+        if nest is not None:
+            self.nests.append(nest)
+            self._collect(nest.body, in_nest=True)
+            return
+        found = tile_op_of(stmt)
+        if found is not None and found[0].name == "annotate_layout":
+            from ....ops.annotate_layout.op import annotation_of
+
+            var, layout = annotation_of(*found)
+            if not is_global(var):  # a global tensor's storage layout: apply_global_layouts
+                self.annotated.append((var, layout, found[1].loc))
+            return
+        if found is not None:
+            self.ops.append(found)
+            return
+        if isinstance(stmt, ir.Bind):
+            var = stmt.var
+            if is_fragment(var):
+                self.fragments.append(var)
+        if isinstance(stmt, ir.TensorStore | ir.Bind | ir.Evaluate | ir.If | ir.While):
+            if not in_nest:
+                for t in _fragments_in(stmt, shallow=True):
+                    self.serial_frags.append(t)
+        for child in _children(stmt):
+            self._collect(child, in_nest)
+
+    # --- bookkeeping
+    def get(self, var):
+        for k, v in self.layout_map.items():
+            if k.same_as(var):
+                return v
+        return None
+
+    def origin(self, var) -> str:
+        """``who (file:line)`` of the rule that set ``var``'s layout ('' when unknown)."""
+        who, loc = self.origins.get(var.__chandle__(), ("", None))
+        at = errors.where(loc) if loc is not None else ""
+        return f"{who} ({at})" if at else who
+
+    def _set(self, var, layout, loc, who) -> bool:
+        old = self.get(var)
+        if old is None:
+            self.layout_map[var] = layout
+            self.origins[var.__chandle__()] = (who, loc)
+            return True
+        # gemm lowers its fragments register by register: the whole map must match
+        if not _same_layout(old, layout, exact=who == "T.gemm"):
+            here = errors.where(loc) if loc is not None else ""
+            raise errors.compile_error(
+                f"layout conflict for {var.name}: {who}{f' ({here})' if here else ''} needs "
+                f"{layout!r} but {self.origin(var) or 'an earlier rule'} gave it {old!r}",
+                loc,
+            )
+        return False
+
+    # --- rules
+    def run_ops(self, level) -> bool:
+        changed = False
+        for op, call in self.ops:
+            rule = layout_rule_for(op, "cuda")
+            if rule is None:
+                continue
+            ctx = LayoutInferContext(
+                self.threads, self.arch, level, self.layout_map, options=self.options
+            )
+            ctx.prefer_mma = self.prefer_mma  # read by the sm_90a gemm rule (gemm_cuda.py)
+            for var, layout in (rule(op.view(call), ctx) or {}).items():
+                changed |= self._set(var, layout, call.loc, f"T.{op.name}")
+        return changed
+
+    def run_loop(self, nest: ParallelNest) -> bool:
+        key = nest.key
+        changed = False
+        loop = self.loop_layouts.get(key)
+        if loop is None:
+            for tensor, idx, _ in nest.accesses:
+                if is_fragment(tensor) and self._exact(idx, nest) and self.get(tensor):
+                    loop = self.get(tensor)
+                    self.loop_layouts[key] = loop
+                    changed = True
+                    break
+        if loop is None:
+            return changed
+        for tensor, idx, _ in nest.accesses:
+            if not is_fragment(tensor):
+                continue
+            keep = self._axes(idx, nest)
+            if keep is None:
+                continue
+            want = loop if keep == list(range(len(nest.vars))) else project_fragment(loop, keep)
+            if len(keep) != len(tensor.ty.shape):
+                continue
+            old = self.get(tensor)
+            if old is None:
+                self.layout_map[tensor] = want
+                self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
+                changed = True
+            elif not same_threads(old, want):
+                here = errors.where(nest.loc)
+                raise errors.compile_error(
+                    f"layout conflict: {tensor.name} is accessed in a T.Parallel loop"
+                    f"{f' ({here})' if here else ''} whose layout is {loop!r}, but "
+                    f"{self.origin(tensor) or 'an earlier rule'} gave {tensor.name} {old!r}",
+                    nest.loc,
+                )
+        return changed
+
+    def free_loop(self, nest: ParallelNest) -> None:
+        total = int(E.prod(nest.extents))
+        inner = nest.vars[-1]
+        bytes_, frag_bytes = [], []
+        for tensor, idx, _ in nest.accesses:
+            if not _unit_stride(idx, inner):
+                continue
+            if is_global(tensor) or is_shared(tensor):
+                bytes_.append(max(1, _bits(tensor) // 8))
+            elif is_fragment(tensor):
+                frag_bytes.append(max(1, _bits(tensor) // 8))
+        # Vectors of 16 bytes of the widest global/shared element; a nest over fragments
+        # only gets register vectors too, so the T.copy that fills or drains them can move
+        # 16 bytes at a time (transform/vectorize.py).
+        bytes_ = bytes_ or frag_bytes
+        vec = 16 // max(bytes_) if bytes_ else 1
+        while vec > 1 and (nest.extents[-1] % vec or total // vec < self.threads):
+            vec //= 2
+        self.loop_layouts[nest.key] = default_fragment(nest.extents, self.threads, vec)
+
+    @staticmethod
+    def _exact(idx, nest) -> bool:
+        return len(idx) == len(nest.vars) and all(
+            isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(idx, nest.vars)
+        )
+
+    @staticmethod
+    def _axes(idx, nest):
+        keep = []
+        for i in idx:
+            pos = [k for k, v in enumerate(nest.vars) if isinstance(i, ir.Var) and i.same_as(v)]
+            if not pos or pos[0] in keep:
+                return None
+            keep.append(pos[0])
+        return keep if keep == sorted(keep) else None
+
+    def run(self) -> InferResult:
+        self.run_ops("strict")
+        while True:
+            while self.run_ops("common") | any([self.run_loop(n) for n in self.nests]):
+                pass
+            pending = [n for n in self.nests if n.key not in self.loop_layouts]
+            if pending:
+                # the largest loop first: small loops (per-row scalars) then adapt to the
+                # layouts it fixes instead of forcing a replicated layout on shared fragments
+                self.free_loop(max(pending, key=lambda n: int(E.prod(n.extents))))
+                continue
+            if self.run_ops("free"):
+                continue
+            missing = [f for f in self.fragments if self.get(f) is None]
+            if not missing:
+                break
+            var = missing[0]
+            shape = [int(s) for s in var.ty.shape]
+            serial = any(var.same_as(s) for s in self.serial_frags)
+            layout = (
+                replicated_fragment(shape, self.threads)
+                if serial
+                else default_fragment(shape, self.threads, 1)
+            )
+            self.layout_map[var] = layout
+        check_annotated_gemm_operands(self)
+        return InferResult(self.layout_map, self.loop_layouts, self.nests)
+
+
+def _same_layout(old, new, exact=False) -> bool:
+    """Fragments: same threads (:func:`same_threads`; ``exact``: same registers too);
+    memory layouts: the same map."""
+    if isinstance(old, Fragment) and isinstance(new, Fragment) and exact:
+        try:
+            return bool(old.is_equal(new))
+        except Exception:  # noqa: BLE001 - incomparable layouts are different
+            return False
+    if isinstance(old, Fragment) or isinstance(new, Fragment):
+        return same_threads(old, new)
+    try:
+        return old.input_dim == new.input_dim and bool(old.is_equal(new))
+    except Exception:  # noqa: BLE001 - incomparable layouts are different
+        return False
+
+
+#: 16-bit A/B tiles (and int8 K-major ones) are read by ``ldmatrix``: 16-byte rows.
+_LDMATRIX_BYTES = 16
+
+
+def check_annotated_gemm_operands(inference) -> None:
+    """Raise when a gemm reads an annotated shared operand it cannot read correctly.
+
+    The mma.sync lowering (``ops/gemm_cuda.py``) reads fp16/bf16 operands, and int8
+    operands stored K-major, with ``ldmatrix``: each lane addresses 16 contiguous bytes
+    of the stored tile's last axis, at a 16-byte aligned place. It addresses them through
+    the tile's layout, so any annotated layout keeping those 16-byte runs contiguous and
+    aligned (swizzles, padded rows) is read correctly; others are a conflict naming the
+    annotation's line and the gemm's line. float32 (tf32) and int8 MN-major operands are
+    read element by element and take any layout.
+    """
+    from ....ops.gemm.op import gemm_dims
+
+    annotated = {var.__chandle__() for var, _, _ in inference.annotated}
+    for op, call in inference.ops:
+        if op.name != "gemm":
+            continue
+        v = op.view(call)
+        try:
+            a, b, *_ = gemm_dims(v)
+        except errors.TileLangError:
+            continue
+        for view, k_major in ((a, not v.transpose_A), (b, bool(v.transpose_B))):
+            tensor = view.tensor
+            if tensor.__chandle__() not in annotated or not is_shared(tensor):
+                continue
+            bits = _bits(tensor)
+            if bits == 32 or (bits == 8 and not k_major):
+                continue
+            layout = inference.get(tensor)
+            vec = _LDMATRIX_BYTES * 8 // bits
+            shape = [int(d) for d in layout.get_input_shape()]
+            if not contiguous_vectors(layout, vec):
+                raise errors.compile_error(
+                    f"layout conflict for {tensor.name}: T.gemm ({errors.where(call.loc)}) "
+                    f"reads it with ldmatrix, which needs each run of {vec} elements "
+                    f"({_LDMATRIX_BYTES} bytes) of its last axis (shape {shape}) stored "
+                    f"contiguously and {_LDMATRIX_BYTES}-byte aligned, but "
+                    f"{inference.origin(tensor)} gave it {layout!r}",
+                    call.loc,
+                )
+
+
+def _unit_stride(idx, inner) -> bool:
+    """Whether consecutive ``inner`` iterations touch consecutive elements (``base + inner``).
+
+    The last index is ``inner`` plus an expression without it (``bx * 256 + j``), and no
+    other index uses ``inner``.
+    """
+    if not idx or any(E.uses_var(i, inner) for i in idx[:-1]):
+        return False
+    if idx[-1].same_as(inner):
+        return True
+    return E.uses_var(idx[-1], inner) and not E.uses_var(E.simplify(idx[-1] - inner), inner)
+
+
+def _children(stmt):
+    if isinstance(stmt, ir.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, ir.For | ir.While | ir.RegionStmt):
+        return [stmt.body]
+    if isinstance(stmt, ir.If):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    return []
+
+
+def _fragments_in(stmt, shallow=False):
+    if shallow and isinstance(stmt, ir.If | ir.While):
+        node = stmt.condition
+    else:
+        node = stmt
+    out = []
+
+    def visit(x):
+        src = x.source if isinstance(x, ir.TensorLoad) else x.dest
+        if is_fragment(src):
+            out.append(src)
+
+    tvm_ffi.structural_walk(node, [(ir.TensorLoad, visit), (ir.TensorStore, visit)])
+    return out
+
+
+def strip_layout_annotations(body):
+    """``body`` without its ``tl.annotate_layout`` statements (consumed by layout inference).
+
+    Later passes see only the layout map; a statement naming a shared tile outside the
+    loop that uses it would otherwise keep ``pipeline_planning`` from multi-buffering it.
+    """
+    from ....lowering.stmt import StmtMutator
+
+    class _Strip(StmtMutator):
+        def visit_Evaluate(self, stmt, ctx):
+            found = tile_op_of(stmt)
+            return None if found is not None and found[0].name == "annotate_layout" else stmt
+
+    return _Strip("cuda")(body)
+
+
+def infer_layouts(func, threads: int, arch: str, annotations=None, options=None) -> InferResult:
+    """Run layout inference over a traced function (see the module docstring).
+
+    On a layout conflict it runs once more with ``prefer_mma``: gemms whose wgmma
+    accumulator puts rows on other threads than the mma.sync one take the mma.sync path
+    (e.g. FlashAttention with block_M = 128 on one warpgroup: the wgmma Q @ K^T and the
+    mma.sync P @ V, whose A is in registers, give the row vectors different threads). The
+    first error is raised when that does not help either. ``options`` are the pass configs'
+    code-generation choices (``engine.pass_config.build_options``).
+    """
+    options = options or build_options(None)
+    try:
+        return _Inference(func, threads, arch, annotations, options=options).run()
+    except errors.CompileError as err:
+        if "layout conflict" not in str(err) or not str(arch).startswith("sm_90a"):
+            raise
+        first = err
+    try:
+        return _Inference(func, threads, arch, annotations, prefer_mma=True, options=options).run()
+    except errors.CompileError:
+        raise first from None

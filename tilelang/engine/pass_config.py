@@ -1,0 +1,208 @@
+"""Pass-config keys: ``pass_configs={tilelang.PassConfigKey.X: value}`` on ``jit``/``compile``.
+
+Names follow upstream TileLang where the option exists there. Keys not listed here are
+passed through to the pipelines unchanged (a pipeline documents the keys it reads).
+Every key is part of the kernel cache key, except the observation-only ones in
+:data:`OBSERVATION_KEYS` (IR dumps and pass timing), which change no generated code.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class PassConfigKey(str, Enum):
+    """Pass configuration keys understood by tilelang (upstream spellings)."""
+
+    TL_ENABLE_DUMP_IR = "tl.enable_dump_ir"
+    """Write the IR after every pipeline stage to a folder. Default: False.
+
+    The folder is ``TL_DUMP_IR_DIR`` (default ``./dump_ir``); the environment variable
+    ``TILELANG_DUMP_IR=<dir>`` does the same for every kernel. See
+    ``tilelang.engine.instrument``.
+    """
+
+    TL_DUMP_IR_DIR = "tl.dump_ir_path"
+    """Folder for ``TL_ENABLE_DUMP_IR``; setting it alone also enables the dump.
+
+    ``"tl.dump_ir_dir"`` is accepted as a synonym.
+    """
+
+    TL_PASS_PROFILE = "tl.pass_profile"
+    """Print a table of the time spent in each pipeline stage. Default: False.
+
+    The environment variable ``TILELANG_PASS_TIMING=1`` does the same for every kernel.
+    """
+
+    TL_PASS_PROFILE_THRESHOLD_MS = "tl.pass_profile_threshold_ms"
+    """Only list stages slower than this many milliseconds in the timing table. Default: 0."""
+
+    # -- read by the CUDA backend (see build_options) --------------------------------------
+    TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
+    """CUDA: compile the device code with ``--use_fast_math`` (True) or without (False).
+    Unset, tilelang keeps fast math on (upstream's default is off)."""
+
+    TL_DISABLE_FAST_MATH = "tl.disable_fast_math"
+    """CUDA: the older spelling of ``TL_ENABLE_FAST_MATH = False``."""
+
+    TL_DEVICE_COMPILE_FLAGS = "tl.device_compile_flags"
+    """CUDA: extra NVRTC/nvcc flags, a string (split like a shell) or a list of strings."""
+
+    TL_DISABLE_WGMMA = "tl.disable_wgmma"
+    """CUDA sm_90a: lower ``T.gemm`` to ldmatrix + mma.sync instead of wgmma."""
+
+    TL_DISABLE_LDMATRIX = "tl.disable_ldmatrix"
+    """CUDA: copy shared tiles to fragments element-wise, never with ``ldmatrix``."""
+
+    TL_GEMM_SCALAR = "tl.gemm_scalar"
+    """CUDA: lower ``T.gemm`` to plain FMAs (slow; any layout). Used to run a kernel's
+    CUDA lowering in the CUDA emulator (``tilelang.testing.cuda_emulator``), which has no
+    tensor-core model for mma.sync. Default: False."""
+
+    TL_WGMMA_IN_FLIGHT = "tl.wgmma_in_flight"
+    """CUDA sm_90a: keep one wgmma group in flight across iterations of a pipelined loop
+    (needs ``num_stages >= 3``). Default: True."""
+
+    TL_WGMMA_COPIES_AFTER = "tl.wgmma_copies_after"
+    """CUDA sm_90a, with a wgmma group in flight: issue each iteration's copies after the
+    wgmma batch, then wait. Default: False (measured slower on the H200)."""
+
+    TL_MMA_SPLIT_PIPELINE = "tl.mma_split_pipeline"
+    """CUDA mma.sync: split a lone pipelined gemm into phases with double-buffered
+    fragments (ldmatrix of slice k+1 overlaps the mma of slice k). Default: True."""
+
+    TL_PIPELINE_COPY_SCHEDULE = "tl.pipeline_copy_schedule"
+    """CUDA: which global->shared copies of a ``T.Pipelined`` body become cp.async stages:
+    ``"leading"`` (only the copies that start the body), ``"hoist"`` (the later ones too,
+    issued with the leading ones), ``"split"`` (the later ones each in their own group) or
+    ``"auto"`` (default: ``"hoist"`` with ``num_stages >= 2``, else ``"split"``)."""
+
+    TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
+    """Index bit width; tilelang indexes in 32 bits and rejects any other value."""
+
+    # -- accepted for upstream compatibility, without effect here ------------------------
+    # (the feature they tune does not exist in tilelang, or tilelang always does the safe
+    # thing: sync insertion and bounds guards cannot be turned off)
+    TL_SIMPLIFY = "tl.Simplify"
+    TL_DISABLE_BUFFER_INIT_CHECK = "tl.disable_buffer_init_check"
+    TL_DISABLE_DATA_RACE_CHECK = "tl.disable_data_race_check"
+    TL_DISABLE_PRELOWER_SEMANTIC_CHECK = "tl.disable_prelower_semantic_check"
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    TL_ENABLE_AUTO_WARP_SPECIALIZATION = "tl.enable_auto_warp_specialization"
+    TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
+    TL_ENABLE_PTXAS_VERBOSE_OUTPUT = "tl.enable_ptxas_verbose_output"
+    TL_EMIT_LINE_DIRECTIVES = "tl.emit_line_directives"
+    TL_LAYOUT_COST_MODEL = "tl.layout_cost_model"
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
+    TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
+    TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
+    TL_ENABLE_LOWER_LDGSTG = "tl.enable_lower_ldgstg"
+    TL_ENABLE_LOWER_LDGSTG_PREDICATED = "tl.enable_lower_ldgstg_predicated"
+    TL_DEBUG_MERGE_SHARED_MEMORY_ALLOCATIONS = "tl.debug_merge_shared_memory_allocations"
+    TL_ENABLE_AGGRESSIVE_SHARED_MEMORY_MERGE = "tl.enable_aggressive_shared_memory_merge"
+    TL_DISABLE_SHARED_MEMORY_REUSE = "tl.disable_shared_memory_reuse"
+    TL_DISABLE_SHUFFLE_ELECT = "tl.disable_shuffle_elect"
+    TL_DISABLE_LOOP_UNSWITCHING = "tl.disable_loop_unswitching"
+    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
+    TL_DISABLE_DYNAMIC_TAIL_SPLIT = "tl.disable_dynamic_tail_split"
+    TL_DYNAMIC_ALIGNMENT = "tl.dynamic_alignment"
+    TL_FORCE_LET_INLINE = "tl.force_let_inline"
+    TL_DISABLE_OUT_OF_BOUND_WARNING = "tl.disable_out_of_bound_warning"
+    TIR_ENABLE_EQUIV_TERMS_IN_CSE = "tir.enable_equiv_terms_in_cse_tir"
+    TIR_DISABLE_CSE = "tirx.disable_cse_tir"
+    TIR_SIMPLIFY = "tirx.Simplify"
+    TIR_DISABLE_STORAGE_REWRITE = "tirx.disable_storage_rewrite"
+    TIR_DISABLE_VECTORIZE = "tirx.disable_vectorize"
+    TIR_USE_ASYNC_COPY = "tirx.use_async_copy"
+    TIR_ENABLE_DEBUG = "tirx.enable_debug"
+    TIR_MERGE_STATIC_SMEM = "tirx.merge_static_smem"
+    TIR_NOALIAS = "tirx.noalias"
+    CUDA_KERNELS_OUTPUT_DIR = "cuda.kernels_output_dir"
+
+
+DUMP_DIR_ALIAS = "tl.dump_ir_dir"
+
+OBSERVATION_KEYS = frozenset(
+    {
+        PassConfigKey.TL_ENABLE_DUMP_IR.value,
+        PassConfigKey.TL_DUMP_IR_DIR.value,
+        PassConfigKey.TL_PASS_PROFILE.value,
+        PassConfigKey.TL_PASS_PROFILE_THRESHOLD_MS.value,
+        DUMP_DIR_ALIAS,
+    }
+)
+
+
+def normalize_pass_configs(pass_configs) -> dict:
+    """``pass_configs`` with every key as a plain string (``PassConfigKey`` members unwrapped).
+
+    Raises ``TypeError`` naming ``pass_configs`` when it is not a mapping.
+    """
+    if pass_configs is None:
+        return {}
+    if not hasattr(pass_configs, "items"):
+        raise TypeError(
+            f"pass_configs must be a dict {{key: value}}, got {type(pass_configs).__name__}"
+        )
+    return {
+        (k.value if isinstance(k, PassConfigKey) else str(k)): v for k, v in pass_configs.items()
+    }
+
+
+COPY_SCHEDULES = ("auto", "leading", "hoist", "split")
+
+
+def build_options(pass_configs) -> dict:
+    """What the backends take from ``pass_configs`` (the CUDA one): ``fast_math`` (bool or None when
+    unset), ``device_flags`` (list), ``disable_wgmma``, ``ldmatrix``, ``gemm_scalar``, ``wgmma_in_flight``,
+    ``wgmma_copies_after``, ``mma_split`` (bools) and ``copy_schedule`` (str).
+
+    Every code-generation choice lives here, so it is part of the kernel cache key (the whole
+    ``pass_configs`` is); no module-level switch changes generated code.
+
+    Raises ``ValueError`` naming the key for a value tilelang cannot honour.
+    """
+    import shlex
+
+    configs = normalize_pass_configs(pass_configs)
+    fast_math = None
+    if PassConfigKey.TL_DISABLE_FAST_MATH.value in configs:
+        fast_math = not bool(configs[PassConfigKey.TL_DISABLE_FAST_MATH.value])
+    if PassConfigKey.TL_ENABLE_FAST_MATH.value in configs:
+        fast_math = bool(configs[PassConfigKey.TL_ENABLE_FAST_MATH.value])
+    flags = configs.get(PassConfigKey.TL_DEVICE_COMPILE_FLAGS.value) or []
+    if isinstance(flags, str):
+        flags = shlex.split(flags)
+    elif not isinstance(flags, list | tuple) or not all(isinstance(f, str) for f in flags):
+        raise ValueError(
+            f"pass_configs[{PassConfigKey.TL_DEVICE_COMPILE_FLAGS.value!r}] must be a string or "
+            f"a list of strings, got {flags!r}"
+        )
+    bits = configs.get(PassConfigKey.TL_CONFIG_INDEX_BITWIDTH.value, 32)
+    if bits not in (None, 32):
+        raise ValueError(
+            f"pass_configs[{PassConfigKey.TL_CONFIG_INDEX_BITWIDTH.value!r}] = {bits!r}: "
+            "tilelang indexes in 32 bits only"
+        )
+    schedule = configs.get(PassConfigKey.TL_PIPELINE_COPY_SCHEDULE.value, "auto")
+    if schedule not in COPY_SCHEDULES:
+        raise ValueError(
+            f"pass_configs[{PassConfigKey.TL_PIPELINE_COPY_SCHEDULE.value!r}] = {schedule!r}: "
+            f"expected one of {', '.join(COPY_SCHEDULES)}"
+        )
+
+    def flag(key, default):
+        return bool(configs.get(key.value, default))
+
+    return {
+        "fast_math": fast_math,
+        "device_flags": list(flags),
+        "disable_wgmma": flag(PassConfigKey.TL_DISABLE_WGMMA, False),
+        "ldmatrix": not flag(PassConfigKey.TL_DISABLE_LDMATRIX, False),
+        "gemm_scalar": flag(PassConfigKey.TL_GEMM_SCALAR, False),
+        "wgmma_in_flight": flag(PassConfigKey.TL_WGMMA_IN_FLIGHT, True),
+        "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
+        "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
+        "copy_schedule": schedule,
+    }

@@ -1,0 +1,7 @@
+"""T.annotate_layout: fix the layout of a shared tile, fragment or global tensor.
+
+``op.py`` holds the IR form, its checks and the CPU rule; ``*cuda.py`` the CUDA layout and
+lowering rules. Importing the package registers every rule.
+"""
+
+from . import op  # noqa: F401 - registers the rules

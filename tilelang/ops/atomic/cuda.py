@@ -1,0 +1,105 @@
+"""CUDA lowering of ``T.atomic_add/max/min`` through ``tl::AtomicAdd/Max/Min`` (atomic.h).
+
+- Scalar form (``dst`` one element): every thread that reaches the statement performs
+  its own atomic when the address or the value depends on the thread (the usual case
+  inside a ``T.Parallel`` loop, e.g. a histogram); a thread-independent update (serial
+  code, which every thread of the block runs) is done once per block, by thread 0.
+- Tile form from a fragment: each thread applies the elements its layout gives it;
+  for replicated fragments only replica 0 does, so nothing is counted twice.
+- Tile form from shared/global: all threads share the tile, one element each at a time.
+
+Elements of a global ``dst`` outside the tensor are skipped (tails).
+"""
+
+from __future__ import annotations
+
+from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
+
+from ... import errors
+from ...lowering.bounds import in_bounds
+from ...lowering.region import RegionView
+from ...lowering.stmt import uses_any
+from ...lowering.thread_utils import for_, fragment_points, is_fragment, physical
+from ..copy.cuda import _static, cooperative_loop
+from ..copy.op import matched_axes
+from ..registry import lower_rule
+
+HELPERS = {"add": "tl::AtomicAdd", "max": "tl::AtomicMax", "min": "tl::AtomicMin"}
+
+
+def atomic_stmt(kind, tensor, indices, value, loc=ir.UNKNOWN_LOC) -> ir.Evaluate:
+    """``tl::Atomic<Kind>(&tensor[indices], value)`` as a statement."""
+    dtype = str(tensor.ty.dtype)
+    address = _tirx.address_of(ir.TensorLoad(tensor, list(indices)))
+    call = _tirx.call_extern(HELPERS[kind], address, value.astype(dtype), ty=dtype)
+    return ir.Evaluate(call)
+
+
+def _check_dst(dst, loc, kind):
+    if is_fragment(dst.tensor) or str(dst.scope).startswith("local"):
+        raise errors.compile_error(
+            f"T.atomic_{kind}: {dst.name} is thread-local; atomics need a global or shared dst",
+            loc,
+        )
+
+
+def _guarded(stmt, tensor, indices, ctx):
+    pred = in_bounds(tensor, indices, ctx, {})
+    return stmt if pred is None else ir.If(pred, stmt, None)
+
+
+@lower_rule("atomic", "cuda")
+def lower_atomic_cuda(v, ctx):
+    dst = RegionView.of(v.dst)
+    _check_dst(dst, v.loc, v.kind)
+    if not v.value_is_region:
+        idx = physical(dst.tensor, dst.begins, ctx)
+        stmt = _guarded(atomic_stmt(v.kind, dst.tensor, idx, v.value, v.loc), dst.tensor, idx, ctx)
+        t = ctx.thread_var
+        if uses_any(v.value, [t]) or any(uses_any(b, [t]) for b in dst.begins):
+            return stmt
+        return ir.If(t == 0, stmt, None)
+    src = RegionView.of(v.value)
+    sa, da, extents = matched_axes(src, dst, v.loc, op=f"T.atomic_{v.kind}")
+    if is_fragment(src.tensor):
+        return _from_fragment(v, src, dst, sa, da, ctx)
+    extents = _static(extents, f"T.atomic_{v.kind}", v.loc)
+
+    def body(offsets, inner):
+        s_idx = [inner.simplify(i) for i in src.index(dict(zip(sa, offsets)))]
+        d_idx = [inner.simplify(i) for i in dst.index(dict(zip(da, offsets)))]
+        value = ir.TensorLoad(src.tensor, physical(src.tensor, s_idx, inner))
+        preds = [in_bounds(src.tensor, s_idx, inner, {}), in_bounds(dst.tensor, d_idx, inner, {})]
+        preds = [p for p in preds if p is not None]
+        pred = None if not preds else (_tirx.all(*preds) if len(preds) > 1 else preds[0])
+        phys = physical(dst.tensor, d_idx, inner)
+        return atomic_stmt(v.kind, dst.tensor, phys, value, v.loc), pred
+
+    # one element per vector lane: atomics are never vectorized
+    return cooperative_loop([(src, [])], extents, ctx, body, name="a", loc=v.loc)
+
+
+def _from_fragment(v, src, dst, sa, da, ctx):
+    layout, local = ctx.get_layout(src.tensor), ctx.local_of(src.tensor)
+    for b in src.begins:
+        if b is not None and not (isinstance(b, ir.IntImm) and b.value == 0):
+            raise errors.compile_error(
+                f"T.atomic_{v.kind}: only whole fragments are supported on CUDA ({src.name})",
+                v.loc,
+            )
+    lvar = ir.Var("al", "int32")
+    inner = ctx.with_range(lvar, 0, layout.get_local_size())
+    pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
+    d_idx = [inner.simplify(i) for i in dst.index({d: pts[s] for s, d in zip(sa, da)})]
+    phys = physical(dst.tensor, d_idx, inner)
+    body = atomic_stmt(v.kind, dst.tensor, phys, ir.TensorLoad(local, [lvar]), v.loc)
+    body = _guarded(body, dst.tensor, d_idx, inner)
+    if layout.get_replicate() > 1:
+        body = ir.If(pts[-1] == 0, body, None)  # replica 0 only
+    span = layout.get_thread_size()
+    if span < ctx.threads:
+        body = ir.If(ctx.thread_var < span, body, None)
+    n = layout.get_local_size()
+    kind = ir.ForKind.UNROLLED if n <= 64 else ir.ForKind.DEFAULT
+    return for_(lvar, n, body, kind, loc=v.loc)

@@ -1,0 +1,56 @@
+"""``T.atomic_add/atomic_max/atomic_min(dst, value)``: read-modify-write that concurrent blocks may share.
+
+IR: ``tl.atomic(dst_region, value)`` with ``kind`` in add/max/min and
+``value_is_region`` telling whether ``value`` is a tile (elementwise atomics over
+the region) or one scalar expression (``dst`` then has one element).
+"""
+
+from __future__ import annotations
+
+from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
+
+from ...lowering import irb
+from ...lowering.bounds import guarded_load, guarded_store
+from ...lowering.region import RegionView
+from ..copy.op import matched_axes
+from ..registry import TileOpDef, lower_rule
+
+ATOMIC = TileOpDef(
+    "atomic", ("dst", "value"), {"kind": "add", "value_is_region": False, "memory_order": ""}
+)
+
+
+def apply(kind, old, value):
+    if kind == "add":
+        return old + value
+    if kind == "max":
+        return _tirx.max(old, value)
+    if kind == "min":
+        return _tirx.min(old, value)
+    raise ValueError(kind)
+
+
+@lower_rule("atomic", "cpu")
+def lower_atomic_cpu(v, ctx):
+    """Plain read-modify-write: the CPU backend runs blocks of atomic kernels one after another.
+
+    A tile update is guarded like ``T.copy``: elements outside a global tensor are skipped.
+    """
+    dst = RegionView.of(v.dst)
+    if not v.value_is_region:
+        old = ir.TensorLoad(dst.tensor, dst.begins)
+        value = v.value.astype(dst.dtype)
+        return irb.store(dst.tensor, dst.begins, apply(v.kind, old, value), loc=v.loc)
+    src = RegionView.of(v.value)
+    sa, da, extents = matched_axes(src, dst, v.loc, op=f"T.atomic_{v.kind}")
+
+    def body(vars_):
+        ranges = {var: (0, e) for var, e in zip(vars_, extents)}
+        d_idx = dst.index(dict(zip(da, vars_)))
+        s_idx = src.index(dict(zip(sa, vars_)))
+        value = guarded_load(src.tensor, s_idx, ctx, ranges).astype(dst.dtype)
+        new = apply(v.kind, ir.TensorLoad(dst.tensor, d_idx), value)
+        return guarded_store(dst.tensor, d_idx, new, ctx, ranges, loc=v.loc)
+
+    return irb.loop_nest(extents, body, loc=v.loc)

@@ -1,0 +1,129 @@
+"""CUDA layout rule and lowering of ``T.reduce_*`` on fragments.
+
+Layout: ``dst``'s fragment is ``src``'s projected onto the kept axes, replicated over
+the threads that shared a reduced row. Lowering, per thread: (1) a partial over the
+registers it owns, (2) ``__shfl_xor_sync`` butterflies over the lanes sharing a row,
+(3) across warps through a small shared workspace when a row spans warps, (4) combine
+into ``dst`` (or overwrite with ``clear=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
+
+from ... import errors
+from ...lowering.irb import seq, store
+from ...lowering.thread_utils import alloc, for_, fragment_points, is_fragment, new_tensor
+from ..registry import layout_rule, lower_rule
+from .op import combine, init_value, reduce_axes
+
+
+@layout_rule("reduce", "cuda")
+def reduce_layout(v, ctx):
+    from ...lowering.fragments import project_fragment
+
+    src, dst, dim, pairs = reduce_axes(v)
+    if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
+        return {}
+    s_layout = ctx.get_layout(src.tensor)
+    if s_layout is None or ctx.get_layout(dst.tensor) is not None:
+        return {}
+    frag = project_fragment(s_layout, [a for a, _ in pairs])
+    if len(dst.shape) != len(frag.get_input_shape()):
+        frag = frag.reshape([int(s) for s in dst.shape])
+    return {dst.tensor: frag}
+
+
+def xor_group(frag, dim):
+    """Generator bits g such that the threads sharing a reduced row are ``t ^ span(g)``."""
+    table = frag.thread_table()  # (rep, *shape)
+    moved = np.moveaxis(table, dim + 1, -1).reshape(-1, table.shape[dim + 1])
+    group = None
+    for row in moved:
+        owners = sorted(set(int(x) for x in row))
+        base = owners[0]
+        offs = frozenset(o ^ base for o in owners)
+        if group is None:
+            group = offs
+        elif offs != group:
+            return None
+    gens = [g for g in sorted(group) if g and g & (g - 1) == 0]
+    span = {0}
+    for g in gens:
+        span |= {s ^ g for s in span}
+    return gens if span == set(group) else None
+
+
+def _shfl(value, lane_mask, dtype):
+    mask = ir.const(0xFFFFFFFF, "uint32")
+    return _tirx.call_extern("__shfl_xor_sync", mask, value, lane_mask, 32, ty=dtype)
+
+
+@lower_rule("reduce", "cuda")
+def lower_reduce_cuda(v, ctx):
+    src, dst, dim, pairs = reduce_axes(v)
+    if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
+        raise errors.compile_error(
+            f"T.reduce on CUDA needs fragment src and dst ({src.name}, {dst.name})", v.loc
+        )
+    s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
+    gens = xor_group(s_layout, dim)
+    if gens is None:
+        raise errors.compile_error(
+            f"T.reduce: the threads sharing a row of {src.name} do not form a xor group", v.loc
+        )
+    kind, dtype = v.reduce_type, dst.dtype
+    merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
+    t = ctx.thread_var
+    n_d = d_layout.get_local_size()
+    sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
+    red = new_tensor(f"{dst.name}_red", [n_d], dtype, "local")
+    stmts = [alloc(red)]
+    ld = ir.Var("rd", "int32")
+    stmts.append(for_(ld, n_d, store(red, [ld], init_value(kind, dtype)), ir.ForKind.UNROLLED))
+    ls = ir.Var("rs", "int32")
+    inner = ctx.with_range(ls, 0, s_layout.get_local_size())
+    pts = fragment_points(s_layout, ls, t)
+    kept = {b: pts[a] for a, b in pairs}
+    d_index = [0] * len(dst.shape)
+    for b, x in kept.items():
+        d_index[b] = x
+    slot = inner.simplify(d_layout.map_forward_index(d_index)[0])
+    value = ir.TensorLoad(sl, [ls]).astype(dtype)
+    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value))
+    stmts.append(for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED))
+    lanes = [g for g in gens if g < 32]
+    warps = [g for g in gens if g >= 32]
+    ld2 = ir.Var("rw", "int32")
+    cur = ir.TensorLoad(red, [ld2])
+    body = []
+    for g in lanes:
+        body.append(store(red, [ld2], combine(merge, cur, _shfl(cur, g, dtype))))
+    if warps:
+        ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
+        ctx.extra_allocs.append(alloc(ws))
+        body.append(store(ws, [t], cur))
+        span = {0}
+        for g in warps:
+            span |= {s ^ g for s in span}
+        # every thread of a group combines the partials in the same absolute order, so
+        # all replicas of a row hold bit-identical results (float + is not associative)
+        group_bits = 0
+        for g in warps:
+            group_bits |= g
+        base = t - (t & group_bits)
+        order = sorted(span)
+        total = ir.TensorLoad(ws, [base + order[0]])
+        for o in order[1:]:
+            total = combine(merge, total, ir.TensorLoad(ws, [base + o]))
+        body.append(store(red, [ld2], total))
+    if body:
+        stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
+    ld3 = ir.Var("ro", "int32")
+    out = ir.TensorLoad(red, [ld3])
+    if not v.clear:
+        out = combine(merge, ir.TensorLoad(dl, [ld3]), out)
+    stmts.append(for_(ld3, n_d, store(dl, [ld3], out, loc=v.loc), ir.ForKind.UNROLLED))
+    return seq(stmts)
