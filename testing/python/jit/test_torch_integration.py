@@ -133,9 +133,9 @@ def test_mutated_argument_is_declared_and_seen_by_compiled_code(randn):
 def test_opcheck_schema_fake_and_dispatch(randn):
     """torch.library.opcheck: the declared mutation, the fake outputs and AOT dispatch agree."""
     op = scale_and_stash(33, 5).as_torch_op()
-    torch.library.opcheck(op.op, (randn(33, 5), randn(33, 5)))
+    torch.library.opcheck(op.overload, (randn(33, 5), randn(33, 5)))
     gemm = _gemm_bias(20, 18, 9).as_torch_op()
-    torch.library.opcheck(gemm.op, (randn(20, 9), randn(9, 18)))
+    torch.library.opcheck(gemm.overload, (randn(20, 9), randn(9, 18)))
 
 
 def test_written_params_of_flash_attention_backward():
@@ -429,3 +429,24 @@ def test_scalar_parameters_in_schema_compile_and_autograd(randn):
     loss.backward()
     torch.testing.assert_close(xg.grad.double(), 1.5 * up.double())
     torch.testing.assert_close(loss.double(), ((x.double() * 1.5 + 2) * up.double()).sum())
+
+
+def test_mutation_bumps_the_version_counter_and_bare_backward_is_refused(randn):
+    op = scale_and_stash(24, 3).as_torch_op()
+    a, b = randn(24, 3), randn(24, 3)
+    before = b._version
+    op(a, b)
+    assert b._version == before + 1 and a._version == 0
+    out = op(randn(24, 3).requires_grad_(), b)
+    with pytest.raises(tilelang.KernelArgumentError, match="has no derivative: wrap the kernel"):
+        out.sum().backward()
+
+
+def test_an_op_of_that_name_registered_elsewhere_is_reported(monkeypatch):
+    module = sys.modules["tilelang.jit.torch_op"]
+
+    kernel = scale_and_stash(26, 3)
+    name = kernel.as_torch_op().qualname
+    monkeypatch.setattr(module, "_REGISTRY", {})  # as if another registry had defined it
+    with pytest.raises(tilelang.KernelArgumentError, match=f"{name} exists already"):
+        kernel.as_torch_op()
