@@ -13,9 +13,10 @@
   symbolic dimensions bound from the inputs' shapes as ``JITKernel`` does it
   (``params.OutputAllocator``), so ``torch.compile(fullgraph=True)`` traces through it.
 
-Ops are defined with ``torch.library.Library`` (see ``_register``). The op's name is ``<name>_<16 hex digits>``: the digits hash the kernel's IR, out_idx,
-target, options and mutated arguments, so one kernel always gets the same name (across
-processes too) and registering it again returns the op already registered.
+Ops are defined with ``torch.library.Library`` (see ``_register``). An op's name is
+``<name>_<16 hex digits>``: the digits hash the kernel's IR, out_idx, target, options and
+mutated arguments, so one kernel always gets the same name (across processes too) and
+registering it again returns the op already registered.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .. import errors
 
 NAMESPACE = "tilelang"
 
-_REGISTRY: dict = {}  # op name -> (fingerprint, TorchOp)
+_REGISTRY: dict = {}  # op name -> TorchOp
 _LOCK = threading.Lock()
 
 # tile ops and the operand each writes
@@ -44,6 +45,9 @@ _WRITTEN_OPERAND = {
     "tl.gemm": "C",
 }
 
+# calls that take a tensor without writing it (declaring a view, reading its pointer)
+_NOT_WRITING = {"tirx.decl_tensor", "tirx.tensor_data_ptr"}
+
 
 def _tensor_of(value):
     """The tensor variable an operand (region, element, tensor) refers to, or None."""
@@ -54,22 +58,52 @@ def _tensor_of(value):
     return None
 
 
+def _views(func) -> dict:
+    """Tensor views (``T.view`` / ``T.reshape`` / ``T.Tensor(..., data=X.data)``): the handle of
+    each view variable -> the handle of the tensor whose memory it declares."""
+    views: dict = {}
+
+    def visit(node):
+        if not (isinstance(node, ir.Bind) and isinstance(node.value, ir.Call)):
+            return
+        call = node.value
+        if not (isinstance(call.op, ir.Op) and call.op.name == "tirx.decl_tensor"):
+            return
+
+        def find(sub):
+            if isinstance(sub, ir.Var) and hasattr(sub.ty, "shape"):
+                views.setdefault(node.var.__chandle__(), sub.__chandle__())
+
+        tvm_ffi.structural_walk(call, find)
+
+    tvm_ffi.structural_walk(func.body, visit)
+    return views
+
+
 def written_params(func) -> list[str]:
     """Names of the tensor parameters the traced kernel ``func`` writes.
 
     Counted as writes: ``TensorStore`` into a parameter, a parameter as the written operand
     of a tile op, and a parameter (or its address) passed to any other call (an extern
-    function may write through it).
+    function may write through it); a write into a view of a parameter (``T.view``,
+    ``T.reshape``) counts for the parameter.
     """
     from ..ops.registry import OPS
 
     handles = {p.__chandle__(): p.name for p in func.params if hasattr(p.ty, "shape")}
+    views = _views(func)
     hit: set = set()
 
     def mark(value):
         tensor = _tensor_of(value)
-        if tensor is not None and tensor.__chandle__() in handles:
-            hit.add(handles[tensor.__chandle__()])
+        if tensor is None:
+            return
+        handle, seen = tensor.__chandle__(), set()
+        while handle in views and handle not in seen:  # a view of a view of ... a parameter
+            seen.add(handle)
+            handle = views[handle]
+        if handle in handles:
+            hit.add(handles[handle])
 
     def visit(node):
         if isinstance(node, ir.TensorStore):
@@ -79,7 +113,7 @@ def written_params(func) -> list[str]:
             if name in _WRITTEN_OPERAND and name in OPS:
                 operands = OPS[name].operands
                 mark(node.args[operands.index(_WRITTEN_OPERAND[name])])
-            elif name not in OPS:
+            elif name not in OPS and name not in _NOT_WRITING:
                 for arg in node.args:
                     if isinstance(arg, ir.Var) or (
                         isinstance(arg, ir.Call)

@@ -146,6 +146,25 @@ def test_written_params_of_flash_attention_backward():
     assert written_params(func) == ["Output", "LSE"]
 
 
+@pytest.mark.parametrize("write_b", [True, False])
+def test_written_params_follow_views(write_b):
+    """A write through ``T.reshape``/``T.view`` of a parameter counts for the parameter; a view
+    that is only read does not."""
+
+    @T.prim_func
+    def main(A: T.Tensor((4, 6), "float32"), B: T.Tensor((4, 6), "float32")):
+        with T.Kernel(1, threads=1):
+            Af = T.reshape(A, (24,))
+            Bg = T.view(T.reshape(B, (24,)), (6, 4))
+            for i in T.serial(6):
+                if write_b:
+                    Bg[i, 0] = Af[i]
+                else:
+                    Af[i] = Bg[i, 0]
+
+    assert written_params(main) == (["B"] if write_b else ["A"])
+
+
 def test_registering_twice_returns_the_same_op():
     kernel = scale_and_stash(24, 3)
     op = kernel.as_torch_op()
