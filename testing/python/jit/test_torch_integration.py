@@ -73,9 +73,8 @@ def scale_and_stash(M, N, bm=16):
     return main
 
 
-@tilelang.jit(out_idx=[-1], target="cpu")
 def dyn_rowscale():
-    """``C[i, j] = A[i, j] * s[j]`` with a dynamic row count ``m``."""
+    """``C[i, j] = A[i, j] * s[j]`` with a dynamic row count ``m`` (a prim_func)."""
     M = T.dynamic("m")
 
     @T.prim_func
@@ -204,7 +203,7 @@ def test_dynamic_rows_compile_once(randn):
     """Symbolic dims of the outputs come from the inputs' (symbolic) shapes: one graph."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    op = dyn_rowscale().as_torch_op()
+    op = tilelang.compile(dyn_rowscale(), out_idx=[-1], target="cpu").as_torch_op()
     counter = CompileCounterWithBackend("inductor")
     f = torch.compile(lambda a, s: op(a * 2, s) - 1, backend=counter, fullgraph=True, dynamic=True)
     for m in (5, 13, 8):
@@ -400,6 +399,27 @@ def test_cuda_graph_capture_of_compiled_model_replays():
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(out.double(), ref(*new), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.cuda
+def test_fullgraph_compile_and_dynamic_rows_cuda():
+    _skip_without_cuda()
+    M, N, K = 200, 136, 72
+    op = _gemm_bias(
+        M, N, K, bm=64, bn=64, bk=32, target="cuda", dtype="float16", threads=128
+    ).as_torch_op()
+    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    b = torch.randn(N, device="cuda")
+    got = torch.compile(lambda x, w, b: F.gelu(op(x, w) + b).softmax(-1), fullgraph=True)(x, w, b)
+    want = F.gelu(x.double() @ w.double() + b.double()).softmax(-1)
+    torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=1e-4)
+
+    dyn = tilelang.compile(dyn_rowscale(), out_idx=[-1], target="cuda").as_torch_op()
+    f = torch.compile(lambda a, s: dyn(a * 2, s) - 1, fullgraph=True, dynamic=True)
+    for m in (5, 13, 8):
+        a, s = torch.randn(m, 6, device="cuda"), torch.randn(6, device="cuda")
+        torch.testing.assert_close(f(a, s).double(), a.double() * 2 * s.double() - 1)
 
 
 @pytest.mark.cuda
