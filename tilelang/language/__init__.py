@@ -1,9 +1,6 @@
 """The ``T`` namespace: ``import tilelang.language as T`` (upstream TileLang's names)."""
 
-from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
-from .allocate import alloc_barrier, alloc_fragment, alloc_local, alloc_shared, alloc_var
-from .debug import device_assert, print  # noqa: A004 - upstream names
-from .dtypes import (
+from ..dtypes import (
     bfloat16,
     dtype,
     float8_e4m3,
@@ -21,7 +18,10 @@ from .dtypes import (
     uint32,
     uint64,
 )
-from .dtypes import bool_ as bool  # noqa: A004 - upstream name
+from ..dtypes import bool_ as bool  # noqa: A004 - upstream name
+from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
+from .allocate import alloc_barrier, alloc_fragment, alloc_local, alloc_shared, alloc_var
+from .debug import device_assert, print  # noqa: A004 - upstream names
 from .entry import macro, prim_func
 from .kernel import (
     Kernel,

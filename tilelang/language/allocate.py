@@ -13,8 +13,8 @@ import contextlib
 from tvm_tirx.runtime import MemoryScope
 from tvm_tirx.script import tirx as _T
 
-from .. import errors
-from . import builder, dtypes
+from .. import dtypes, errors
+from . import builder
 
 for _scope in ("local.fragment", "local.var"):
     with contextlib.suppress(ValueError):

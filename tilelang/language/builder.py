@@ -30,8 +30,7 @@ from tvm_tirx.script import tirx as _T
 from tvm_tirx.script.ir_builder import IRBuilder
 from tvm_tirx.script.ir_builder.base import AlreadyEmitted
 
-from .. import errors
-from . import dtypes
+from .. import dtypes, errors
 
 _DEFERRED_CMP = (EqualOp, NotEqualOp)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
-from .. import errors
+from .. import dtypes, errors
 from ..lowering.region import is_tensor, to_region
 from ..ops.debug import op as _debug
-from . import builder, dtypes
+from . import builder
 
 
 def _emit(call: ir.Call) -> None:

@@ -11,8 +11,8 @@ from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 from tvm_tirx.script.ir_builder import IRBuilder
 
-from .. import errors
-from . import builder, dtypes
+from .. import dtypes, errors
+from . import builder
 from .ast_rewrite import BUILDER, rewrite_function
 from .proxy import TensorAnnotation
 from .scope_check import check_scopes

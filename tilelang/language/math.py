@@ -5,7 +5,7 @@ from __future__ import annotations
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
-from . import dtypes
+from .. import dtypes
 
 
 def _expr(x, like=None):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
-from .. import errors
-from . import builder, dtypes
+from .. import dtypes, errors
+from . import builder
 
 
 def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
-from . import dtypes
+from .. import dtypes
 
 
 def _shape(shape) -> tuple:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
-from .. import errors
+from .. import dtypes, errors
 from ..lowering.region import region_extents, to_region
 from ..ops.atomic import op as _atomic
 from ..ops.copy import op as _copy
@@ -18,7 +18,7 @@ from ..ops.fill import op as _fill
 from ..ops.gemm import op as _gemm
 from ..ops.gemm.op import GemmWarpPolicy
 from ..ops.reduce import op as _reduce
-from . import builder, dtypes
+from . import builder
 
 __all__ = ["GemmWarpPolicy"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm_tirx import ir
 
-from ..language import dtypes
+from .. import dtypes
 
 
 def seq(stmts) -> ir.Stmt:

@@ -48,7 +48,6 @@ from tvm_tirx import tirx as _tirx
 from tvm_tirx.tirx.tensor import TensorType
 
 from ..layout import expr as E
-from ..ops.registry import tile_op_of
 from .bounds import in_bounds
 from .global_layouts import vectorizable
 from .stmt import uses_any
@@ -75,6 +74,14 @@ def vector_call(name: str, nbytes: int, *args) -> ir.Evaluate:
 
 def _addr(tensor, indices):
     return _tirx.address_of(ir.TensorLoad(tensor, list(indices)))
+
+
+def _is_tile_op(stmt) -> bool:
+    """Whether ``stmt`` evaluates a tile op (an op named ``tl.<name>``, see ``ops.registry``)."""
+    call = stmt.value
+    return (
+        isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name.startswith("tl.")
+    )
 
 
 def is_vector_call(stmt) -> bool:
@@ -189,7 +196,7 @@ class _Scan:
         elif isinstance(s, ir.While):
             self.expr(s.condition)
             self.stmt(s.body, False)
-        elif isinstance(s, ir.Evaluate) and tile_op_of(s) is None:
+        elif isinstance(s, ir.Evaluate) and not _is_tile_op(s):
             self.expr(s.value)
         else:  # tile ops (their lowering reads the operands as written), anything else:
             # every tensor it touches stays scalar

@@ -22,6 +22,7 @@ from .. import errors
 OPS: dict[str, TileOpDef] = {}
 _LOWERINGS: dict[tuple[str, str], object] = {}
 _LAYOUT_RULES: dict[tuple[str, str], object] = {}
+_PIPELINE_RULES: dict[tuple[str, str], object] = {}
 
 
 @dataclass
@@ -116,3 +117,32 @@ def layout_rule(op_name: str, backend: str):
 def layout_rule_for(op: TileOpDef, backend: str):
     """The layout-inference rule of ``op`` on ``backend``, or None when the op fixes no layout."""
     return _LAYOUT_RULES.get((op.name, backend))
+
+
+def pipeline_rule(op_name: str, backend: str):
+    """Decorator registering a class whose instance tells software pipelining about ``op_name``.
+
+    The CUDA pipelining pass (``backends/cuda/passes/pipeline_planning.py``) knows no op by
+    name: it asks the rule of each tile op in a pipelined loop body. A CUDA rule may offer
+    (each optional; see ``ops/gemm/pipelining_cuda.py`` for the one that exists):
+
+    - ``async_reader(view, ctx)``: an object with ``shared_operands`` (tensors it reads
+      through the async proxy, e.g. wgmma descriptors) and ``accumulator`` when the op is an
+      asynchronous reader, else None; ``mark(stmt, fenced, in_flight, defer_wait)``,
+      ``wait(ctx, reader, pending)`` and ``drain(ctx, reader)`` for such ops;
+    - ``phase_plan(view, tiles, ctx)``: a plan when the op can be split into phases that
+      overlap the next tile's register loads with this tile's math, else None;
+      ``phase_buffers(plan, prefix)``, ``phase(stmt, which, buffers, slices)``,
+      ``phase_slices(plan)`` and the phase names ``PREFETCH``, ``MAIN``, ``LAST``.
+    """
+
+    def register(cls):
+        _PIPELINE_RULES[(op_name, backend)] = cls()
+        return cls
+
+    return register
+
+
+def pipeline_rule_for(op: TileOpDef, backend: str):
+    """The pipelining rule of ``op`` on ``backend``, or None when the op has none."""
+    return _PIPELINE_RULES.get((op.name, backend))

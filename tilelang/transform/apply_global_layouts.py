@@ -22,12 +22,26 @@ from __future__ import annotations
 import tvm_ffi
 from tvm_tirx import ir, sym
 
-from ..lowering.global_layouts import (  # noqa: F401 - the pass's helpers
-    collect_global_layouts,
-    no_vectors_for,
-    vectorizable,
-)
-from ..lowering.thread_utils import layout_indices
+from ..lowering.global_layouts import no_vectors_for, vectorizable  # noqa: F401 - re-exported
+from ..lowering.thread_utils import is_global, layout_indices
+from ..ops.registry import tile_op_of
+
+
+def collect_global_layouts(body) -> dict:
+    """``{tensor handle: (tensor Var, Layout)}`` of the global tensors annotated in ``body``."""
+    from ..ops.annotate_layout.op import annotation_of
+
+    found = {}
+
+    def visit(stmt):
+        op = tile_op_of(stmt)
+        if op is not None and op[0].name == "annotate_layout":
+            var, layout = annotation_of(*op)
+            if is_global(var):
+                found[var.__chandle__()] = (var, layout)
+
+    tvm_ffi.structural_walk(body, visit)
+    return found
 
 
 def apply_global_layouts(body, layouts: dict):

@@ -72,11 +72,17 @@ def test_build_options_read_the_keys():
             PassConfigKey.TL_DISABLE_WGMMA: True,
         }
     )
-    assert options == {
-        "fast_math": False,
-        "device_flags": ["-DFOO=1", "-lineinfo"],
-        "disable_wgmma": True,
+    assert options["fast_math"] is False
+    assert options["device_flags"] == ["-DFOO=1", "-lineinfo"]
+    assert options["disable_wgmma"] is True
+    defaults = build_options(None)
+    assert {k: defaults[k] for k in ("ldmatrix", "gemm_scalar", "mma_split", "copy_schedule")} == {
+        "ldmatrix": True,
+        "gemm_scalar": False,
+        "mma_split": True,
+        "copy_schedule": "auto",
     }
+    assert defaults["wgmma_in_flight"] is True and defaults["wgmma_copies_after"] is False
     assert build_options({"tl.disable_fast_math": True})["fast_math"] is False
     assert build_options(None)["fast_math"] is None
 
@@ -124,3 +130,106 @@ def test_cuda_disable_wgmma_selects_mma_sync():
     assert "wgmma" in wgmma
     assert "wgmma" not in mma.get_kernel_source() and "mma_m16n8k16" in mma.get_kernel_source()
     assert mma.meta["arch"] == "sm_90a"
+
+
+def test_unknown_copy_schedule_is_refused():
+    with pytest.raises(ValueError, match="tl.pipeline_copy_schedule"):
+        build_options({PassConfigKey.TL_PIPELINE_COPY_SCHEDULE: "eager"})
+
+
+# The code-generation choices that used to be module globals (pipeline_planning.WGMMA_IN_FLIGHT,
+# WGMMA_COPIES_AFTER, MMA_SPLIT, COPY_SCHEDULE, copy_ldmatrix_cuda.ENABLED) are pass configs:
+# flipping one must give a different kernel, never the one cached for the other setting.
+SWITCHES = [
+    (PassConfigKey.TL_DISABLE_LDMATRIX, True, "sm_80"),
+    (PassConfigKey.TL_MMA_SPLIT_PIPELINE, False, "sm_80"),
+    (PassConfigKey.TL_WGMMA_IN_FLIGHT, False, "sm_90a"),
+    (PassConfigKey.TL_WGMMA_COPIES_AFTER, True, "sm_90a"),
+    (PassConfigKey.TL_PIPELINE_COPY_SCHEDULE, "leading", "sm_90a"),
+]
+
+
+def _pipelined_gemm(M=256, N=256, K=256, bM=128, bN=128, bK=32, stages=3):
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        C: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), "float16")
+            B_s = T.alloc_shared((bK, bN), "float16")
+            C_f = T.alloc_fragment((bM, bN), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[k * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * bM, bx * bN])
+
+    return main
+
+
+def _flash_like(seq=256, dim=64, bM=64, bN=64):
+    """A loop whose second copy (V) comes after a gemm: the copy schedule decides its fate."""
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor((seq, dim), "float16"),
+        K: T.Tensor((seq, dim), "float16"),
+        V: T.Tensor((seq, dim), "float16"),
+        O: T.Tensor((seq, dim), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(seq, bM), threads=128) as bx:
+            Q_s = T.alloc_shared((bM, dim), "float16")
+            K_s = T.alloc_shared((bN, dim), "float16")
+            V_s = T.alloc_shared((bN, dim), "float16")
+            S_f = T.alloc_fragment((bM, bN), "float32")
+            S_h = T.alloc_fragment((bM, bN), "float16")
+            O_f = T.alloc_fragment((bM, dim), "float32")
+            T.copy(Q[bx * bM, 0], Q_s)
+            T.clear(O_f)
+            for k in T.Pipelined(T.ceildiv(seq, bN), num_stages=2):
+                T.copy(K[k * bN, 0], K_s)
+                T.clear(S_f)
+                T.gemm(Q_s, K_s, S_f, transpose_B=True)
+                T.copy(S_f, S_h)
+                T.copy(V[k * bN, 0], V_s)
+                T.gemm(S_h, V_s, O_f)
+            T.copy(O_f, O[bx * bM, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("key,value,arch", SWITCHES, ids=[s[0].name for s in SWITCHES])
+def test_switch_changes_the_lowered_kernel_and_the_cache_key(key, value, arch):
+    from tilelang.backends.cuda import pipeline
+    from tilelang.cache import cache_key
+
+    func = _flash_like() if key is PassConfigKey.TL_PIPELINE_COPY_SCHEDULE else _pipelined_gemm()
+    target = {"kind": "cuda", "arch": arch}
+    base = pipeline.lower(func, target).script()
+    flipped = pipeline.lower(func, target, {key: value}).script()
+    assert base != flipped, f"{key.value}={value!r} changed nothing in the lowered kernel"
+    options = dict(out_idx=None, target=target, execution_backend="auto", compile_flags=None)
+    assert cache_key(func, pass_configs={}, **options) != cache_key(
+        func, pass_configs={key: value}, **options
+    )
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_flipped_switch_is_not_served_from_the_cache(tmp_path, monkeypatch):
+    """Compile, flip a switch, compile again: a new kernel (also after a disk reload)."""
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    func = _pipelined_gemm()
+    target = "cuda -arch=sm_80"
+    flip = {PassConfigKey.TL_MMA_SPLIT_PIPELINE: False}
+
+    def kernel_body(pass_configs=None):
+        src = tilelang.compile(func, target=target, pass_configs=pass_configs).get_kernel_source()
+        return src[src.index('extern "C"') :]  # the kernel, not the headers' comments
+
+    a = kernel_body()
+    b = kernel_body(flip)
+    assert a != b
+    assert kernel_body() == a and kernel_body(flip) == b

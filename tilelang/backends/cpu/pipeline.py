@@ -19,11 +19,11 @@ from tvm_tirx import tirx as _tirx
 
 from ...engine.instrument import on_body, run_stages
 from ...engine.pass_config import build_options
-from ...lowering.global_layouts import collect_global_layouts, no_vectors_for
+from ...lowering.global_layouts import no_vectors_for
 from ...lowering.stmt import StripScheduleHints, contains
 from ...ops import tile_op_of
 from ...ops.debug.op import uses_device_assert
-from ...transform.apply_global_layouts import apply_global_layouts
+from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from .legalize_math import legalize_half_math

@@ -22,11 +22,11 @@ from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
 from ...layout import expr as E
 from ...lowering.cuda_context import CudaLowerContext
-from ...lowering.global_layouts import collect_global_layouts, no_vectors_for
+from ...lowering.global_layouts import no_vectors_for
 from ...lowering.stmt import StmtMutator, StripScheduleHints, launch_of, launches_of
 from ...lowering.thread_utils import is_fragment, new_tensor
 from ...ops import lowering_for, tile_op_of
-from ...transform.apply_global_layouts import apply_global_layouts
+from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
 from .passes.apply_shared_layouts import apply_shared_layouts
 from .passes.insert_sync import insert_sync
 from .passes.layout_inference import infer_layouts, strip_layout_annotations

@@ -4,4 +4,11 @@
 lowering rules. Importing the package registers every rule.
 """
 
-from . import int8_tf32_cuda, mma_cuda, op, scalar_cuda, wgmma_cuda  # noqa: F401 - registers the rules
+from . import (  # noqa: F401 - registers the rules
+    int8_tf32_cuda,
+    mma_cuda,
+    op,
+    pipelining_cuda,
+    scalar_cuda,
+    wgmma_cuda,
+)

@@ -38,7 +38,8 @@ from tvm_tirx import ir, tirx
 
 from ...layout import make_linear_layout
 from ...lowering import irb
-from .mma_cuda import WARP, _addr, _call, _check_layout, _new_local, shared_offset, shared_ptr
+from ...lowering.shared_address import shared_offset, shared_ptr
+from .mma_cuda import WARP, _addr, _call, _check_layout, _new_local
 
 #: A/B dtype -> (mma wrapper of mma.h, A registers per m16 tile, B registers per n8 tile)
 MMA_INT8_TF32 = {

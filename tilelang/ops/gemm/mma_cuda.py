@@ -46,9 +46,9 @@ from tvm_tirx.tirx.tensor import TensorType
 
 from ... import errors
 from ...layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
-from ...layout.swizzle import dtype_bits
 from ...lowering import irb
 from ...lowering.region import _const
+from ...lowering.shared_address import shared_offset, shared_ptr  # noqa: F401 - re-exported
 from ..registry import layout_rule, lower_rule
 from .op import GemmWarpPolicy, gemm_dims
 
@@ -216,33 +216,6 @@ def infer_gemm_layout_cuda(v, ctx):
 # ---------------------------------------------------------------------------------------
 # address helpers
 # ---------------------------------------------------------------------------------------
-def _flat(coords, out_shape):
-    flat = ir.const(0, "int32") if not coords else None
-    for coord, extent in zip(coords, out_shape):
-        flat = coord if flat is None else flat * int(extent) + coord
-    return flat
-
-
-def shared_offset(view, layout, rel_row, rel_col):
-    """Element offset of ``view[.., row, col]`` (tile-relative) in the tensor's storage."""
-    rank = len(view.extents)
-    idx = view.index({rank - 2: rel_row, rank - 1: rel_col})
-    if layout is None:
-        coords, shape = idx, [int(_const(s)) for s in view.shape]
-    else:
-        coords, shape = layout.map_forward_index(idx), layout.get_output_shape()
-    return _flat(coords, shape)
-
-
-def shared_ptr(view, layout, rel_row, rel_col):
-    """A typed pointer to ``view[.., row, col]`` in shared memory."""
-    dtype = view.dtype
-    nbytes = dtype_bits(dtype) // 8
-    off = shared_offset(view, layout, rel_row, rel_col)
-    ptr_ty = ir.PtrType(ir.PrimType(dtype), view.scope)
-    return tirx.ptr_byte_offset(tirx.address_of(view.tensor), off * nbytes, ty=ptr_ty)
-
-
 def _call(name, *args):
     return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
 

@@ -72,7 +72,7 @@ from ...layout import make_wgmma_a_fragment, make_wgmma_accumulator_fragment
 from ...layout.swizzle import SwizzleMode, dtype_bits, make_swizzle_layout_for_mode
 from ...lowering import irb
 from ...lowering.region import _const
-from .mma_cuda import shared_ptr
+from ...lowering.shared_address import shared_ptr
 from .op import GemmWarpPolicy, gemm_dims
 from .wgmma_header import WGMMA_N
 
@@ -365,13 +365,11 @@ def wgmma_plan_for(v, ctx, require_known: bool = False):
 def lowers_to_wgmma(v, ctx) -> bool:
     """Whether the CUDA pipeline will lower gemm ``v`` with wgmma (layouts already inferred).
 
-    True when the registered ("gemm", "cuda") lowering is the sm_90a dispatcher (tests may
-    swap in the scalar fallback) and :func:`wgmma_plan_for` accepts the inferred layouts.
+    True unless the pass configs select the scalar gemm (``tl.gemm_scalar``), when
+    :func:`wgmma_plan_for` accepts the inferred layouts.
     """
-    from ..registry import _LOWERINGS
-    from . import mma_cuda as gemm_cuda
-
-    if _LOWERINGS.get(("gemm", "cuda")) is not gemm_cuda.lower_gemm_dispatch:
+    options = getattr(ctx, "options", None)
+    if options is not None and options["gemm_scalar"]:
         return False
     return wgmma_plan_for(v, ctx, require_known=True) is not None
 

@@ -4,7 +4,7 @@ Assumes: tile level, after layout inference and pipeline planning; ``ctx.layout_
 gives some shared tiles a Layout (gemm's swizzle, ``T.annotate_layout``, or their
 multi-stage expansions). Tile ops (``tl.copy``/``tl.gemm``/...) still hold logical
 regions; their CUDA lowerings address shared tiles through the layout themselves
-(``thread_utils.physical``, ``gemm_cuda.shared_offset``).
+(``thread_utils.physical``, ``lowering.shared_address.shared_offset``).
 
 Guarantees: every ``TensorLoad``/``TensorStore`` of such a tile outside a tile op (in a
 ``T.Parallel`` nest or serial code) indexes the tile's physical place

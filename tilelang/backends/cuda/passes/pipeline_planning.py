@@ -95,32 +95,11 @@ from ....layout.swizzle import dtype_bits
 from ....lowering.context import LowerContext
 from ....lowering.global_layouts import vectorizable
 from ....lowering.region import RegionView, _const
+from ....lowering.shared_address import shared_ptr
 from ....lowering.stmt import StmtMutator, alloc_of, launch_of, substitute
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY, matched_axes
-from ....ops.gemm.mma_cuda import (
-    ATTR_MMA_FRAG_A,
-    ATTR_MMA_FRAG_B,
-    ATTR_MMA_PHASE,
-    ATTR_MMA_SLICES,
-    PHASE_LAST,
-    PHASE_MAIN,
-    PHASE_PREFETCH,
-    GemmPlan,
-    mma_fragment_buffers,
-    mma_phases_supported,
-    shared_ptr,
-)
-from ....ops.gemm.op import GEMM
-from ....ops.gemm.wgmma_cuda import (
-    ATTR_DEFER_WAIT,
-    ATTR_FENCED,
-    ATTR_IN_FLIGHT,
-    lowers_to_wgmma,
-    wgmma_drain,
-    wgmma_plan_for,
-    wgmma_wait,
-)
+from ....ops.registry import pipeline_rule_for
 from .insert_sync import ATTR_ASYNC_STAGES
 from .pipeline_copies import _later_copies, _plan_split_copies
 
@@ -367,7 +346,7 @@ class _Planner(StmtMutator):
         at = {i for i, _ in later}
         nop = ir.Evaluate(ir.const(0, "int32"))
         marked = [nop if i in at else s for i, s in enumerate(rest)]
-        marked, wgmma, in_flight = self._mark_wgmma(marked, tiles, stages, bool(later))
+        marked, wgmma, in_flight = self._mark_async_readers(marked, tiles, stages, bool(later))
         rest = [rest[i] if i in at else s for i, s in enumerate(marked)]
         ahead = stages - 2 if in_flight is not None else stages - 1
         fence = [fence_proxy_async()] if wgmma else []
@@ -393,7 +372,7 @@ class _Planner(StmtMutator):
             new_body = [*issue(k, ir.const(0, "int32")), cp_async_commit(), cp_async_wait(0)]
             new_body += [*fence, sync_threads(), body_rest, sync_threads()]
             return _with_loop(loop, new_body)
-        split = None if wgmma else self._mma_split_plan(rest, tiles, stages)
+        split = None if wgmma else self._phase_plan(rest, tiles, stages)
         if split is not None:
             return self._plan_split(loop, ctx, rest[0], split, mapping, issue, guarded, stages)
         prologue = []
@@ -408,124 +387,110 @@ class _Planner(StmtMutator):
         if in_flight is not None and self.pctx.options["wgmma_copies_after"]:
             # body (wgmma batch committed, no wait), then the copies, then wait_group 1
             new_body += [body_rest, *copies, cp_async_commit()]
-            new_body += wgmma_wait(self.pctx, in_flight, 1)
+            rule, reader = in_flight
+            new_body += rule.wait(self.pctx, reader, 1)
         else:
             new_body += [*copies, cp_async_commit(), body_rest]
         after = [cp_async_wait(0)]
         if in_flight is not None:
-            after += wgmma_drain(self.pctx, in_flight)
+            rule, reader = in_flight
+            after += rule.drain(self.pctx, reader)
         return ir.SeqStmt([*prologue, _with_loop(loop, new_body), *after])
 
-    def _mma_split_plan(self, rest, tiles, stages):
-        """The GemmPlan of a body that is one mma.sync gemm of two pipelined tiles that
-        can be lowered in phases, else None."""
+    def _phase_plan(self, rest, tiles, stages):
+        """(rule, plan) when the body after the copies is one tile op whose pipelining rule
+        can split it into phases over the pipelined ``tiles`` (mma.sync gemm), else None."""
         if not self.pctx.options["mma_split"] or stages < 2 or len(rest) != 1:
             return None
-        op = tile_op_of(rest[0])
-        if op is None or op[0].name != "gemm":
+        found = tile_op_of(rest[0])
+        rule = None if found is None else pipeline_rule_for(found[0], "cuda")
+        if rule is None or not hasattr(rule, "phase_plan"):
             return None
-        from ....ops.gemm import mma_cuda as gemm_cuda
-        from ....ops.registry import _LOWERINGS
+        plan = rule.phase_plan(found[0].view(found[1]), tiles, self.pctx)
+        return None if plan is None else (rule, plan)
 
-        if _LOWERINGS.get(("gemm", "cuda")) is not gemm_cuda.lower_gemm_dispatch:
-            return None  # tests may lower gemm with another rule
-        view = GEMM.view(op[1])
-        try:
-            plan = GemmPlan(view, self.threads)
-        except Exception:  # noqa: BLE001 - not an mma.sync gemm: the plain schedule
-            return None
-        a, b = plan.a.tensor, plan.b.tensor
-        if not (any(a.same_as(t) for t in tiles) and any(b.same_as(t) for t in tiles)):
-            return None
-        if a.same_as(b) or not mma_phases_supported(plan, view):
-            return None
-        if self.pctx.get_layout(a) is None or self.pctx.get_layout(b) is None:
-            return None
-        try:
-            self.pctx.local_of(plan.c.tensor)
-        except (AttributeError, KeyError):
-            return None
-        return plan
-
-    def _plan_split(self, loop, ctx, gemm, plan, mapping, issue, guarded, stages):
-        """The mma.sync schedule: fragments of the next tile loaded before the last k16
-        slice's mmas, one barrier per iteration (see the module docstring)."""
+    def _plan_split(self, loop, ctx, op_stmt, split, mapping, issue, guarded, stages):
+        """The phased schedule: registers of the next tile loaded before the last slice's
+        math, one barrier per iteration (see the module docstring)."""
+        rule, plan = split
         k, begin, end = loop.var, loop.begin, loop.end
         rel = k - begin
         ahead = stages - 1
-        frag_a, frag_b, binds = mma_fragment_buffers(plan, f"{plan.a.name}_{plan.b.name}")
+        buffers, binds = rule.phase_buffers(plan)
         self.pctx.extra_allocs.extend(binds)
+        slices = rule.phase_slices(plan)
 
-        def phase(stage, which, slices=None):
-            attrs = {ATTR_MMA_PHASE: which, ATTR_MMA_FRAG_A: frag_a, ATTR_MMA_FRAG_B: frag_b}
-            if slices is not None:
-                attrs[ATTR_MMA_SLICES] = list(slices)
-            return _with_attrs(_restage(gemm, mapping, stage), attrs)
+        def phase(stage, which, span=None):
+            return rule.phase(_restage(op_stmt, mapping, stage), which, buffers, span)
 
         prologue = []
         for s in range(ahead):
             prologue += guarded(begin + s < end, issue(begin + s, ir.const(s, "int32")))
             prologue.append(cp_async_commit())
         prologue += [cp_async_wait(stages - 2), sync_threads()]
-        prologue.append(phase(ir.const(0, "int32"), PHASE_PREFETCH))
+        prologue.append(phase(ir.const(0, "int32"), rule.PREFETCH))
         # the copies are predicated, not branched around: one basic block per iteration
         inner = ctx.with_range(k, begin, end - begin - ahead)
         pred = None if ctx.prove(k + ahead < end) else ctx.simplify(k + ahead < end)
         copies = issue(k + ahead, (rel + ahead) % stages, inner, pred)
-        # slice 1's ldmatrix before the copies (which it cannot pass: both touch shared memory)
-        new_body = [phase(rel % stages, PHASE_MAIN, (0, 1)), *copies, cp_async_commit()]
-        if plan.tk > 2:
-            new_body.append(phase(rel % stages, PHASE_MAIN, (1, plan.tk - 1)))
+        # slice 1's register loads before the copies (which they cannot pass: both touch
+        # shared memory)
+        new_body = [phase(rel % stages, rule.MAIN, (0, 1)), *copies, cp_async_commit()]
+        if slices > 2:
+            new_body.append(phase(rel % stages, rule.MAIN, (1, slices - 1)))
         new_body += [cp_async_wait(stages - 2), sync_threads()]
-        new_body += [phase((rel + 1) % stages, PHASE_PREFETCH), phase(rel % stages, PHASE_LAST)]
+        new_body += [phase((rel + 1) % stages, rule.PREFETCH), phase(rel % stages, rule.LAST)]
         new_loop = _with_loop(loop, new_body, {ATTR_ASYNC_STAGES: 1})
         return ir.SeqStmt([*prologue, new_loop, cp_async_wait(0)])
 
-    def _mark_wgmma(self, rest, tiles, stages, split=False):
-        """(rest with wgmma gemms marked, whether any is wgmma, the in-flight plan or None)."""
-        found = []  # plans of every wgmma gemm in the body, nested ones included
+    def _reader_of(self, stmt):
+        """(rule, reader) when ``stmt`` is a tile op reading shared memory asynchronously."""
+        found = tile_op_of(stmt)
+        rule = None if found is None else pipeline_rule_for(found[0], "cuda")
+        if rule is None or not hasattr(rule, "async_reader"):
+            return None
+        reader = rule.async_reader(found[0].view(found[1]), self.pctx)
+        return None if reader is None else (rule, reader)
+
+    def _mark_async_readers(self, rest, tiles, stages, split=False):
+        """(rest with its asynchronous readers marked, whether there is any, the
+        (rule, reader) kept in flight across iterations or None)."""
+        found = []  # every asynchronous reader in the body, nested ones included
 
         def visit(node):
-            op = tile_op_of(node)
-            if op is not None and op[0].name == "gemm":
-                view = GEMM.view(op[1])
-                if lowers_to_wgmma(view, self.pctx):
-                    found.append(wgmma_plan_for(view, self.pctx, require_known=True))
+            if self._reader_of(node) is not None:
+                found.append(node)
 
         tvm_ffi.structural_walk(ir.SeqStmt(list(rest)), [(ir.Evaluate, visit)])
         if not found:
             return rest, False, None
-        top = [(i, s) for i, s in enumerate(rest) if _wgmma_plan_of(s, self.pctx) is not None]
         in_flight = None
         out = list(rest)
-        for i, s in top:
-            plan = _wgmma_plan_of(s, self.pctx)
-            attrs = {}
-            a, b = plan.A.tensor, plan.B.tensor
+        options = self.pctx.options
+        for i, s in enumerate(rest):
+            found_here = self._reader_of(s)
+            if found_here is None:
+                continue
+            rule, reader = found_here
             before = rest[:i]
             others = rest[:i] + rest[i + 1 :]
-            shared = [b] if plan.a_in_regs else [a, b]
-            old_rule = (
-                self.pctx.options["copy_schedule"] == "leading"
-            )  # as before: A and B both pipelined tiles
-            if not (old_rule and plan.a_in_regs) and all(
-                self._fenced_operand(t, tiles, before, others) for t in shared
-            ):
-                attrs[ATTR_FENCED] = True
-            if (
-                self.pctx.options["wgmma_in_flight"]
+            # the "leading" schedule keeps its old rule: A and B both pipelined tiles
+            old_rule = options["copy_schedule"] == "leading"
+            fenced = not (old_rule and reader.a_in_regs) and all(
+                self._fenced_operand(t, tiles, before, others) for t in reader.shared_operands
+            )
+            keep = (
+                options["wgmma_in_flight"]
                 and not split
                 and stages >= 3
                 and len(found) == 1
-                and not any(_uses(x, plan.c.tensor) for x in others)
-                and _has_local(self.pctx, plan.c.tensor)
-            ):
-                attrs[ATTR_IN_FLIGHT] = True
-                if self.pctx.options["wgmma_copies_after"]:
-                    attrs[ATTR_DEFER_WAIT] = True
-                in_flight = plan
-            if attrs:
-                out[i] = _with_attrs(s, attrs)
+                and not any(_uses(x, reader.accumulator) for x in others)
+                and _has_local(self.pctx, reader.accumulator)
+            )
+            defer = bool(keep and options["wgmma_copies_after"])
+            out[i] = rule.mark(s, fenced=fenced, in_flight=keep, defer_wait=defer)
+            if keep:
+                in_flight = (rule, reader)
         return out, True, in_flight
 
     def _fenced_operand(self, t, tiles, before, others) -> bool:
@@ -559,22 +524,6 @@ def _has_local(pctx, tensor) -> bool:
     except (AttributeError, KeyError):
         return False
     return True
-
-
-def _wgmma_plan_of(stmt, pctx):
-    op = tile_op_of(stmt)
-    if op is None or op[0].name != "gemm":
-        return None
-    view = GEMM.view(op[1])
-    return wgmma_plan_for(view, pctx, require_known=True) if lowers_to_wgmma(view, pctx) else None
-
-
-def _with_attrs(stmt, extra):
-    """The tile-op statement ``stmt`` with ``extra`` added to its call attributes."""
-    call = stmt.value
-    attrs = dict(call.attrs.items()) if call.attrs is not None else {}
-    attrs.update(extra)
-    return ir.Evaluate(ir.Call(call.op.name, list(call.args), attrs=attrs, ty="void", loc=call.loc))
 
 
 def _with_loop(loop, stmts, extra=None):
