@@ -290,7 +290,10 @@ def _make_fake(kernel, inputs):
                         f"argument {p.name!r}: dimension {d} must be {want}, got {got}"
                     )
         outs = []
-        for sizes, dt in zip(_sizes(out), dtypes):
+        sizes_of = _sizes(out)
+        if device is None:  # no tensor input: where the kernel's target runs
+            device = out.default_device
+        for sizes, dt in zip(sizes_of, dtypes):
             outs.append(torch.empty([size(args) for size in sizes], dtype=dt, device=device))
         if n_out == 0:
             return None
