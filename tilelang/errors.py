@@ -1,6 +1,32 @@
-"""Exceptions raised by tilelang, each naming the user's source line where one is known."""
+"""Exceptions raised by tilelang, each naming the user's source line where one is known.
+
+The ground floor of the package: this module imports nothing of tilelang. The user's
+location during a trace comes from a provider that the tracer installs
+(:func:`set_location_provider`; ``tilelang.language.builder`` installs ``user_where``).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+_location_provider: Callable[[], str] | None = None
+
+
+def set_location_provider(provider: Callable[[], str] | None) -> Callable[[], str] | None:
+    """Install ``provider`` (returns the user's ``file:line``, or '' when none is known).
+
+    :class:`TraceError` asks it for the prefix of its message. Returns the provider it
+    replaces; ``None`` removes it.
+    """
+    global _location_provider
+    previous, _location_provider = _location_provider, provider
+    return previous
+
+
+def current_location() -> str:
+    """The user's ``file:line`` as the installed provider reports it ('' without one)."""
+    provider = _location_provider
+    return provider() if provider is not None else ""
 
 
 class TileLangError(Exception):
@@ -10,10 +36,10 @@ class TileLangError(Exception):
 class TraceError(TileLangError):
     """The kernel's Python body could not be traced into IR."""
 
-    def __init__(self, message: str):
-        from .language.builder import user_where
-
-        where = user_where()
+    def __init__(self, message: str, where: str | None = None):
+        """``where``: the ``file:line`` to name; by default the installed location provider's."""
+        if where is None:
+            where = current_location()
         super().__init__(f"{where}: {message}" if where else message)
 
 

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 
 from .. import errors
+from ..cache import register_memory_cache
 from ..profiler import TensorSupplyType
 from .capture import get_autotune_inputs
 from .param import AutotuneResult, CompileArgs, ProfileArgs, load_record, save_record
@@ -55,6 +56,9 @@ def clear_memory_cache() -> None:
     """Forget the results tuned in this process (``tilelang.cache.clear_cache`` calls it)."""
     with _MEMORY_LOCK:
         _MEMORY.clear()
+
+
+register_memory_cache(clear_memory_cache)
 
 
 def _env_flag(name: str) -> bool:
@@ -298,7 +302,7 @@ class AutoTuner:
     def key_material(self, configs: list[dict]) -> dict:
         """Everything the stored best config depends on (see the module docstring)."""
         from ..backends.registry import resolve_target
-        from ..cache.kernel_cache import _versions
+        from ..cache.kernel_cache import versions
         from ..engine.pass_config import OBSERVATION_KEYS, normalize_pass_configs
 
         ca, pa = self.compile_args, self.profile_args
@@ -310,7 +314,7 @@ class AutoTuner:
         inputs = get_autotune_inputs()
         return {
             "format": 1,
-            "versions": _versions(),
+            "versions": versions(),
             "function": f"{self.fn.__module__}.{self.fn.__qualname__}",
             "source": _source_of(self.fn),
             "closure": _closure_constants(self.fn),

@@ -13,8 +13,8 @@ The key (:func:`cache_key`) is the sha256 of: the traced function's structural h
 ``script()`` text, target (kind, arch ...), out_idx, execution backend, pass configs
 (except the observation-only ones: IR dumps, pass timing), compile flags, the versions
 of tilelang (VERSION), tvm_tirx and tvm_ffi, a fingerprint of tilelang's own sources
-(``tilelang/**/*.py`` and ``src/tl_templates``: editing a lowering invalidates the
-kernels it built) and the machine (OS, architecture).
+(``tilelang/**/*.py`` and the device headers ``tilelang/**/*.h``: editing a lowering
+invalidates the kernels it built) and the machine (OS, architecture).
 
 Entries are written into ``<root>/tmp/<random>/`` (the artifact's ``save(dir)``, then
 ``entry.json`` with every file's sha256) and published with one ``os.replace`` of the
@@ -33,6 +33,15 @@ A backend takes part when its artifact class has ``save(dir)`` and a classmethod
 ``load(dir)`` (``backend.artifact_type``, else CpuArtifact / CudaArtifact by kind);
 others compile every time. While an IR dump or pass timing is requested, the cache is
 bypassed so that the build really runs.
+
+Layering: this module is a disk store. It knows nothing of ``JITKernel``, ``tilelang.jit``
+or the autotuner: :meth:`KernelCache.get_or_build` gets the build function and a
+``wrap(artifact)`` that turns a loaded artifact into the caller's object
+(``tilelang.jit`` passes both), and the in-memory caches above it register their clear
+functions with :func:`register_memory_cache`. It sits above ``backends`` and
+``engine.pass_config`` in the package's layer order (``testing/python/test_floor_plan.py``),
+so it may ask the backend registry for artifact types and the CPU backend for the host
+CPU model, and normalise pass configs, when it computes a key.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ _DISABLED = False  # set by disable_cache()
 _KEY_LOCKS: dict[str, threading.Lock] = {}
 _KEY_LOCKS_GUARD = threading.Lock()
 _FINGERPRINT: str | None = None
+_MEMORY_CACHES: list = []  # clear functions of the in-memory caches above (jit, autotuner)
 _FALLBACK_TYPES = {
     "cpu": ("tilelang.backends.cpu", "CpuArtifact"),
     "cuda": ("tilelang.backends.cuda", "CudaArtifact"),
@@ -134,32 +144,43 @@ def prune_cache(max_bytes: int | None = None) -> int:
     return 0 if limit is None else KernelCache().prune(limit)
 
 
+def register_memory_cache(clear) -> None:
+    """Have :func:`clear_cache` call ``clear()`` (an in-memory cache of kernels or results).
+
+    ``tilelang.jit`` registers ``tilelang.compile``'s cache, ``tilelang.autotuner`` its
+    results; registering one function twice registers it once.
+    """
+    if clear not in _MEMORY_CACHES:
+        _MEMORY_CACHES.append(clear)
+
+
 def clear_cache() -> None:
     """Delete every cached kernel and autotuning result, on disk and in this process's memory.
 
-    In memory this clears ``tilelang.compile``'s cache and the autotuner's results; a
-    ``@tilelang.jit`` factory keeps the kernels it already returned, per argument tuple.
+    In memory this clears the caches registered with :func:`register_memory_cache`
+    (``tilelang.compile``'s cache and the autotuner's results); a ``@tilelang.jit``
+    factory keeps the kernels it already returned, per argument tuple.
     """
     root = get_cache_dir()
     for sub in ("kernels", "autotuner", "tmp"):
         shutil.rmtree(root / sub, ignore_errors=True)
-    from ..jit import _LOCK, _MEMORY_CACHE
-
-    with _LOCK:
-        _MEMORY_CACHE.clear()
-    from ..autotuner.tuner import clear_memory_cache
-
-    clear_memory_cache()
+    for clear in list(_MEMORY_CACHES):
+        clear()
 
 
 # --------------------------------------------------------------------------- key
+
+
+def versions() -> dict:
+    """The versions of tilelang, tvm_tirx and tvm_ffi (part of every key)."""
+    return _versions()
 
 
 def _versions() -> dict:
     import tvm_ffi
     import tvm_tirx
 
-    from .. import __version__
+    from ..version import __version__
 
     return {
         "tilelang": __version__,
@@ -169,21 +190,23 @@ def _versions() -> dict:
 
 
 def source_fingerprint() -> str:
-    """sha256 of tilelang's Python sources and device headers (computed once per process)."""
+    """sha256 of tilelang's Python sources and device headers (computed once per process).
+
+    Covers every ``.py``, ``.h`` and ``.cuh`` file of the installed ``tilelang`` package
+    (the CUDA headers ship inside it, under ``backends/cuda/include``).
+    """
     global _FINGERPRINT
     if _FINGERPRINT is None:
         package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        templates = os.path.join(os.path.dirname(package), "src", "tl_templates")
         digest = hashlib.sha256()
-        for base, suffixes in ((package, (".py",)), (templates, (".h", ".cuh"))):
-            for dirpath, dirnames, filenames in os.walk(base):
-                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-                for name in sorted(filenames):
-                    if name.endswith(suffixes):
-                        path = os.path.join(dirpath, name)
-                        digest.update(os.path.relpath(path, base).encode() + b"\0")
-                        with contextlib.suppress(OSError), open(path, "rb") as handle:
-                            digest.update(handle.read())
+        for dirpath, dirnames, filenames in os.walk(package):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                if name.endswith((".py", ".h", ".cuh")):
+                    path = os.path.join(dirpath, name)
+                    digest.update(os.path.relpath(path, package).encode() + b"\0")
+                    with contextlib.suppress(OSError), open(path, "rb") as handle:
+                        digest.update(handle.read())
         _FINGERPRINT = digest.hexdigest()
     return _FINGERPRINT
 
@@ -344,10 +367,11 @@ class KernelCache:
                 raise CorruptEntry(f"{entry}: file {rel!r} does not match its sha256")
         return entry / ARTIFACT_DIR
 
-    def load(self, key: str, func, expected_type, **options):
-        """The kernel of entry ``key`` (None if absent); CorruptEntry if it fails verification."""
-        from ..jit.kernel import JITKernel
+    def load(self, key: str, expected_type, wrap=None):
+        """Entry ``key``'s artifact, passed through ``wrap`` when given (None if absent).
 
+        CorruptEntry if the entry fails verification or ``wrap`` fails on it.
+        """
         try:
             artifact_dir = self.verify(key, expected_type)
         except FileNotFoundError:
@@ -356,7 +380,7 @@ class KernelCache:
             os.utime(self.entry_dir(key) / ENTRY_FILE)
         try:
             artifact = expected_type.load(artifact_dir)
-            return JITKernel(func, artifact=artifact, **options)
+            return artifact if wrap is None else wrap(artifact)
         except Exception as err:  # noqa: BLE001 - a bad entry is rebuilt, not fatal
             raise CorruptEntry(f"{artifact_dir}: cannot be loaded: {err}") from err
 
@@ -478,22 +502,23 @@ class KernelCache:
             thread_lock.release()
 
     # -- the entry point -----------------------------------------------------
-    def get_or_build(self, func, build, *, expected_type, **options):
-        """Entry ``func`` + ``options`` loaded from disk, or ``build()`` and stored.
+    def get_or_build(self, material: dict, build, *, expected_type, wrap, artifact_of):
+        """The object of key ``material`` made from its entry on disk, or ``build()`` and stored.
 
-        ``options`` are JITKernel's (out_idx, target, execution_backend, pass_configs,
-        compile_flags); ``build`` returns a JITKernel compiled now.
+        ``material``: the key material (:func:`key_material`); ``build()`` makes the object
+        now; ``wrap(artifact)`` makes it from an artifact of ``expected_type`` loaded from
+        disk; ``artifact_of(obj)`` is the artifact to store (``tilelang.jit`` passes a
+        ``JITKernel`` built or wrapped around the artifact, and its ``.artifact``).
         """
-        material = key_material(func, **options)
         key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
         with contextlib.suppress(CorruptEntry):  # fast path, no lock: entries are immutable
-            kernel = self.load(key, func, expected_type, **options)
+            kernel = self.load(key, expected_type, wrap)
             if kernel is not None:
                 return kernel
         with self.lock(key) as held:
             if held:
                 try:
-                    kernel = self.load(key, func, expected_type, **options)
+                    kernel = self.load(key, expected_type, wrap)
                     if kernel is not None:
                         return kernel
                 except CorruptEntry as err:
@@ -502,7 +527,7 @@ class KernelCache:
             kernel = build()
             if held:
                 try:
-                    self.store(key, kernel.artifact, material)
+                    self.store(key, artifact_of(kernel), material)
                 except Exception as err:  # noqa: BLE001 - a full or read-only disk is not fatal
                     warnings.warn(
                         f"tilelang cache: could not store kernel in {self.root}: {err}",

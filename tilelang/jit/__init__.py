@@ -1,4 +1,9 @@
-"""``@tilelang.jit`` and ``tilelang.compile``: compile a traced kernel once, call it many times."""
+"""``@tilelang.jit`` and ``tilelang.compile``: compile a traced kernel once, call it many times.
+
+This package owns compilation (:class:`JITKernel`), the in-memory cache of
+``tilelang.compile`` and the use of the disk cache (:func:`cached_kernel`); ``tilelang.cache``
+below it stores artifacts and knows nothing of kernels.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,57 @@ import threading
 
 import tvm_ffi
 
+from .. import cache as _disk
 from .kernel import JITKernel
 from .torch_op import torch_op  # noqa: F401
 
 _MEMORY_CACHE: dict = {}
 _LOCK = threading.Lock()
+
+
+def clear_memory_cache() -> None:
+    """Forget the kernels ``tilelang.compile`` keeps in memory (``tilelang.cache.clear_cache``)."""
+    with _LOCK:
+        _MEMORY_CACHE.clear()
+
+
+_disk.register_memory_cache(clear_memory_cache)
+
+
+def cached_kernel(func, *, out_idx, target, execution_backend, pass_configs, compile_flags):
+    """A JITKernel for ``func``: loaded from the disk cache, or compiled now and stored.
+
+    ``target`` is a resolved target dict. The build runs inside an observation session
+    (``tilelang.engine.instrument``) so IR dumps and pass timing cover TIRx's passes
+    too; while those are requested the disk cache is bypassed.
+    """
+    from ..engine import instrument
+
+    options = dict(
+        out_idx=out_idx,
+        target=target,
+        execution_backend=execution_backend,
+        pass_configs=pass_configs,
+        compile_flags=compile_flags,
+    )
+
+    def build():
+        with instrument.session(pass_configs, func=func):
+            return JITKernel(func, **options)
+
+    if not _disk.is_cache_enabled() or instrument.observation(pass_configs).active:
+        return build()
+    kind = target["kind"] if isinstance(target, dict) else str(target)
+    cls = _disk.artifact_type(kind)
+    if cls is None:
+        return build()
+    return _disk.KernelCache().get_or_build(
+        _disk.key_material(func, **options),
+        build,
+        expected_type=cls,
+        wrap=lambda artifact: JITKernel(func, artifact=artifact, **options),
+        artifact_of=lambda kernel: kernel.artifact,
+    )
 
 
 def _freeze(value):
@@ -34,7 +85,6 @@ def compile(  # noqa: A001 - upstream name
 ):
     """Compile a ``T.prim_func`` for ``target``; cached in memory by IR, target and options."""
     from ..backends.registry import resolve_target
-    from ..cache import cached_kernel
 
     resolved = resolve_target(target)
     key = (

@@ -47,6 +47,10 @@ class ParamInfo:
     shape: list
     strides: list | None = None
 
+    def torch_dtype(self):
+        """The torch dtype of this parameter's elements."""
+        return torch_dtype(self.dtype)
+
 
 def read_params(func) -> list[ParamInfo]:
     """ParamInfo for each parameter of a traced TIRx function."""

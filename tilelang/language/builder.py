@@ -71,6 +71,11 @@ def user_where() -> str:
     return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+# errors.TraceError names the user's line through this provider (errors imports nothing of
+# tilelang, so the tracer hands it the location instead).
+errors.set_location_provider(user_where)
+
+
 # ---------------------------------------------------------------------------
 # Trace state
 # ---------------------------------------------------------------------------

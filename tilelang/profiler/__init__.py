@@ -23,13 +23,11 @@ class TensorSupplyType(enum.Enum):
 def _make_tensor(info, device, supply):
     import torch
 
-    from ..jit.params import torch_dtype
-
     if not all(isinstance(d, int) for d in info.shape):
         raise errors.KernelArgumentError(
             f"parameter {info.name!r} has symbolic shape {info.shape}: pass input_tensors"
         )
-    dtype = torch_dtype(info.dtype)
+    dtype = info.torch_dtype()  # info: a kernel's ParamInfo (tilelang.jit.params)
     shape = info.shape
     is_float = dtype.is_floating_point
     if supply == TensorSupplyType.Zero:

@@ -7,9 +7,10 @@
 built with the system C compiler, so neither TIRx's LLVM backend nor orcjit is needed),
 and packages the result as a :class:`CudaArtifact`:
 
-* the CUDA source, with tilelang's device headers (``src/tl_templates/cuda/*.h``) pasted
-  in front of it (by default only the headers whose ``tl::`` helpers the generated code
-  calls; see :func:`select_headers`),
+* the CUDA source, with tilelang's device headers
+  (``tilelang/backends/cuda/include/tl_templates/cuda/*.h``) pasted in front of it (by
+  default only the headers whose ``tl::`` helpers the generated code calls; see
+  :func:`select_headers`),
 * the compiled device binary (a cubin),
 * the host shared library (the C host module exported with ``export_library``; it
   embeds the device module and is what ``runtime.load_kernel`` loads),

@@ -1,6 +1,7 @@
 """Device headers and the TIRx hooks of the CUDA build.
 
-* Headers: tilelang's device headers (``src/tl_templates/cuda/*.h``, see
+* Headers: tilelang's device headers (``tilelang/backends/cuda/include/tl_templates/cuda/*.h``,
+  package data shipped with the wheel; see
   :func:`template_dir`) and the text pasted in front of the generated CUDA source
   (:func:`select_headers`, :func:`header_prelude`).
 * Postproc hook: the ``tvm_callback_cuda_postproc`` dispatcher that pastes the headers
@@ -44,10 +45,11 @@ def template_dir() -> Path:
     """Return the directory holding tilelang's CUDA device headers.
 
     ``$TILELANG_TEMPLATE_PATH/tl_templates/cuda`` when that variable is set, otherwise
-    ``<repository>/src/tl_templates/cuda``.
+    ``tl_templates/cuda`` under this package's ``include/`` directory (package data, so
+    it is there in a source checkout and in an installed wheel alike).
     """
     root = os.environ.get("TILELANG_TEMPLATE_PATH")
-    base = Path(root) if root else Path(__file__).resolve().parents[3] / "src"
+    base = Path(root) if root else Path(__file__).resolve().parent / "include"
     return base / "tl_templates" / "cuda"
 
 

@@ -1,6 +1,6 @@
 """``T.copy(shared -> fragment)`` through ``ldmatrix`` (CUDA, sm_75+).
 
-``ldmatrix.m8n8.x{1,2,4}[.trans].b16`` (``src/tl_templates/cuda/ldsm.h``): lanes
+``ldmatrix.m8n8.x{1,2,4}[.trans].b16`` (``tilelang/backends/cuda/include/tl_templates/cuda/ldsm.h``): lanes
 ``8q .. 8q+7`` of a warp give the addresses of the eight 16-byte rows of matrix ``q``;
 32-bit register ``q`` of lane ``t`` receives row ``t // 4``, word ``t % 4`` of matrix ``q``
 (``.trans``: the 16-bit elements ``(2 (t % 4) + h, t // 4)``, ``h = 0, 1``).

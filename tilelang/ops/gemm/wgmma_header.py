@@ -1,4 +1,4 @@
-"""Generator of ``src/tl_templates/cuda/wgmma.h`` (the wgmma.mma_async wrappers).
+"""Generator of ``tilelang/backends/cuda/include/tl_templates/cuda/wgmma.h`` (the wgmma.mma_async wrappers).
 
 Each ``wgmma.mma_async.m64nNk16`` takes its ``N / 2`` f32 accumulators as separate asm
 operands, so the wrappers are long, regular text; they are generated here and the
@@ -185,7 +185,7 @@ def _wrapper_rs(n: int) -> str:
 
 
 def render_header() -> str:
-    """The text of ``src/tl_templates/cuda/wgmma.h``."""
+    """The text of ``tilelang/backends/cuda/include/tl_templates/cuda/wgmma.h``."""
     ss = "".join(_wrapper(n) for n in sorted(WGMMA_N))
     rs = "".join(_wrapper_rs(n) for n in sorted(WGMMA_N))
     return _PROLOGUE + ss + rs + _EPILOGUE
@@ -193,7 +193,7 @@ def render_header() -> str:
 
 def header_path() -> Path:
     """Where the checked-in header lives."""
-    return Path(__file__).resolve().parents[2] / "src" / "tl_templates" / "cuda" / "wgmma.h"
+    return Path(__file__).resolve().parents[2] / "backends/cuda/include/tl_templates/cuda/wgmma.h"
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Each ``make_*`` returns a ``@T.function`` written directly at thread level, the form the
 CUDA backend's ``build_cuda`` receives from the lowering passes. The header kernels call
-``src/tl_templates/cuda`` helpers by name through ``T.call_extern``.
+``tilelang/backends/cuda/include/tl_templates/cuda`` helpers by name through ``T.call_extern``.
 """
 
 from tvm_tirx.script import tirx as T

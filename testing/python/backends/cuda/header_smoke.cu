@@ -1,4 +1,4 @@
-// Calls every function of src/tl_templates/cuda/*.h once; test_build.py compiles it with
+// Calls every function of tilelang/backends/cuda/include/tl_templates/cuda/*.h once; test_build.py compiles it with
 // nvcc (sm_80, sm_90a) and NVRTC and checks the ptxas report and the emitted PTX.
 #include "tl_templates/cuda/common.h"
 #include "tl_templates/cuda/copy.h"

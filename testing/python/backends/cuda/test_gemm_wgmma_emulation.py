@@ -345,7 +345,7 @@ def test_header_is_generated():
     from tilelang.ops.gemm.wgmma_header import header_path, render_header
 
     assert header_path().read_text() == render_header(), (
-        "src/tl_templates/cuda/wgmma.h is stale: python -m tilelang.ops.gemm.wgmma_header"
+        "tilelang/backends/cuda/include/tl_templates/cuda/wgmma.h is stale: python -m tilelang.ops.gemm.wgmma_header"
     )
 
 
