@@ -68,11 +68,17 @@ def flashattn(
         T.copy(scores_max, scores_max_prev)
         T.fill(scores_max, -T.infinity(accum_dtype))
         T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-        # To do causal softmax, we need to set the scores_max to 0 if it is -inf
-        # This process is called Check_inf in FlashAttention3 code, and it only need to be done
-        # in the first ceil_div(kBlockM, kBlockN) steps.
-        # for i in T.Parallel(block_M):
-        #     scores_max[i] = T.if_then_else(scores_max[i] == -T.infinity(accum_dtype), 0, scores_max[i])
+        # Check_inf (FlashAttention3's name): with the causal mask and block_M > block_N, a row
+        # can have every key of a K block masked; its max is then -inf and exp2(-inf - -inf)
+        # would be NaN. Such a row's max is taken as 0 instead: its masked scores become
+        # exp2(-inf) = 0, and the rescale of what came before is exp2(prev - 0), also 0 while
+        # prev is still -inf. A Python `if` on a Python value: non-causal kernels have no such
+        # step at all.
+        if is_causal:
+            for i in T.Parallel(block_M):
+                scores_max[i] = T.if_then_else(
+                    scores_max[i] == -T.infinity(accum_dtype), 0, scores_max[i]
+                )
         for i in T.Parallel(block_M):
             scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
         for i, j in T.Parallel(block_M, block_N):

@@ -29,6 +29,16 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tilelang"
 LAYERS: list[tuple[str, ...]] = [
     # ground floor: import nothing of tilelang
     ("errors", "version", "dtypes"),
+    # upstream's small helpers that import nothing (or only the ground floor)
+    (
+        "math",
+        "tvm",
+        "_logging",
+        "utils.tensor",
+        "utils.device",
+        "utils.deprecated",
+        "utils.version",
+    ),
     ("layout",),
     # the pass configs and the stage runner, shared by every pipeline
     ("engine.pass_config", "engine.instrument"),
@@ -44,6 +54,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("language",),
     # the disk store of artifacts
     ("cache",),
+    # upstream's helper modules: env (reads the cache switches), nvcc, device models, utils
+    ("env", "contrib", "carver", "utils"),
     # benchmarks a kernel it is handed (JITKernel.get_profiler returns one, as upstream)
     ("profiler",),
     # compile / jit / JITKernel and the in-memory cache

@@ -374,10 +374,13 @@ class AutoTuner:
                     rtol=pa.rtol,
                     max_mismatched_ratio=pa.max_mismatched_ratio,
                 )
-        latency = profiler.do_bench(warmup=warmup, rep=rep, input_tensors=inputs)
+        # median: robust to a stray slow call on a loaded machine (the ranking is what matters)
+        latency = profiler.do_bench(
+            warmup=warmup, rep=rep, input_tensors=inputs, return_mode="median"
+        )
         if pa.ref_prog is not None and "ref_latency" not in shared:
             shared["ref_latency"] = profiler.do_bench(
-                pa.ref_prog, warmup=warmup, rep=rep, input_tensors=inputs
+                pa.ref_prog, warmup=warmup, rep=rep, input_tensors=inputs, return_mode="median"
             )
         return latency
 

@@ -6,8 +6,10 @@ import numpy as np
 
 from .. import errors
 from ..backends.registry import get_backend, resolve_target
+from ..lowering.kernels import workspace_specs
 from . import checks
 from .params import OutputAllocator, read_params
+from .workspaces import workspace_launcher
 
 _NDARRAY = np.ndarray
 
@@ -69,7 +71,11 @@ class JITKernel:
     def torch_function(self):
         """The loaded packed function (loads the artifact on first use)."""
         if self._fn is None:
-            self._fn = self.backend.load(self.artifact)
+            fn = self.backend.load(self.artifact)
+            workspaces = workspace_specs(self.prim_func)
+            if workspaces:  # T.alloc_global: fresh tensors appended per call
+                fn = workspace_launcher(fn, workspaces, self.target["kind"])
+            self._fn = fn
         return self._fn
 
     def __call__(self, *args):

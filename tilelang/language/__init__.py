@@ -1,5 +1,6 @@
 """The ``T`` namespace: ``import tilelang.language as T`` (upstream TileLang's names)."""
 
+from .. import dtypes  # noqa: F401 - T.dtypes, the element-type module
 from ..dtypes import (
     bfloat16,
     dtype,
@@ -20,7 +21,14 @@ from ..dtypes import (
 )
 from ..dtypes import bool_ as bool  # noqa: A004 - upstream name
 from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
-from .allocate import alloc_barrier, alloc_fragment, alloc_local, alloc_shared, alloc_var
+from .allocate import (
+    alloc_barrier,
+    alloc_fragment,
+    alloc_global,
+    alloc_local,
+    alloc_shared,
+    alloc_var,
+)
 from .debug import device_assert, print  # noqa: A004 - upstream names
 from .entry import macro, prim_func
 from .kernel import (

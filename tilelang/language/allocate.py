@@ -62,6 +62,26 @@ def alloc_var(dtype, init=None, scope="local.var"):
     return cell
 
 
+def alloc_global(shape, dtype, scope="global"):
+    """A global-memory workspace, allocated per call and shared by the function's
+    ``T.Kernel`` blocks (declare it outside them). Its contents are undefined when the
+    first kernel starts; the shape must be static."""
+    st = builder.state()
+    if st.kernels:
+        raise errors.TraceError(
+            f"{builder.user_where()}: T.alloc_global must be called outside T.Kernel "
+            "(it is a workspace of the whole function, shared by its kernels)"
+        )
+    if scope != "global":
+        raise errors.TraceError(f"T.alloc_global allocates in scope 'global', got {scope!r}")
+    for extent in _shape(shape):
+        if builder.static_value(extent) is None:
+            raise errors.TraceError(
+                f"{builder.user_where()}: T.alloc_global needs a static shape, got {shape}"
+            )
+    return _alloc(shape, dtype, "global")
+
+
 def alloc_barrier(arrive_count):
     """Not supported by this backend set yet."""
     raise errors.TraceError("T.alloc_barrier is not supported yet")

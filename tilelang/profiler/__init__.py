@@ -1,47 +1,20 @@
-"""Profiler: random inputs for a kernel, correctness against a reference, and timing."""
+"""Profiler: random inputs for a kernel, correctness against a reference, and timing.
+
+``kernel.get_profiler(supply_type)`` returns a :class:`Profiler`; :func:`do_bench` times any
+callable (see ``bench.py``).
+"""
 
 from __future__ import annotations
 
-import enum
-import time
+from ..utils.tensor import (  # noqa: F401
+    TensorSupplyType,
+    get_tensor_supply,
+    is_float8_dtype,
+    torch_assert_close,
+)
+from .bench import bench, do_bench
 
-from .. import errors
-
-
-class TensorSupplyType(enum.Enum):
-    """How the profiler fills input tensors (upstream's names)."""
-
-    Integer = 1
-    Uniform = 2
-    Normal = 3
-    Randn = 4
-    Zero = 5
-    One = 6
-    Auto = 7
-
-
-def _make_tensor(info, device, supply):
-    import torch
-
-    if not all(isinstance(d, int) for d in info.shape):
-        raise errors.KernelArgumentError(
-            f"parameter {info.name!r} has symbolic shape {info.shape}: pass input_tensors"
-        )
-    dtype = info.torch_dtype()  # info: a kernel's ParamInfo (tilelang.jit.params)
-    shape = info.shape
-    is_float = dtype.is_floating_point
-    if supply == TensorSupplyType.Zero:
-        return torch.zeros(shape, dtype=dtype, device=device)
-    if supply == TensorSupplyType.One:
-        return torch.ones(shape, dtype=dtype, device=device)
-    if supply == TensorSupplyType.Integer or not is_float:
-        if dtype == torch.bool:
-            return torch.randint(0, 2, shape, device=device).bool()
-        low, high = (-2, 3) if dtype.is_signed or is_float else (0, 4)
-        return torch.randint(low, high, shape, device=device).to(dtype)
-    if supply == TensorSupplyType.Uniform:
-        return torch.empty(shape, dtype=torch.float32, device=device).uniform_(-1, 1).to(dtype)
-    return torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
+__all__ = ["Profiler", "TensorSupplyType", "bench", "do_bench"]
 
 
 class Profiler:
@@ -55,13 +28,26 @@ class Profiler:
     def device(self):
         return "cuda" if self.kernel.target["kind"] == "cuda" else "cpu"
 
-    def _inputs(self):
+    def _inputs(self, dynamic_symbolic_constraints: dict | None = None):
         k = self.kernel
-        return [
-            _make_tensor(k.params[i], self.device, self.supply_type)
-            for i in range(len(k.params))
-            if i not in k.out_idx
-        ]
+        supply = get_tensor_supply(self.supply_type, device=self.device)
+        out = []
+        for i, param in enumerate(k.params):
+            if i in k.out_idx:
+                continue
+            if dynamic_symbolic_constraints:
+                param = _bind_symbols(param, dynamic_symbolic_constraints)
+            out.append(supply(param))
+        return out
+
+    def __call__(self, *args, **kwargs):
+        """Call the kernel."""
+        return self.kernel(*args, **kwargs)
+
+    @property
+    def func(self):
+        """The kernel this profiler runs (upstream's ``profiler.func``)."""
+        return self.kernel
 
     def _as_list(self, value):
         if value is None:
@@ -109,61 +95,87 @@ class Profiler:
         inputs = self._inputs()
         return (func or self.kernel)(*inputs)
 
+    def manual_assert_close(self, reference_program, input_tensors=None, manual_check_prog=None):
+        """Run kernel and reference on the same inputs; ``manual_check_prog(outs, refs)`` judges."""
+        if not callable(manual_check_prog):
+            raise TypeError("manual_assert_close: manual_check_prog must be a callable(outs, refs)")
+        inputs = list(input_tensors) if input_tensors is not None else self._inputs()
+        refs = self._as_list(reference_program(*inputs))
+        outs = self._as_list(self.kernel(*inputs))
+        if len(outs) != len(refs):
+            raise AssertionError(
+                f"the reference returned {len(refs)} outputs, the kernel {len(outs)}"
+            )
+        manual_check_prog(outs, refs)
+
+    def assert_consistent(self, repeat: int = 10):
+        """Run the kernel ``repeat`` more times on the same inputs; every output must be identical."""
+        import torch
+
+        inputs = self._inputs()
+        first = [t.clone() for t in self._as_list(self.kernel(*inputs))]
+        for r in range(repeat):
+            for k, (a, b) in enumerate(zip(self._as_list(self.kernel(*inputs)), first)):
+                if not torch.equal(a, b):
+                    raise AssertionError(f"output {k} differs between run 0 and run {r + 1}")
+
     def do_bench(
         self,
         func=None,
-        warmup: int = 25,
-        rep: int = 100,
-        n_warmup: int = 1,
-        n_repeat: int = 1,
+        warmup: float = 25,
+        rep: float = 100,
+        n_warmup: int = 0,
+        n_repeat: int = 0,
         input_tensors=None,
-        return_mode: str = "median",
-    ) -> float:
-        """Milliseconds per call of the kernel (or ``func``): median of ``rep`` timed runs."""
-        inputs = list(input_tensors) if input_tensors is not None else self._inputs()
+        backend: str = "event",
+        quantiles=None,
+        return_mode: str = "mean",
+        dynamic_symbolic_constraints: dict | None = None,
+        device=None,
+        early_stop_baseline: float | None = None,
+    ):
+        """Milliseconds per call of the kernel (or ``func``) on the profiler's inputs.
+
+        Arguments as :func:`tilelang.profiler.do_bench` (``warmup``/``rep`` in ms,
+        ``n_warmup``/``n_repeat`` counts overriding them); ``input_tensors`` or
+        ``dynamic_symbolic_constraints`` (``{"m": 2048}``: sizes for symbolic dimensions)
+        choose the inputs. A CPU-target kernel is timed on the host clock.
+        """
+        if input_tensors is not None:
+            inputs = list(input_tensors)
+        else:
+            inputs = self._inputs(dynamic_symbolic_constraints)
         fn = func or self.kernel
-        return bench(
-            lambda: fn(*inputs), warmup=warmup, rep=rep, device=self.device, return_mode=return_mode
+        if device is None and self.device == "cpu":
+            device = "cpu"
+        return do_bench(
+            lambda: fn(*inputs),
+            warmup=warmup,
+            rep=rep,
+            _n_warmup=n_warmup,
+            _n_repeat=n_repeat,
+            quantiles=quantiles,
+            backend=backend,
+            return_mode=return_mode,
+            device=device,
+            early_stop_baseline=early_stop_baseline,
         )
 
 
-def bench(fn, warmup=25, rep=100, device="cpu", return_mode="median") -> float:
-    """Milliseconds per call of ``fn``: warm-up, then ``rep`` timed calls (CUDA events on GPU)."""
-    import statistics
+def _bind_symbols(param, constraints: dict):
+    """``param`` with its symbolic dimensions replaced by ``constraints[name]``."""
+    import dataclasses
 
-    for _ in range(max(1, warmup)):
-        fn()
-    times = []
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-        for _ in range(rep):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-    else:
-        for _ in range(rep):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    if return_mode == "mean":
-        return statistics.fmean(times)
-    if return_mode == "min":
-        return min(times)
-    return statistics.median(times)
-
-
-def do_bench(fn, warmup=25, rep=100, device=None, return_mode="median") -> float:
-    """Time any callable (``tilelang.profiler.do_bench``)."""
-    if device is None:
-        try:
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        except Exception:  # noqa: BLE001
-            device = "cpu"
-    return bench(fn, warmup, rep, device, return_mode)
+    shape = []
+    for dim in param.shape:
+        if isinstance(dim, int):
+            shape.append(dim)
+            continue
+        name = getattr(dim, "name", None) or str(dim)
+        if name not in constraints:
+            raise ValueError(
+                f"dynamic_symbolic_constraints has no value for symbolic dimension {name!r} "
+                f"of parameter {param.name!r} (given: {sorted(constraints)})"
+            )
+        shape.append(int(constraints[name]))
+    return dataclasses.replace(param, shape=shape)

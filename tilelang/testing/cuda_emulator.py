@@ -57,12 +57,17 @@ _NP = {
     "uint64": np.uint64,
     "bool": np.bool_,
     "bfloat16": ml_dtypes.bfloat16,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
 }
+_ML_FLOATS = tuple(
+    np.dtype(x) for x in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
+)
 
 
 def _floating(dtype) -> bool:
-    """Whether a numpy type is a float (bfloat16 included, which numpy does not know)."""
-    return np.issubdtype(dtype, np.floating) or np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16)
+    """Whether a numpy type is a float (bfloat16 and fp8 included, which numpy does not know)."""
+    return np.issubdtype(dtype, np.floating) or np.dtype(dtype) in _ML_FLOATS
 
 
 _BIN = {

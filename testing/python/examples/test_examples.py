@@ -27,6 +27,21 @@ def test_flash_attention_fwd(device, causal):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("block_M,block_N", [(128, 32), (64, 16)])
+def test_flash_attention_fwd_causal_block_m_above_block_n(device, block_M, block_N):
+    """Rows fully masked inside a K block (block_M > block_N) give the right answer, no NaN:
+    the example's Check_inf step."""
+    _skip_without(device)
+    ex = _load("flash_attention/example_mha_fwd_bshd.py")
+    B, H, S, D = 1, 2, 256, 64
+    kernel = ex.flashattn(B, H, S, D, True, block_M=block_M, block_N=block_N, num_stages=1)
+    q, k, v = (torch.randn(B, S, H, D, device=device, dtype=torch.float16) for _ in range(3))
+    out = kernel(q, k, v)
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out.double(), ex.ref_program(q, k, v, True), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_bwd(device, causal):
     _skip_without(device)

@@ -20,6 +20,7 @@ from tvm_tirx import tirx as _tirx
 from ...engine.instrument import on_body, run_stages
 from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
+from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StripScheduleHints, contains
 from ...ops import tile_op_of
 from ...ops.debug.op import uses_device_assert
@@ -75,8 +76,14 @@ def lower(func, pass_configs=None):
 
     Named stages (dumped/timed by ``tilelang.engine.instrument``). Blocks run serially
     when the kernel uses atomics or ``T.device_assert`` (a failed assert must reach the caller).
+    ``T.alloc_global`` workspaces become trailing parameters; several ``T.Kernel`` blocks
+    are lowered one by one and run in order (``tilelang.lowering.kernels``).
     """
     build_options(pass_configs)  # rejects values tilelang cannot honour (index bit width)
+    return lower_each_kernel(func, lambda part: _lower_kernel(part, pass_configs))
+
+
+def _lower_kernel(func, pass_configs):
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body))
     stages = [
         ("lower_threads", on_body(lower_threads)),

@@ -23,6 +23,7 @@ from ...engine.pass_config import build_options
 from ...layout import expr as E
 from ...lowering.cuda_context import CudaLowerContext
 from ...lowering.global_layouts import no_vectors_for
+from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StmtMutator, StripScheduleHints, launch_of, launches_of
 from ...lowering.thread_utils import is_fragment, new_tensor
 from ...ops import lowering_for, tile_op_of
@@ -186,7 +187,9 @@ STAGES = [
 def lower(func, target=None, pass_configs=None):
     """The thread-level TIRx function for ``func``: :data:`STAGES` in order.
 
-    The stages run through ``tilelang.engine.instrument.run_stages``, so
+    ``T.alloc_global`` workspaces become trailing parameters; each of several ``T.Kernel``
+    blocks runs through the stages on its own, and the joined function launches them in
+    order (``tilelang.lowering.kernels``). The stages run through ``tilelang.engine.instrument.run_stages``, so
     ``TILELANG_DUMP_IR``/``tl.enable_dump_ir``, pass timing and ``tilelang.lower`` see each.
     """
     import tilelang.ops  # noqa: F401 - registers the op rules
@@ -195,9 +198,13 @@ def lower(func, target=None, pass_configs=None):
     arch = (target or {}).get("arch", "sm_90a")
     if options["disable_wgmma"] and arch.endswith("a"):
         arch = arch[:-1]  # instruction selection without wgmma; the build keeps the real arch
-    state = CudaLowering(arch, options, collect_global_layouts(func.body))
-    with no_vectors_for(state.global_layouts):
-        return run_stages(func, STAGES, pass_configs, state=state)
+
+    def lower_one(part):
+        state = CudaLowering(arch, options, collect_global_layouts(part.body))
+        with no_vectors_for(state.global_layouts):
+            return run_stages(part, STAGES, pass_configs, state=state)
+
+    return lower_each_kernel(func, lower_one)
 
 
 def build(func, target=None, pass_configs=None, compile_flags=None, compiler=None):

@@ -142,6 +142,14 @@ class GemmPlan:
                 v.loc,
             )
         if a.dtype not in MMA_KINDS or c.dtype != MMA_KINDS[a.dtype][0]:
+            if str(a.dtype).startswith("float8"):
+                raise errors.compile_error(
+                    f"T.gemm {a.name} x {b.name} -> {c.name}: float8 inputs run on sm_90a "
+                    "wgmma only, with K-major operands (A stored (M, K), B stored (N, K): "
+                    "transpose_B=True), both in shared memory, K a multiple of 32 and a "
+                    "float32 accumulator",
+                    v.loc,
+                )
             raise errors.compile_error(
                 "T.gemm on CUDA supports float16/bfloat16 inputs with float32 accumulation "
                 "(mma.sync m16n8k16), int8 with int32 (m16n8k32) and float32 with float32 "

@@ -5,7 +5,7 @@ registered. Layout: C gets the mma.sync accumulator fragment of the warp partiti
 policy picks (so later mma code sees the same layouts), or the default parallel
 fragment when the tile does not divide. Lowering: fragment A/B operands are first
 staged through shared memory; then for each k every thread updates the C elements it
-owns, reading A[i, k] and B[k, j] from shared memory. Slow but correct; spills are
+owns, reading A[i, k] and B[k, j] from shared memory (through the tiles' layouts). Slow but correct; spills are
 expected for large C tiles (the mma rule is the fast path).
 """
 
@@ -17,7 +17,14 @@ from ...layout import expr as E
 from ...layout import make_mma_accumulator_fragment, make_parallel_fragment
 from ...lowering.irb import seq, store
 from ...lowering.region import RegionView
-from ...lowering.thread_utils import alloc, for_, fragment_points, is_fragment, new_tensor
+from ...lowering.thread_utils import (
+    alloc,
+    for_,
+    fragment_points,
+    is_fragment,
+    new_tensor,
+    physical,
+)
 from .op import GemmWarpPolicy, gemm_dims
 
 
@@ -85,8 +92,8 @@ def lower_gemm_scalar(v, ctx):
     i, j = [inner.simplify(p) for p in fragment_points(layout, lv, ctx.thread_var)[-3:-1]]
     ra, rb = len(a.extents), len(b.extents)
 
-    def at(view, rank, row, col):
-        return view.index({rank - 2: row, rank - 1: col})
+    def at(view, rank, row, col):  # through the tile's shared layout (swizzle), if any
+        return physical(view.tensor, view.index({rank - 2: row, rank - 1: col}), inner)
 
     av = ir.TensorLoad(a.tensor, at(a, ra, kv, i) if v.transpose_A else at(a, ra, i, kv))
     bv = ir.TensorLoad(b.tensor, at(b, rb, j, kv) if v.transpose_B else at(b, rb, kv, j))

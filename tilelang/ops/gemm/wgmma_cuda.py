@@ -2,7 +2,10 @@
 A in shared memory (SS form) or in registers (RS form).
 
 When it applies (:func:`wgmma_plan_for`)
-    target arch ``sm_90a``; A and B float16 or bfloat16 (the same); B in shared memory,
+    target arch ``sm_90a``; A and B float16 or bfloat16 (the same), or both float8
+    (e4m3 or e5m2, C float32) or both int8/uint8 (C int32), 8-bit ones K-major (A stored
+    (M, K), B stored (N, K): ``transpose_B=True``), in shared memory, K % 32 == 0, with the
+    ``k32`` instructions; B in shared memory,
     A in shared memory (whose last two dimensions the gemm covers whole, like B's) or a
     whole 2-D fragment that is not transposed (register A); C a float32 fragment; static
     M, N, K with ``K % 16 == 0``; the block's threads are whole warpgroups (128 threads)
@@ -78,8 +81,15 @@ from .wgmma_header import WGMMA_N
 
 WARPGROUP = 128
 INSTR_M = 64
-INSTR_K = 16
+INSTR_K = 16  # 16-bit inputs; 8-bit inputs take k32 instructions (:attr:`WgmmaPlan.instr_k`)
 _BF16 = {"float16": "false", "bfloat16": "true"}
+#: 8-bit inputs: ``dtype -> (instruction kind, template flag, accumulator dtype)``.
+_EIGHT_BIT = {
+    "float8_e4m3fn": ("fp8", "false", "float32"),
+    "float8_e5m2": ("fp8", "true", "float32"),
+    "int8": ("int8", "false", "int32"),
+    "uint8": ("int8", "true", "int32"),
+}
 #: Call attributes the cp.async pipeline (``pipeline_planning``) sets on a wgmma gemm.
 ATTR_FENCED = "tl_wgmma_fenced"
 ATTR_IN_FLIGHT = "tl_wgmma_in_flight"
@@ -255,12 +265,13 @@ class WgmmaPlan:
         self.wg_m, self.wg_n, self.instr_n = part
         self.num_wg = self.wg_m * self.wg_n
         self.wg_tile_m, self.wg_tile_n = m // self.wg_m, n // self.wg_n
+        self.dtype = a.dtype
+        self.instr_k = 32 if a.dtype in _EIGHT_BIT else INSTR_K
         self.tm, self.tn, self.tk = (
             self.wg_tile_m // INSTR_M,
             self.wg_tile_n // self.instr_n,
-            k // 16,
+            k // self.instr_k,
         )
-        self.dtype = a.dtype
         self.acc_regs = self.tm * self.tn * self.instr_n // 2
         self.a_in_regs = a.scope.startswith("local")
         self.a_regs = self.tm * self.tk * 8  # 16-bit elements of a register A per thread
@@ -273,9 +284,18 @@ class WgmmaPlan:
         m, n, k = (_const(x) for x in (m, n, k))
         if None in (m, n, k):
             return None, "dynamic tile sizes"
-        if a.dtype not in _BF16 or b.dtype != a.dtype or c.dtype != "float32":
-            return None, f"types {a.dtype} x {b.dtype} -> {c.dtype}"
         a_in_regs = a.scope.startswith("local")
+        if a.dtype in _EIGHT_BIT:
+            if b.dtype != a.dtype or c.dtype != _EIGHT_BIT[a.dtype][2]:
+                return None, f"types {a.dtype} x {b.dtype} -> {c.dtype}"
+            if a_in_regs:
+                return None, "8-bit A in registers (only the shared-memory form is lowered)"
+            if v.transpose_A or not v.transpose_B:
+                return None, "8-bit wgmma reads K-major operands only: A stored (M, K), B (N, K)"
+            if k % 32:
+                return None, f"K={k} is not a multiple of 32 (8-bit wgmma is k32)"
+        elif a.dtype not in _BF16 or b.dtype != a.dtype or c.dtype != "float32":
+            return None, f"types {a.dtype} x {b.dtype} -> {c.dtype}"
         if not (a_in_regs or a.scope.startswith("shared")) or not b.scope.startswith("shared"):
             return None, "A not in shared memory or registers, or B not in shared memory"
         if not c.scope.startswith("local"):
@@ -321,6 +341,9 @@ class WgmmaPlan:
         return self.A.fragment(self) if self.a_in_regs else self.A.full_layout()
 
     def instruction(self) -> str:
+        if self.dtype in _EIGHT_BIT:
+            kind, flag, _ = _EIGHT_BIT[self.dtype]
+            return f"tl::wgmma_m64n{self.instr_n}k32_ss_{kind}<{flag}>"
         if self.a_in_regs:
             return f"tl::wgmma_m64n{self.instr_n}k16_rs<{_BF16[self.dtype]}, {self.B.trans}>"
         return (
@@ -427,7 +450,7 @@ def lower_gemm_wgmma(v, ctx, plan) -> ir.Stmt:
     stmts.append(_call("tl::wgmma_arrive"))
     inst = plan.instruction()
     for ki in range(plan.tk):
-        kk = ki * INSTR_K
+        kk = ki * plan.instr_k
         scale = 0 if (v.clear_accum and ki == 0) else 1
         for mi in range(plan.tm):
             if plan.a_in_regs:  # tile (mi, ki) of the warpgroup's rows: 8 registers

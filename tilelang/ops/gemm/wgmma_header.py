@@ -1,6 +1,6 @@
 """Generator of ``tilelang/backends/cuda/include/tl_templates/cuda/wgmma.h`` (the wgmma.mma_async wrappers).
 
-Each ``wgmma.mma_async.m64nNk16`` takes its ``N / 2`` f32 accumulators as separate asm
+Each ``wgmma.mma_async.m64nNk16`` (and the 8-bit ``k32`` forms) takes its ``N / 2`` f32 accumulators as separate asm
 operands, so the wrappers are long, regular text; they are generated here and the
 header is checked in. ``test_gemm_wgmma_emulation.py`` asserts that the checked-in file
 equals :func:`render_header` (regenerate with ``python -m tilelang.ops.gemm.wgmma_header``).
@@ -48,6 +48,11 @@ _PROLOGUE = r"""// Copyright (c) tilelang contributors. Licensed under the MIT l
 //        0 = K-major, 1 = M-major (A) / N-major (B). d points at the thread's N / 2
 //        accumulators: with w = warp in the warpgroup, g = lane / 4, t = lane % 4,
 //        d[i] holds row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2.
+//   tl::wgmma_m64n<N>k32_ss_fp8<kE5M2>(desc_a, desc_b, d, scale_d)
+//        D(64 x N, f32) = A(64 x 32) * B(32 x N) + (scale_d ? D : 0), both float8 e4m3
+//        (kE5M2 false) or both e5m2, K-major (8-bit wgmma has no transposed forms); d as above.
+//   tl::wgmma_m64n<N>k32_ss_int8<kUnsigned>(desc_a, desc_b, d, scale_d)
+//        the same for int8 (kUnsigned false: s8 x s8) or uint8 (u8 x u8) with int32 d.
 //   tl::wgmma_m64n<N>k16_rs<kBF16, kTransB>(a, desc_b, d, scale_d)
 //        the same with A (64 x 16) in registers: a points at the thread's 8 16-bit elements
 //        (four 32-bit registers), a[i] holding row 16 w + g + 8 ((i / 2) % 2), column
@@ -99,6 +104,14 @@ TL_DEVICE void wgmma_fence_operand(float* d) {
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     asm volatile("" : "+f"(d[i])::"memory");
+  }
+}
+
+template <int R>
+TL_DEVICE void wgmma_fence_operand(int* d) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    asm volatile("" : "+r"(d[i])::"memory");
   }
 }
 
@@ -184,11 +197,42 @@ def _wrapper_rs(n: int) -> str:
     )
 
 
+def _wrapper_8bit(n: int, kind: str) -> str:
+    """``wgmma_m64n<n>k32_ss_fp8`` / ``_int8``: 8-bit A and B by descriptor, K-major (PTX
+    ``d, desc-a, desc-b, scale-d[, imm-scale-a, imm-scale-b]``: no imm-trans for 8 bits)."""
+    regs = n // 2
+    ops = ", ".join(f"%{i}" for i in range(regs))
+    fp8 = kind == "fp8"
+    cons = ", ".join(f'"+{"f" if fp8 else "r"}"(d[{i}])' for i in range(regs))
+    a, b, s = regs, regs + 1, regs + 2
+    acc, ctype, flag = ("f32", "float", "kE5M2") if fp8 else ("s32", "int", "kUnsigned")
+    scales = ", 1, 1" if fp8 else ""
+    first, second = ('"e5m2"', '"e4m3"') if fp8 else ('"u8"', '"s8"')
+    name = f"TL_WGMMA_{kind.upper()}_BODY_{n}"
+    return (
+        f"\n#define {name}(TY)                                                \\\n"
+        f'  TL_WGMMA_ASM("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{s}, 0;\\n"                    \\\n'
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k32.{acc}." TY "." TY " {{"      \\\n'
+        f'               "{ops}"      \\\n'
+        f'               "}}, %{a}, %{b}, p{scales};\\n}}\\n"                          \\\n'
+        f"               : {cons}      \\\n"
+        f'               : "l"(desc_a), "l"(desc_b), "r"(scale_d))\n'
+        f"template <bool {flag}>\n"
+        f"TL_DEVICE void wgmma_m64n{n}k32_ss_{kind}(uint64_t desc_a, uint64_t desc_b, {ctype}* d, "
+        f"int scale_d) {{\n"
+        f"  TL_WGMMA_REQUIRE_SM90A({flag});\n"
+        f"  if constexpr ({flag}) {{\n    {name}({first});\n  }} else {{\n"
+        f"    {name}({second});\n  }}\n}}\n"
+        f"#undef {name}\n"
+    )
+
+
 def render_header() -> str:
     """The text of ``tilelang/backends/cuda/include/tl_templates/cuda/wgmma.h``."""
     ss = "".join(_wrapper(n) for n in sorted(WGMMA_N))
     rs = "".join(_wrapper_rs(n) for n in sorted(WGMMA_N))
-    return _PROLOGUE + ss + rs + _EPILOGUE
+    eight = "".join(_wrapper_8bit(n, kind) for kind in ("fp8", "int8") for n in sorted(WGMMA_N))
+    return _PROLOGUE + ss + rs + eight + _EPILOGUE
 
 
 def header_path() -> Path:

@@ -163,9 +163,8 @@ def _run(lowered, B, H, S, D, causal):
 )
 @pytest.mark.parametrize(
     "bm,bn,causal",
-    # causal with block_M > block_N is left out: the example's rows that are fully masked in
-    # a K block get scores_max = -inf and NaN (its commented-out Check_inf), on any backend
-    [(128, 64, False), (128, 128, True)],
+    # causal with block_M > block_N: rows fully masked in a K block (the example's Check_inf)
+    [(128, 64, False), (128, 128, True), (128, 64, True)],
 )
 def test_previously_failing_config_emulated(bm, bn, causal, mma_p_at_v):
     """The sm_90a lowering with P @ V on mma.sync (ldmatrix + mma.sync, the retried layouts)

@@ -343,13 +343,19 @@ def build_any(func, arch, flow):
 @pytest.mark.parametrize("ta,tb", [(False, True), (True, False)])
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_full_pipeline_builds(dtype, ta, tb):
-    """The full CUDA pipeline picks the new mma path (not wgmma) on sm_90a, odd shapes too."""
+    """On sm_90a the full CUDA pipeline takes the int8/tf32 mma.sync path, odd shapes too,
+    except for K-major int8 (A (M, K), B (N, K)): that one runs on wgmma k32
+    (``test_gemm_wgmma_8bit.py``)."""
     import re
 
     func = make_kernel(200, 136, 96, dtype=dtype, ta=ta, tb=tb, **CFG[dtype])
     src = build_any(func, "sm_90a", "pipeline").get_kernel_source()
     body = src[src.index('extern "C"') :]
     calls = set(re.findall(r"tl::(?:mma|wgmma)\w*", body))
+    if dtype == "int8" and not ta and tb:
+        assert {c for c in calls if "k32_ss_int8" in c}, calls
+        assert not {c for c in calls if c.startswith("tl::mma_")}, calls
+        return
     want = "tl::mma_m16n8k32_s8s8s32" if dtype == "int8" else "tl::mma_m16n8k8_tf32tf32f32"
     assert calls == {want}, calls
 
@@ -381,7 +387,8 @@ def test_pipeline_tails_emulated(dtype, k, ta, tb, aligned):
     # zero fill (A and B both stale, so neither masks the other)
     cfg = dict(bM=128, bN=128, threads=128, bK=64 if dtype == "int8" else 16)
     func = make_kernel(m, n, k, dtype=dtype, ta=ta, tb=tb, **cfg)
-    lowered = lower(func, {"kind": "cuda", "arch": "sm_90a"})
+    # the mma.sync path (K-major int8 would take wgmma on sm_90a, which this emulator lacks)
+    lowered = lower(func, {"kind": "cuda", "arch": "sm_90a"}, {"tl.disable_wgmma": True})
     rng = np.random.default_rng(1)
     a_shape, b_shape = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
     if dtype == "int8":

@@ -453,8 +453,6 @@ def _torch():
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("bm,bn,threads,stages", FA_CONFIGS)
 def test_flash_attention_configs_gpu(bm, bn, threads, stages, causal):
-    if causal and bm > bn:
-        pytest.skip("the example has no Check_inf step: fully masked rows give NaN")
     torch, load = _torch()
     from test_pipeline_emulate import _example
 

@@ -187,8 +187,6 @@ CONFIGS = [
 @pytest.mark.parametrize("bm,bn,threads,stages", CONFIGS)
 @pytest.mark.parametrize("schedule", ["hoist", "split"], indirect=True)
 def test_emulated(schedule, bm, bn, threads, stages, causal, mode, rng):
-    if causal and bm > bn:
-        pytest.skip("the example has no Check_inf step: fully masked rows give NaN")
     B, H, S, D = 1, 1, 256, 64
     lowered = pipeline.lower(_fa_tir(bm, bn, threads, stages, causal, B, H, S, D), SM90A, schedule)
     q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
@@ -234,8 +232,6 @@ GPU_CONFIGS = [(128, 128, 256, 2), (128, 64, 128, 2), (64, 64, 128, 1), (64, 64,
 @pytest.mark.parametrize("bm,bn,threads,stages", GPU_CONFIGS)
 @pytest.mark.parametrize("schedule", MODES, indirect=True)
 def test_gpu_against_sdpa(schedule, bm, bn, threads, stages, causal):
-    if causal and bm > bn:
-        pytest.skip("the example has no Check_inf step: fully masked rows give NaN")
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
 

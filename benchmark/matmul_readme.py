@@ -1,0 +1,111 @@
+"""The README's GEMM, as a user writes it (plus ``T.use_swizzle(10)``), vs torch.matmul (GPU).
+
+    python benchmark/matmul_readme.py [--sizes 4096 8192] [--dtypes float16 bfloat16]
+                                      [--iters 50] [--pass-configs KEY=VALUE ...]
+
+The configurations are the issue tracker's held-out ones (block M x N x K / threads /
+stages): 128x256x64/256/3, 128x128x64/128/3, 128x256x32/256/4. Each kernel is built by
+``tilelang.compile`` (only ``T.*`` and pass configs: no module switches), checked against
+torch on sampled rows, and timed with CUDA events (median of ``--iters``) in the same
+process as torch.matmul; the table gives TFLOP/s and the ratio to torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+import tilelang
+import tilelang.language as T
+
+CONFIGS = [(128, 256, 64, 256, 3), (128, 128, 64, 128, 3), (128, 256, 32, 256, 4)]
+
+
+def matmul(M, N, K, block_M, block_N, block_K, threads, num_stages, dtype, pass_configs):
+    """The README program: C = A @ B with float32 accumulation, rasterized (swizzle 10)."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), dtype),
+        B: T.Tensor((K, N), dtype),
+        C: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            T.use_swizzle(10)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return tilelang.compile(main, out_idx=[-1], target="cuda", pass_configs=pass_configs)
+
+
+def time_ms(fn, iters: int, warmup: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _config_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--pass-configs", nargs="*", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    configs = dict(kv.split("=", 1) for kv in args.pass_configs)
+    configs = {k: _config_value(v) for k, v in configs.items()}
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, configs {configs}")
+    rows = []
+    for size in args.sizes:
+        for dtype in args.dtypes:
+            tdt = getattr(torch, dtype)
+            a = torch.randn(size, size, dtype=tdt, device="cuda")
+            b = torch.randn(size, size, dtype=tdt, device="cuda")
+            flops = 2.0 * size**3
+            t_ref = time_ms(lambda a=a, b=b: torch.matmul(a, b), args.iters)
+            rows.append((size, dtype, "torch.matmul", t_ref, flops / t_ref / 1e9, 1.0))
+            sample = torch.randperm(size, device="cuda")[:128]
+            want = a[sample].float() @ b.float()
+            for cfg in CONFIGS:
+                name = "x".join(map(str, cfg[:3])) + f"/{cfg[3]}t/{cfg[4]}s"
+                try:
+                    kernel = matmul(size, size, size, *cfg, dtype, configs)
+                    c = kernel(a, b)
+                    torch.testing.assert_close(c[sample].float(), want, rtol=2e-2, atol=5e-1)
+                    t = time_ms(lambda k=kernel, a=a, b=b: k(a, b), args.iters)
+                    rows.append((size, dtype, name, t, flops / t / 1e9, t_ref / t))
+                except Exception as err:  # noqa: BLE001 - report and go on
+                    print(f"  {size} {dtype} {name}: FAILED {type(err).__name__}: {err}"[:600])
+    print(f"\n{'size':>6} {'dtype':>9} {'config':>20} {'ms':>8} {'TFLOP/s':>9} {'ratio':>6}")
+    for size, dtype, name, t, tf, ratio in rows:
+        print(f"{size:>6} {dtype:>9} {name:>20} {t:>8.3f} {tf:>9.1f} {ratio:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

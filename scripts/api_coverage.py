@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Compare tilelang's public API with upstream TileLang's and write docs/api-coverage.md.
+
+Usage (from anywhere; re-run after adding names)::
+
+    python3 scripts/api_coverage.py                     # writes docs/api-coverage.md
+    python3 scripts/api_coverage.py --check             # exit 1 if the file is out of date
+    UPSTREAM_PYTHON=/path/to/python python3 scripts/api_coverage.py
+
+Upstream's names are listed by running the upstream venv's interpreter (``--upstream-python``,
+``$UPSTREAM_PYTHON``, default ``/work/upstream-venv/bin/python``) outside this repository, so
+its ``tilelang`` is upstream's. A module's public names are those not starting with ``_``,
+minus incidental imports (stdlib / third-party modules and classes, typing constructs), which
+are counted but not listed. Each name is then looked up here: ``present`` (with the kind of
+object), ``error`` (the attribute exists as an explanation: reading it raises AttributeError
+with a message, e.g. ``tilelang.tvm.arith``) or ``missing``. ``PROBES`` (scripts/api_probes.py)
+runs small calls on this machine and reports the outcome (e.g. CPU ok / RuntimeError without a
+GPU); ``NOT_PROVIDED`` there gives the reason for deliberate gaps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Modules compared, in report order. Add a module here to cover it.
+MODULES = [
+    "tilelang",
+    "tilelang.language",
+    "tilelang.layout",
+    "tilelang.testing",
+    "tilelang.utils",
+    "tilelang.utils.tensor",
+    "tilelang.utils.device",
+    "tilelang.profiler",
+    "tilelang.env",
+    "tilelang.math",
+    "tilelang.cache",
+    "tilelang.contrib.nvcc",
+    "tilelang.carver.arch",
+    "tilelang.carver.arch.driver",
+    "tilelang.tools",
+    "tilelang.tvm",
+]
+
+_UPSTREAM_DUMP = r"""
+import importlib, inspect, json, sys, types, warnings
+warnings.filterwarnings("ignore")
+API_ROOTS = {"tilelang", "tvm", "tvm_ffi"}
+NOT_API_TYPES = {"typing", "__future__", "typing_extensions", "collections.abc"}
+def kind_of(obj):
+    if isinstance(obj, types.ModuleType): return "module"
+    if inspect.isclass(obj): return "class"
+    if callable(obj): return "function"
+    return "value"
+TVM_API_MODULES = {"tilelang", "tilelang.language", "tilelang.tvm"}
+def is_api(modname, name, obj):
+    tvm_ok = modname in TVM_API_MODULES
+    if isinstance(obj, types.ModuleType):
+        root = obj.__name__.split(".")[0]
+        return root == "tilelang" or (tvm_ok and root in API_ROOTS)
+    if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.isbuiltin(obj):
+        root = (getattr(obj, "__module__", None) or "").split(".")[0]
+        return root == "tilelang" or (tvm_ok and root in API_ROOTS)
+    return type(obj).__module__ not in NOT_API_TYPES
+def load(modname):
+    try:
+        return importlib.import_module(modname)
+    except ImportError:
+        parent, _, attr = modname.rpartition(".")
+        obj = getattr(importlib.import_module(parent), attr, None) if parent else None
+        if isinstance(obj, types.ModuleType):
+            return obj
+        raise
+out = {}
+for modname in sys.argv[1:]:
+    try:
+        mod = load(modname)
+    except Exception as err:
+        out[modname] = {"error": f"{type(err).__name__}: {err}"}
+        continue
+    names, incidental = {}, []
+    for n in sorted(dir(mod)):
+        if n.startswith("_") or n == "TYPE_CHECKING": continue
+        try: obj = getattr(mod, n)
+        except Exception: continue
+        if is_api(modname, n, obj): names[n] = kind_of(obj)
+        else: incidental.append(n)
+    out[modname] = {"names": names, "incidental": incidental}
+print("@@JSON@@" + json.dumps(out))
+"""
+
+
+def upstream_names(python: str, modules: list[str]) -> dict:
+    """{module: {"names": {name: kind}, "incidental": [...]}} from upstream's interpreter."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [python, "-c", _UPSTREAM_DUMP, *modules],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    for line in proc.stdout.splitlines():
+        if line.startswith("@@JSON@@"):
+            return json.loads(line[len("@@JSON@@") :])
+    raise SystemExit(f"upstream listing failed ({python}):\n{proc.stdout}\n{proc.stderr}")
+
+
+def _kind(obj) -> str:
+    import inspect
+    import types
+
+    if isinstance(obj, types.ModuleType):
+        return "module"
+    if inspect.isclass(obj):
+        return "class"
+    return "function" if callable(obj) else "value"
+
+
+def local_state(modname: str, name: str) -> tuple[str, str]:
+    """("present", kind) | ("error", message) | ("missing", why)."""
+    try:
+        mod = importlib.import_module(modname)
+    except Exception as err:  # noqa: BLE001
+        return "missing", f"module not importable: {type(err).__name__}"
+    try:
+        obj = getattr(mod, name)
+    except AttributeError as err:
+        msg = str(err)
+        if "has no attribute" in msg:
+            return "missing", ""
+        return "error", msg
+    return "present", _kind(obj)
+
+
+def run_probe(probe) -> str:
+    try:
+        result = probe()
+    except Exception as err:  # noqa: BLE001 - the outcome is the report
+        text = str(err).splitlines()[0] if str(err) else ""
+        return f"{type(err).__name__}: {text[:110]}"
+    return result if isinstance(result, str) else "ok"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def build_report(upstream: dict) -> str:
+    from api_probes import NOT_PROVIDED, PROBES
+
+    rows_by_module, totals = {}, {"names": 0, "present": 0, "error": 0, "missing": 0}
+    summary = []
+    for modname in MODULES:
+        info = upstream.get(modname, {})
+        if "error" in info:
+            summary.append((modname, None, info["error"]))
+            continue
+        counts = {"present": 0, "error": 0, "missing": 0}
+        rows = []
+        for name, kind in info["names"].items():
+            state, detail = local_state(modname, name)
+            counts[state] += 1
+            key = f"{modname}:{name}"
+            note = ""
+            if key in PROBES:
+                note = "probe: " + run_probe(PROBES[key])
+            if state != "present" and key in NOT_PROVIDED:
+                note = (note + "; " if note else "") + NOT_PROVIDED[key]
+            elif state == "error":
+                note = (note + "; " if note else "") + detail
+            here = detail if state == "present" else state
+            rows.append((name, kind, here, note))
+        rows_by_module[modname] = rows
+        n = len(info["names"])
+        totals["names"] += n
+        for k in counts:
+            totals[k] += counts[k]
+        summary.append((modname, (n, counts, len(info["incidental"])), ""))
+
+    out = [
+        "# API coverage against upstream TileLang",
+        "",
+        "Generated by `python3 scripts/api_coverage.py` (re-run it after adding names; do not "
+        "edit by hand). Upstream: the TileLang release installed in the upstream venv.",
+        "",
+        f"**Total: {totals['present']} of {totals['names']} upstream public names present, "
+        f"{totals['error']} raise an explanatory error, {totals['missing']} missing.**",
+        "",
+        "| module | upstream names | present | error | missing | incidental imports (not listed) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for modname, data, err in summary:
+        if data is None:
+            out.append(f"| `{modname}` | (upstream import failed: {_cell(err)}) | | | | |")
+            continue
+        n, c, inc = data
+        out.append(
+            f"| `{modname}` | {n} | {c['present']} | {c['error']} | {c['missing']} | {inc} |"
+        )
+    out += [
+        "",
+        "States: **present** (followed by the kind of object here), **error** (reading it raises "
+        "an AttributeError that explains why it is not provided), **missing**. "
+        '"probe" is the outcome of a small call on the machine that generated this file '
+        '(`scripts/api_probes.py`); "ok" means it ran.',
+        "",
+    ]
+    for modname in MODULES:
+        if modname not in rows_by_module:
+            continue
+        out += [
+            f"## `{modname}`",
+            "",
+            "| name | upstream kind | here | notes |",
+            "|---|---|---|---|",
+        ]
+        for name, kind, here, note in rows_by_module[modname]:
+            out.append(f"| `{name}` | {kind} | {here} | {_cell(note)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main() -> int:
+    """Write (or with ``--check`` verify) docs/api-coverage.md."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--upstream-python",
+        default=os.environ.get("UPSTREAM_PYTHON", "/work/upstream-venv/bin/python"),
+    )
+    parser.add_argument("--output", default=str(REPO / "docs" / "api-coverage.md"))
+    parser.add_argument("--check", action="store_true", help="fail if the output would change")
+    args = parser.parse_args()
+    if not Path(args.upstream_python).exists():
+        raise SystemExit(f"no upstream interpreter at {args.upstream_python} (--upstream-python)")
+    report = build_report(upstream_names(args.upstream_python, MODULES)) + "\n"
+    path = Path(args.output)
+    if args.check:
+        current = path.read_text() if path.exists() else ""
+        if current != report:
+            print(f"{path} is out of date: run python3 scripts/api_coverage.py")
+            return 1
+        return 0
+    path.write_text(report)
+    print(report.split("\n## ")[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Probes and reasons for scripts/api_coverage.py.
+
+``PROBES["module:name"]``: a no-argument callable run on this machine; the report shows "ok"
+(or the string it returns) or the exception it raised, e.g. how a GPU-only helper behaves
+without a GPU. Keep probes cheap (no kernel compiles). ``NOT_PROVIDED["module:name"]``: why an
+upstream name is deliberately absent. Add entries as names are added or decided against.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+
+def _attr(path: str):
+    mod, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _call(path: str, *args, **kwargs):
+    return lambda: _describe(_attr(path)(*args, **kwargs))
+
+
+def _describe(value) -> str:
+    if callable(value) and hasattr(value, "__qualname__"):
+        text = f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
+    else:
+        text = re.sub(r" at 0x[0-9a-f]+", "", repr(value))
+    return "ok: " + (text if len(text) <= 60 else text[:57] + "...")
+
+
+def _do_bench_cpu():
+    import torch
+
+    a = torch.randn(64, 64)
+    ms = _attr("tilelang.profiler.do_bench")(lambda: a @ a, warmup=1, rep=5)
+    return "ok: CPU wall-clock timing" if ms > 0 else f"bad value {ms}"
+
+
+def _cuda_decorator():
+    def test():
+        pass
+
+    marked = _attr("tilelang.testing.requires_cuda")(test)
+    marks = [
+        m.name + ("(skip)" if m.name == "skipif" and m.args[0] else "") for m in marked.pytestmark
+    ]
+    return "ok: marks " + ", ".join(marks)
+
+
+def _tvm(attr: str):
+    def probe():
+        from tilelang import tvm
+
+        obj = tvm
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return _describe(obj)
+
+    return probe
+
+
+PROBES = {
+    "tilelang:cdiv": _call("tilelang.cdiv", 7, 2),
+    "tilelang:next_power_of_2": _call("tilelang.next_power_of_2", 33),
+    "tilelang:is_cache_enabled": _call("tilelang.is_cache_enabled"),
+    "tilelang:DataType": _tvm("DataType"),
+    "tilelang:tvm": _tvm("tirx.const"),
+    "tilelang.profiler:do_bench": _do_bench_cpu,
+    "tilelang.testing:requires_cuda": _cuda_decorator,
+    "tilelang.testing:requires_llvm": lambda: (
+        "ok: available" if _attr("tilelang.testing.requires_llvm").available else "missing"
+    ),
+    "tilelang.contrib.nvcc:get_target_compute_version": _call(
+        "tilelang.contrib.nvcc.get_target_compute_version"
+    ),
+    "tilelang.contrib.nvcc:get_cuda_version": _call("tilelang.contrib.nvcc.get_cuda_version"),
+    "tilelang.contrib.nvcc:parse_compute_version": _call(
+        "tilelang.contrib.nvcc.parse_compute_version", "8.6"
+    ),
+    "tilelang.carver.arch:auto_infer_current_arch": _call(
+        "tilelang.carver.arch.auto_infer_current_arch"
+    ),
+    "tilelang.carver.arch:CUDA": _call("tilelang.carver.arch.CUDA", "cuda"),
+    "tilelang.carver.arch:CDNA": _call("tilelang.carver.arch.CDNA", "hip"),
+    "tilelang.carver.arch.driver:get_num_sms": _call("tilelang.carver.arch.driver.get_num_sms"),
+    "tilelang.carver.arch.driver:get_shared_memory_per_block": _call(
+        "tilelang.carver.arch.driver.get_shared_memory_per_block"
+    ),
+    "tilelang.carver.arch.driver:get_device_name": _call(
+        "tilelang.carver.arch.driver.get_device_name"
+    ),
+    "tilelang.utils.device:get_current_device": _call("tilelang.utils.device.get_current_device"),
+    "tilelang.tvm:tirx": _tvm("tirx.PrimExpr"),
+    "tilelang.tvm:target": _tvm("target.Target"),
+    "tilelang.tvm:IRModule": _tvm("IRModule"),
+}
+
+_NO_ROCM = "no ROCm backend (tilelang compiles for CUDA and the CPU)"
+_NO_ASCEND = "no Ascend backend"
+_NATIVE = "upstream's native-library loading (libtilelang.so); tilelang has no native library"
+_UPSTREAM_IR = "works on upstream's TVM Buffer/BufferRegion IR; tilelang's IR is TIRx's"
+
+NOT_PROVIDED = {
+    "tilelang:analysis": "upstream's IR analysis passes over its TVM fork's IR",
+    "tilelang:ascend": _NO_ASCEND,
+    "tilelang:rocm": _NO_ROCM,
+    "tilelang:metal": "no Metal backend",
+    "tilelang:webgpu": "no WebGPU backend",
+    "tilelang:cpu": "upstream's CPU target package; tilelang's is tilelang.backends.cpu",
+    "tilelang:cuda": "upstream's CUDA target package (intrinsics, target helpers); tilelang's is "
+    "tilelang.backends.cuda",
+    "tilelang:backend": "upstream's target/pass-pipeline registry; target helpers are in "
+    "tilelang.utils.target (determine_target)",
+    "tilelang:instrumentation": "upstream's pass instrumentation; see tilelang.transform.instrument "
+    "(TILELANG_DUMP_IR, TILELANG_PASS_TIMING)",
+    "tilelang:ir": "upstream's tile-op IR node classes; tilelang's tile ops are tilelang.ops",
+    "tilelang:tileop": "upstream's tile-op classes; tilelang's tile ops are tilelang.ops",
+    "tilelang:libinfo": _NATIVE,
+    "tilelang:get_runtime_library_dirs": _NATIVE,
+    "tilelang:runtime_library_dirs": _NATIVE,
+    "tilelang:prepend_dll_search_path": "Windows DLL search path; tilelang has no native library",
+    "tilelang:path": "a loop variable leaked by upstream's __init__, not API",
+    "tilelang:register_cuda_postproc": "source post-processing hooks are not provided yet",
+    "tilelang:register_c_postproc": "source post-processing hooks are not provided yet",
+    "tilelang:register_hip_postproc": _NO_ROCM,
+    "tilelang.utils:language": _UPSTREAM_IR,
+    "tilelang.utils:pass_diff_hook": "upstream's pass-diff HTML tool; use tilelang.tools.ir_diff",
+    "tilelang.utils.tensor:tirx": "an import of tvm.tirx in upstream's module, not API",
+    "tilelang.profiler:BaseKernelAdapter": "upstream's kernel-adapter class; tilelang has one "
+    "kernel type, JITKernel",
+    "tilelang.profiler:KernelParam": "upstream's parameter class; kernel.params holds tilelang's",
+    "tilelang.profiler:tirx": "an import of tvm.tirx in upstream's module, not API",
+    "tilelang.profiler:torch_bench": "upstream's internal module; do_bench is in tilelang.profiler.bench",
+    "tilelang.profiler:wall": "upstream's internal module; do_bench is in tilelang.profiler.bench",
+    "tilelang.tools:Analyzer": "upstream's roofline analyzer of its TVM IR; not provided",
+    "tilelang.tools:ARCH_CONFIGS": "part of upstream's Analyzer; not provided",
+    "tilelang.tools:AnalysisResult": "part of upstream's Analyzer; not provided",
+    "tilelang.carver.arch:CDNA": _NO_ROCM,
+    "tilelang.cache:cached": "use tilelang.compile, which goes through the same disk cache",
+    "tilelang.cache:env": "an import of tilelang.env in upstream's module; see tilelang.env",
+    "tilelang.cache:JITKernel": "an import in upstream's module; see tilelang.JITKernel",
+    "tilelang.cache:TargetLike": "a type alias of upstream's; targets here are str or dict",
+}
+for _name in (
+    "AscendCythonKernelCache",
+    "AscendTVMFFIKernelCache",
+    "CuTeDSLKernelCache",
+    "CythonKernelCache",
+    "NVRTCKernelCache",
+    "TVMFFIKernelCache",
+    "TorchKernelCache",
+):
+    NOT_PROVIDED[f"tilelang.cache:{_name}"] = (
+        "one cache per upstream execution backend; tilelang has one, tilelang.cache.KernelCache"
+    )
+for _name in (
+    "array_reduce",
+    "get_buffer_region_from_load",
+    "get_prim_func_name",
+    "is_fragment",
+    "is_full_region",
+    "is_global",
+    "is_local",
+    "is_shared",
+    "is_shared_dynamic",
+    "is_tensor_memory",
+    "retrieve_shape",
+    "retrieve_stride",
+    "retrive_ptr_from_buffer_region",
+    "side_effect",
+    "to_buffer_region",
+):
+    NOT_PROVIDED[f"tilelang.utils:{_name}"] = _UPSTREAM_IR
+for _name in (
+    "get_ascend_device_name",
+    "get_ascend_device_properties",
+    "get_ascend_l2_cache_size",
+    "get_ascend_total_memory",
+    "get_num_cube_cores",
+    "get_num_vector_cores",
+    "ascend_driver",
+):
+    NOT_PROVIDED[f"tilelang.carver.arch.driver:{_name}"] = _NO_ASCEND

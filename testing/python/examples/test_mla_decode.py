@@ -1,0 +1,178 @@
+"""DeepSeek MLA decoding examples (``examples/deepseek_mla``): dense without and with KV
+splits (``T.alloc_global`` workspaces + a combine kernel in the same function) and paged.
+
+CPU: the examples run unchanged and match float64 references at small shapes whose KV
+lengths are not tile multiples. CUDA without a GPU: the CUDA lowering (mma.sync on sm_80,
+wgmma on sm_90a, the scalar gemm rule) is run by the emulator, and the full-size kernels
+(batch 64, 128 heads, 8192 keys, 512 + 64) are built with nvcc for sm_90a. ``cuda``-marked
+tests run the kernels on a GPU.
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from example_loader import load_example as _load
+
+from tilelang.backends.cuda import pipeline
+from tilelang.lowering.kernels import workspace_specs
+from tilelang.testing import cuda_emulator
+
+DENSE = "deepseek_mla/example_mla_decode.py"
+PAGED = "deepseek_mla/example_mla_decode_paged.py"
+SM80 = {"kind": "cuda", "arch": "sm_80"}
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+SCALAR_GEMM = {"tl.gemm_scalar": True}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+from test_gemm_wgmma_rs import emulate_rs  # noqa: E402 - the wgmma (SS and RS) machine
+
+
+def _needs_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+
+# ----------------------------------------------------------------------------- CPU
+@pytest.mark.parametrize(
+    "kv_ctx,num_split",
+    [(300, 1), (300, 3), (256, 4), (5, 4)],
+    ids=["tail", "split_tail", "split_even", "empty_split"],
+)
+def test_dense_cpu(kv_ctx, num_split):
+    _load(DENSE).main(2, 16, 1, kv_ctx, 64, 32, num_split, device="cpu")
+
+
+def test_dense_two_head_groups_cpu():
+    """32 heads in two blocks of 16: each block reads its own query rows."""
+    _load(DENSE).main(1, 32, 1, 130, 64, 32, 2, block_H=16, device="cpu")
+
+
+@pytest.mark.parametrize(
+    "seqlens,num_split,block_size",
+    [((150, 37), 1, 64), ((150, 37), 3, 64), ((1, 64, 256), 4, 128)],
+    ids=["no_split", "split", "empty_splits"],
+)
+def test_paged_cpu(seqlens, num_split, block_size):
+    _load(PAGED).main(len(seqlens), 16, seqlens, 256, 64, 32, num_split,
+                      block_size=block_size, device="cpu")  # fmt: skip
+
+
+def test_bad_arguments_are_named():
+    dense, paged = _load(DENSE), _load(PAGED)
+    with pytest.raises(ValueError, match="kv_head_num=2"):
+        dense.flashattn.get_tir(1, 16, 2, 64, 64, 32, 64, 16, 1)
+    with pytest.raises(ValueError, match="block_N=48"):
+        paged.mla_decode_paged.get_tir(1, 16, 1, 256, 64, 32, 48, 16, 1, 64)
+
+
+# ------------------------------------------------------------------ CUDA, emulated
+def _emulate_dense(target, num_split, configs, rng, kv=100, b=1, h=16):
+    module = _load(DENSE)
+    d, p = 64, 32
+    func = module.flashattn.get_tir(b, h, 1, kv, d, p, 64, 16, num_split)
+    lowered = pipeline.lower(func, target, configs)
+    q, q_pe = (rng.standard_normal((b, h, n)).astype(np.float16) for n in (d, p))
+    kv_, k_pe = (rng.standard_normal((b, kv, 1, n)).astype(np.float16) for n in (d, p))
+    ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
+    out = cuda_emulator.emulate(lowered, q, q_pe, kv_, k_pe, np.zeros((b, h, d), np.float16), *ws)
+    ref = module.ref_program(*(torch.from_numpy(x) for x in (q, q_pe, kv_, k_pe)))
+    np.testing.assert_allclose(out[4].astype(np.float64), ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "target,configs",
+    [(SM80, None), (SM90A, None), (SM80, SCALAR_GEMM)],
+    ids=["sm_80", "sm_90a", "scalar_gemm"],
+)
+@pytest.mark.parametrize("num_split", [1, 3])
+def test_dense_cuda_emulated(target, configs, num_split, rng):
+    """The swizzled ``S_shared`` is the A operand of the PV gemm: the scalar gemm rule must
+    read it through its layout."""
+    _emulate_dense(target, num_split, configs, rng)
+
+
+def test_dense_grid_cuda_emulated(rng):
+    """A 3 x 2 x 3 grid under ``T.use_swizzle``: every (sequence, head group, slice) block
+    writes its partial results (the workspaces start as NaN)."""
+    _emulate_dense(SM80, 3, None, rng, kv=200, b=3, h=32)
+
+
+@pytest.mark.parametrize("target", [SM80, SM90A], ids=["sm_80", "sm_90a"])
+@pytest.mark.parametrize("num_split", [1, 3])
+def test_paged_cuda_emulated(target, num_split):
+    module = _load(PAGED)
+    func = module.mla_decode_paged.get_tir(2, 16, 1, 256, 64, 32, 64, 16, num_split, 64)
+    lowered = pipeline.lower(func, target)
+    inputs = [x.numpy() for x in module.make_inputs(2, 16, 256, 64, 32, 64, (150, 37), "cpu")]
+    ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
+    out = cuda_emulator.emulate(lowered, *inputs, np.zeros((2, 16, 64), np.float16), *ws)[6]
+    ref = module.ref_program(*(torch.from_numpy(x) for x in inputs), 64)
+    np.testing.assert_allclose(out.astype(np.float64), ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("mode", ["late_reads", "late_writes"])
+@pytest.mark.parametrize("num_split", [1, 3])
+@pytest.mark.parametrize("example", ["dense", "paged"])
+def test_wgmma_emulated(example, num_split, mode):
+    """sm_90a at dims 128 + 64 and 64 heads: every gemm on wgmma (the PV gemm reads the
+    swizzled ``S_shared`` (dense, SS form) or registers (paged, RS form)), run by the
+    emulator with asynchronous wgmma / cp.async completion."""
+    if example == "dense":
+        module = _load(DENSE)
+        func = module.flashattn.get_tir(1, 64, 1, 100, 128, 64, 64, 64, num_split)
+        inputs = [x.numpy() for x in module.make_inputs(1, 64, 100, 128, 64, "cpu")]
+        ref = module.ref_program(*(torch.from_numpy(x) for x in inputs))
+    else:
+        module = _load(PAGED)
+        func = module.mla_decode_paged.get_tir(2, 64, 1, 256, 128, 64, 64, 64, num_split, 64)
+        inputs = [x.numpy() for x in module.make_inputs(2, 64, 256, 128, 64, 64, (150, 37), "cpu")]
+        ref = module.ref_program(*(torch.from_numpy(x) for x in inputs), 64)
+    lowered = pipeline.lower(func, SM90A)
+    assert "wgmma" in lowered.script() and "mma_m16n8k16" not in lowered.script()
+    ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
+    out = np.zeros(ref.shape, np.float16)
+    arrays, _ = emulate_rs(lowered, *inputs, out, *ws, mode=mode)
+    got = arrays[len(inputs)].astype(np.float64)
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("num_split", [1, 4])
+@pytest.mark.parametrize("example", ["dense", "paged"])
+def test_full_size_builds_with_nvcc(example, num_split):
+    """Batch 64, 128 heads, 8192 keys, 512 + 64: wgmma kernels, launched directly."""
+    if example == "dense":
+        func = _load(DENSE).flashattn.get_tir(64, 128, 1, 8192, 512, 64, 64, 64, num_split)
+    else:
+        func = _load(PAGED).mla_decode_paged.get_tir(
+            64, 128, 1, 8192, 512, 64, 64, 64, num_split, 64
+        )
+    art = pipeline.build(func, {**SM90A, "compiler": "nvcc"})
+    assert len(art.meta["kernel_names"]) == (2 if num_split > 1 else 1)
+    assert not art.meta["direct_launch_skipped"]
+    assert "wgmma" in art.kernel_source
+
+
+# ---------------------------------------------------------------------------- GPU
+@pytest.mark.cuda
+@pytest.mark.parametrize("num_split", [1, 4])
+@pytest.mark.parametrize("kv_ctx", [1000, 1024])
+def test_dense_gpu(kv_ctx, num_split):
+    _needs_gpu()
+    _load(DENSE).main(4, 128, 1, kv_ctx, 512, 64, num_split, device="cuda")
+
+
+@pytest.mark.cuda
+def test_dense_small_gpu():
+    _needs_gpu()
+    _load(DENSE).main(2, 16, 1, 300, 64, 32, 3, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("num_split", [1, 4])
+def test_paged_gpu(num_split):
+    _needs_gpu()
+    _load(PAGED).main(3, 128, (1000, 1, 4096), 4096, 512, 64, num_split, device="cuda")
