@@ -14,7 +14,22 @@ import importlib
 from .. import errors
 
 _BACKENDS: dict[str, object] = {}
-_MODULES = {"cpu": "tilelang.backends.cpu", "cuda": "tilelang.backends.cuda"}
+_MODULES = {
+    "cpu": "tilelang.backends.cpu",
+    "cuda": "tilelang.backends.cuda",
+    "rocm": "tilelang.backends.rocm",
+    "metal": "tilelang.backends.metal",
+}
+#: user spellings of target kinds (upstream's: "hip" and "rocm" name the same backend)
+_ALIASES = {
+    "llvm": "cpu",
+    "c": "cpu",
+    "host": "cpu",
+    "nvidia": "cuda",
+    "hip": "rocm",
+    "amd": "rocm",
+}
+_DEFAULT_ARCH = {"cuda": "sm_90a", "rocm": "gfx90a", "metal": "apple7"}
 
 
 def register_backend(name: str, backend) -> None:
@@ -42,6 +57,23 @@ def _cuda_available() -> bool:
         return False
 
 
+def _rocm_torch() -> bool:
+    """Whether torch is a ROCm build with a visible GPU (``torch.version.hip``)."""
+    try:
+        import torch
+
+        return bool(getattr(torch.version, "hip", None)) and torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no torch or no driver: no GPU
+        return False
+
+
+def _rocm_arch() -> str:
+    import torch
+
+    name = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "") or ""
+    return name.split(":")[0] or _DEFAULT_ARCH["rocm"]
+
+
 def _cuda_arch() -> str:
     import torch
 
@@ -50,7 +82,12 @@ def _cuda_arch() -> str:
 
 
 def resolve_target(target="auto") -> dict:
-    """A normalised target dict: ``{"kind": "cpu"}`` or ``{"kind": "cuda", "arch": "sm_90a"}``."""
+    """A normalised target dict whose ``kind`` names the backend.
+
+    ``"auto"`` (ROCm when torch is a ROCm build with a GPU, CUDA with an NVIDIA GPU, else
+    the CPU), ``"cuda"``/``"cuda -arch=sm_80"``, ``"hip"``/``"rocm"`` (optionally
+    ``-arch=gfx942`` or ``-mcpu=gfx942``), ``"metal"``, ``"llvm"``/``"cpu"``, or a dict.
+    """
     if isinstance(target, dict):
         spec = dict(target)
         kind = spec.get("kind", "auto")
@@ -59,16 +96,22 @@ def resolve_target(target="auto") -> dict:
         parts = text.split()
         kind, spec = (parts[0] if parts else "auto"), {}
         for part in parts[1:]:
-            if part.startswith("-arch="):
-                spec["arch"] = part[len("-arch=") :]
-    kind = {"llvm": "cpu", "c": "cpu", "host": "cpu", "nvidia": "cuda"}.get(kind, kind)
+            for flag in ("-arch=", "-mcpu="):
+                if part.startswith(flag):
+                    spec["arch"] = part[len(flag) :]
+    kind = _ALIASES.get(kind, kind)
     if kind == "auto":
-        kind = "cuda" if _cuda_available() else "cpu"
-    if kind not in ("cpu", "cuda"):
+        kind = "rocm" if _rocm_torch() else "cuda" if _cuda_available() else "cpu"
+    if kind not in ("cpu", "cuda", "rocm", "metal"):
         raise errors.CompileError(
-            f"unsupported target {target!r}: expected 'auto', 'cuda', 'llvm' or 'cpu'"
+            f"unsupported target {target!r}: expected 'auto', 'cuda', 'hip'/'rocm', 'metal', "
+            "'llvm' or 'cpu'"
         )
     spec["kind"] = kind
     if kind == "cuda" and "arch" not in spec:
-        spec["arch"] = _cuda_arch() if _cuda_available() else "sm_90a"
+        spec["arch"] = _cuda_arch() if _cuda_available() else _DEFAULT_ARCH["cuda"]
+    if kind == "rocm" and "arch" not in spec:
+        spec["arch"] = _rocm_arch() if _rocm_torch() else _DEFAULT_ARCH["rocm"]
+    if kind == "metal" and "arch" not in spec:
+        spec["arch"] = _DEFAULT_ARCH["metal"]
     return spec

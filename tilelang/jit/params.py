@@ -164,7 +164,10 @@ class OutputAllocator:
                 )
         self.empty = torch.empty
         self.dtypes = [torch_dtype(self.params[i].dtype) for i in self.out_idx]
-        self.default_device = torch.device("cuda" if self.device_kind == "cuda" else "cpu")
+        # ROCm builds of torch name their GPUs "cuda" too
+        self.default_device = torch.device(
+            "cuda" if self.device_kind in ("cuda", "rocm") else "cpu"
+        )
         shapes = [self.params[i].shape for i in self.out_idx]
         self.shapes = [tuple(shape) for shape in shapes] if self.static else None
         self.sizes = [[_size_getter(e, self.sources) for e in shape] for shape in shapes]

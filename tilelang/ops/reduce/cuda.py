@@ -63,10 +63,22 @@ def _shfl(value, lane_mask, dtype):
 
 @lower_rule("reduce", "cuda")
 def lower_reduce_cuda(v, ctx):
+    """Warp shuffles (``__shfl_xor_sync`` over 32 lanes), then shared memory across warps."""
+    return lower_reduce_threads(v, ctx, _shfl, 32)
+
+
+def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
+    """The reduction over a block's threads: ``shuffle(value, lane_mask, dtype)`` exchanges
+    registers between lanes closer than ``warp`` (the warp/wavefront size); rows spanning
+    more lanes go through a shared workspace. Shared by the CUDA, ROCm and Metal rules.
+
+    ``whole_warp(kind, value, dtype)``, when given, may return one expression reducing
+    ``value`` over all ``warp`` lanes (Metal's ``simd_sum``/``simd_max``); it replaces the
+    butterfly when the lanes sharing a row are exactly the whole warp."""
     src, dst, dim, pairs = reduce_axes(v)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         raise errors.compile_error(
-            f"T.reduce on CUDA needs fragment src and dst ({src.name}, {dst.name})", v.loc
+            f"T.reduce on {ctx.backend} needs fragment src and dst ({src.name}, {dst.name})", v.loc
         )
     s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
     gens = xor_group(s_layout, dim)
@@ -76,6 +88,7 @@ def lower_reduce_cuda(v, ctx):
         )
     kind, dtype = v.reduce_type, dst.dtype
     merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
+    nan = bool(v.nan_propagate) and dtype.startswith(("float", "bfloat"))
     t = ctx.thread_var
     n_d = d_layout.get_local_size()
     sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
@@ -92,15 +105,22 @@ def lower_reduce_cuda(v, ctx):
         d_index[b] = x
     slot = inner.simplify(d_layout.map_forward_index(d_index)[0])
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
-    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value))
+    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value, nan))
     stmts.append(for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED))
-    lanes = [g for g in gens if g < 32]
-    warps = [g for g in gens if g >= 32]
+    lanes = [g for g in gens if g < warp]
+    warps = [g for g in gens if g >= warp]
     ld2 = ir.Var("rw", "int32")
     cur = ir.TensorLoad(red, [ld2])
     body = []
-    for g in lanes:
-        body.append(store(red, [ld2], combine(merge, cur, _shfl(cur, g, dtype))))
+    whole = None
+    whole_lanes = sorted(lanes) == [1 << b for b in range(warp.bit_length() - 1)]
+    if whole_warp is not None and whole_lanes and not nan:  # simd_max & co. drop NaNs
+        whole = whole_warp(merge, cur, dtype)
+    if whole is not None:
+        body.append(store(red, [ld2], whole))
+    else:
+        for g in lanes:
+            body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype), nan)))
     if warps:
         ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
         ctx.extra_allocs.append(alloc(ws))
@@ -117,13 +137,13 @@ def lower_reduce_cuda(v, ctx):
         order = sorted(span)
         total = ir.TensorLoad(ws, [base + order[0]])
         for o in order[1:]:
-            total = combine(merge, total, ir.TensorLoad(ws, [base + o]))
+            total = combine(merge, total, ir.TensorLoad(ws, [base + o]), nan)
         body.append(store(red, [ld2], total))
     if body:
         stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
     ld3 = ir.Var("ro", "int32")
     out = ir.TensorLoad(red, [ld3])
     if not v.clear:
-        out = combine(merge, ir.TensorLoad(dl, [ld3]), out)
+        out = combine(merge, ir.TensorLoad(dl, [ld3]), out, nan)
     stmts.append(for_(ld3, n_d, store(dl, [ld3], out, loc=v.loc), ir.ForKind.UNROLLED))
     return seq(stmts)

@@ -47,6 +47,7 @@ from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
     replicated_fragment,
     same_threads,
 )
+from ....lowering.target_info import backend_of
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
 
@@ -218,7 +219,7 @@ class _Inference:
     def run_ops(self, level) -> bool:
         changed = False
         for op, call in self.ops:
-            rule = layout_rule_for(op, "cuda")
+            rule = layout_rule_for(op, backend_of(self.arch))
             if rule is None:
                 continue
             ctx = LayoutInferContext(
