@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmark"))
 
+import plotting  # noqa: E402
+
 import tilelang.language as T  # noqa: E402
 
 
@@ -206,7 +208,9 @@ def main():
     parser.add_argument("--configs", choices=["all", "wgmma", "mma", "extra"], default="all")
     parser.add_argument("--only", nargs="+", default=None, help="config names to run")
     parser.add_argument("--sustain", type=float, default=0.0, help="seconds per sustained run")
+    plotting.add_plot_argument(parser)
     args = parser.parse_args()
+    plotting.check(args.plot)
     arch = arch_of_device()
     print(f"device: {torch.cuda.get_device_name()} ({arch}), torch {torch.__version__}")
     pool = CONFIGS + EXTRA
@@ -272,6 +276,16 @@ def main():
             f"{size:>6} {dtype:>9} {name:>24} {path:>14} {how:>16} {t:>9.3f} {tf:>9.1f} "
             f"{ratio:>6.2f}"
         )
+    plot_rows = [
+        {"group": f"{size} {dtype}", "label": f"{name} {path}", "ratio": ratio}
+        for size, dtype, name, path, how, t, tf, ratio in rows
+    ]
+    plot_rows += [
+        {"group": f"{size} {dtype} sustained", "label": name, "ratio": ratio}
+        for size, dtype, name, tf, mhz, watts, capped, ratio in sustained
+    ]
+    if plot_rows:
+        plotting.plot_ratios(plot_rows, args.plot, title="tilelang GEMM / torch.matmul (TFLOP/s)")
     if sustained:
         print(
             f"\nsustained ({args.sustain:.0f} s each; torch = mean of the windows before and after)"

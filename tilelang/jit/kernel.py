@@ -225,6 +225,12 @@ class JITKernel:
             return torch.from_numpy(a)
         return a
 
+    def as_torch_op(self, name=None, mutates_args="auto"):
+        """This kernel as a ``torch.library`` custom op (see ``tilelang.jit.torch_op``)."""
+        from .torch_op import torch_op
+
+        return torch_op(self, name=name, mutates_args=mutates_args)
+
     # -- inspection -----------------------------------------------------------
     def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The generated device source (CUDA C for GPU targets; lowered TIRx for the CPU)."""
