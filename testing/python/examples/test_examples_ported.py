@@ -109,3 +109,58 @@ def test_cast_nvcc_sm90a():
 @needs_gpu
 def test_cast_gpu():
     _load(CAST).main(M=4096, N=7000, device="cuda")
+
+
+# ---------------------------------------------------------------- grouped GEMM
+
+GROUPED = "grouped_gemm/example_grouped_gemm_fwd.py"
+
+
+def _grouped_case(sizes, K, N, trans_b, block_M, seed):
+    module = _load(GROUPED)
+    torch.manual_seed(seed)
+    inputs = module.construct_inputs(list(sizes), K, N, trans_b, block_M)
+    ref = module.torch_gmm(inputs[0].double(), inputs[1].double(), list(sizes), trans_b)
+    return module, inputs, ref
+
+
+@pytest.mark.parametrize(
+    "sizes,K,N,trans_b",
+    [((37, 1, 70), 40, 50, False), ((5, 0, 33, 17), 72, 24, True), ((16,), 16, 16, False)],
+)
+def test_grouped_gemm_cpu(sizes, K, N, trans_b):
+    """Groups smaller than, equal to and larger than a row tile; an empty group; K and N
+    not multiples of the tiles; both B layouts."""
+    module, inputs, ref = _grouped_case(sizes, K, N, trans_b, 16, seed=sum(sizes) + K)
+    kernel = module.grouped_gemm(tuple(sizes), K, N, 16, 16, 16, trans_b)
+    c = kernel(*inputs)
+    assert c.shape == (sum(sizes), N)
+    np.testing.assert_allclose(c.double().numpy(), ref.numpy(), rtol=2e-3, atol=2e-2)
+
+
+def test_grouped_gemm_main_cpu():
+    _load(GROUPED).main((20, 70, 3), K=48, N=40, block_M=32, block_N=32, block_K=16, device="cpu")
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_grouped_gemm_cuda_emulated(trans_b):
+    sizes, K, N = (19, 0, 40), 40, 24
+    module, inputs, ref = _grouped_case(sizes, K, N, trans_b, 16, seed=7)
+    func = module.grouped_gemm.get_tir(sizes, K, N, 16, 16, 16, trans_b, threads=32)
+    a, b, *meta = (t.numpy() for t in inputs)
+    c = np.full((sum(sizes), N), np.nan, np.float16)
+    out = _emulate(func, a, b, c, *meta)[2]
+    np.testing.assert_allclose(out.astype(np.float64), ref.numpy(), rtol=2e-3, atol=2e-2)
+
+
+@needs_nvcc
+def test_grouped_gemm_nvcc_sm90a():
+    func = _load(GROUPED).grouped_gemm.get_tir((128, 300, 77), 1024, 4096, 64, 128, 32)
+    _nvcc_build(func)
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_grouped_gemm_gpu(trans_b):
+    _load(GROUPED).main((64, 300, 1, 1000), K=1024, N=1000, trans_b=trans_b, device="cuda")
