@@ -164,3 +164,76 @@ def test_grouped_gemm_nvcc_sm90a():
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_grouped_gemm_gpu(trans_b):
     _load(GROUPED).main((64, 300, 1, 1000), K=1024, N=1000, trans_b=trans_b, device="cuda")
+
+
+# ---------------------------------------------------------------- attention sink
+
+SINK = "attention_sink/example_mha_sink_fwd_bhsd.py"
+
+
+def _sink_inputs(b, h, sq, skv, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, sq, d, generator=g).half()
+    k, v = (torch.randn(b, h, skv, d, generator=g).half() for _ in range(2))
+    sinks = (torch.randn(h, generator=g) + 3).half()  # large enough to change every row
+    return q, k, v, sinks
+
+
+@pytest.mark.parametrize(
+    "b,h,sq,skv,d,window,block",
+    [
+        (2, 3, 37, 37, 32, None, 16),  # queries == keys, tails in both
+        (1, 2, 21, 90, 16, None, 16),  # a KV prefix longer than the queries
+        (1, 2, 50, 75, 32, 32, 16),  # sliding window: early key blocks skipped
+        (1, 1, 1, 40, 16, 16, 16),  # one decode query
+    ],
+)
+def test_attention_sink_cpu(b, h, sq, skv, d, window, block):
+    module = _load(SINK)
+    q, k, v, sinks = _sink_inputs(b, h, sq, skv, d, seed=sq + skv)
+    kernel = module.flashattn(b, h, sq, skv, d, window, block_M=block, block_N=block)
+    out = kernel(q, k, v, sinks)
+    ref = module.ref_program(q, k, v, sinks, window)
+    np.testing.assert_allclose(out.double().numpy(), ref.numpy(), rtol=1e-2, atol=5e-3)
+    # the sink matters: without it the rows would be normalised differently
+    no_sink = module.ref_program(q, k, v, torch.full_like(sinks, -float("inf")), window)
+    assert (no_sink - ref).abs().max() > 5e-2
+
+
+def test_attention_sink_bad_args():
+    flashattn = _load(SINK).flashattn
+    with pytest.raises(ValueError, match="seq_kv"):
+        flashattn.get_tir(1, 1, 64, 32, 16)
+    with pytest.raises(ValueError, match="window_size"):
+        flashattn.get_tir(1, 1, 64, 64, 16, 40, block_N=32)
+
+
+def test_attention_sink_main_cpu():
+    _load(SINK).main(1, 2, 40, 70, 32, 32, block_M=32, block_N=32, device="cpu")
+
+
+@pytest.mark.parametrize("window", [None, 16])
+def test_attention_sink_cuda_emulated(window):
+    module = _load(SINK)
+    b, h, sq, skv, d = 1, 2, 19, 45, 16
+    q, k, v, sinks = _sink_inputs(b, h, sq, skv, d, seed=5)
+    func = module.flashattn.get_tir(b, h, sq, skv, d, window, block_M=16, block_N=16, threads=32)
+    arrays = [t.numpy() for t in (q, k, v)]
+    out = np.full((b, h, sq, d), np.nan, np.float16)
+    res = _emulate(func, *arrays, out, sinks.numpy())[3]
+    ref = module.ref_program(q, k, v, sinks, window)
+    np.testing.assert_allclose(res.astype(np.float64), ref.numpy(), rtol=1e-2, atol=5e-3)
+
+
+@needs_nvcc
+def test_attention_sink_nvcc_sm90a():
+    func = _load(SINK).flashattn.get_tir(1, 8, 1024, 1024, 128, None, block_M=128, block_N=128,
+                                         num_stages=2, threads=256)  # fmt: skip
+    _nvcc_build(func)
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("window", [None, 128])
+def test_attention_sink_gpu(window):
+    _load(SINK).main(2, 8, 1000, 1500, 128, window, block_M=128, block_N=128, device="cuda")
