@@ -237,3 +237,64 @@ def test_attention_sink_nvcc_sm90a():
 @pytest.mark.parametrize("window", [None, 128])
 def test_attention_sink_gpu(window):
     _load(SINK).main(2, 8, 1000, 1500, 128, window, block_M=128, block_N=128, device="cuda")
+
+
+# ---------------------------------------------------------------- block-sparse attention
+
+BSA = "blocksparse_attention/example_tilelang_block_sparse_attn.py"
+
+
+def _bsa_case(b, h, s, d, block, is_causal, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, s, d, generator=g).half() for _ in range(3))
+    n = -(-s // block)
+    mask = torch.rand(b, h, n, n, generator=g) < 0.5
+    mask[0, 0, -1, :] = False  # a query block with no key block at all: output 0
+    mask[0, -1, 0, 0] = True
+    if is_causal:
+        mask = mask.tril()
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize(
+    "b,h,s,d,block,is_causal",
+    [(1, 2, 70, 32, 16, True), (2, 2, 45, 16, 16, False), (1, 1, 33, 16, 16, True)],
+)
+def test_blocksparse_attention_cpu(b, h, s, d, block, is_causal):
+    module = _load(BSA)
+    q, k, v, mask = _bsa_case(b, h, s, d, block, is_causal, seed=s + d)
+    out = module.blocksparse_flashattn(b, h, s, d, is_causal, block)(q, k, v, mask)
+    ref = module.ref_program(q, k, v, mask, block, is_causal)
+    np.testing.assert_allclose(out.double().numpy(), ref.numpy(), rtol=1e-2, atol=5e-3)
+    dense = module.ref_program(q, k, v, torch.ones_like(mask), block, is_causal)
+    assert (dense - ref).abs().max() > 0.1  # the mask really removed scores
+
+
+def test_blocksparse_attention_main_cpu():
+    module = _load(BSA)
+    module.main(1, 2, 100, 32, topk=2, is_causal=True, block=32, device="cpu")
+    module.main(1, 1, 100, 32, topk=1, is_causal=False, block=32, device="cpu")
+
+
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_blocksparse_attention_cuda_emulated(is_causal):
+    module = _load(BSA)
+    b, h, s, d, block = 1, 2, 40, 16, 16
+    q, k, v, mask = _bsa_case(b, h, s, d, block, is_causal, seed=11)
+    func = module.blocksparse_flashattn.get_tir(b, h, s, d, is_causal, block, threads=32)
+    out = np.full((b, h, s, d), np.nan, np.float16)
+    res = _emulate(func, q.numpy(), k.numpy(), v.numpy(), mask.numpy(), out)[4]
+    ref = module.ref_program(q, k, v, mask, block, is_causal)
+    np.testing.assert_allclose(res.astype(np.float64), ref.numpy(), rtol=1e-2, atol=5e-3)
+
+
+@needs_nvcc
+def test_blocksparse_attention_nvcc_sm90a():
+    _nvcc_build(_load(BSA).blocksparse_flashattn.get_tir(1, 8, 1024, 128, True, 64))
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_blocksparse_attention_gpu(is_causal):
+    _load(BSA).main(2, 8, 1000, 128, topk=4, is_causal=is_causal, block=64, device="cuda")
