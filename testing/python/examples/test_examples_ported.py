@@ -298,3 +298,70 @@ def test_blocksparse_attention_nvcc_sm90a():
 @pytest.mark.parametrize("is_causal", [True, False])
 def test_blocksparse_attention_gpu(is_causal):
     _load(BSA).main(2, 8, 1000, 128, topk=4, is_causal=is_causal, block=64, device="cuda")
+
+
+# ---------------------------------------------------------------- stream-K GEMM
+
+STREAMK = "gemm_streamk/example_tilelang_gemm_streamk.py"
+
+
+@pytest.mark.parametrize(
+    "M,N,K,programs",
+    [
+        (70, 300, 200, 8),  # 7 stream-K tiles + one data-parallel round
+        (33, 40, 100, 3),  # 2 tiles of 7 iterations shared by 3 programs: pieces everywhere
+        (16, 64, 40, 4),  # tiles == programs: data-parallel only
+        (50, 260, 70, 2),  # two-tile stream-K, several data-parallel rounds
+        (20, 20, 20, 16),  # more programs than iterations: most programs idle
+    ],
+)
+def test_streamk_cpu(M, N, K, programs):
+    module = _load(STREAMK)
+    g = torch.Generator().manual_seed(M + N + K)
+    a = (torch.rand(M, K, generator=g) * 2 - 1).half()
+    b = (torch.rand(N, K, generator=g) * 2 - 1).half()
+    c = torch.zeros(M, N)
+    module.tl_matmul_streamk(M, N, K, programs, 16, 32, 16)(a, b, c)
+    ref = a.double() @ b.double().T
+    np.testing.assert_allclose(c.double().numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_streamk_schedule_covers_every_iteration():
+    schedule = _load(STREAMK).streamk_schedule
+    for M, N, K, programs in [(70, 300, 200, 8), (33, 40, 100, 3), (1000, 1000, 999, 132)]:
+        sk_tiles, ipt, full, partial, rounds = schedule(M, N, K, 16, 32, 16, programs)
+        total = -(-M // 16) * -(-N // 32)
+        assert full * programs + partial == sk_tiles * ipt
+        assert sk_tiles + rounds * programs >= total > sk_tiles + (rounds - 1) * programs
+
+
+def test_streamk_bad_args():
+    with pytest.raises(ValueError, match="num_programs"):
+        _load(STREAMK).tl_matmul_streamk.get_tir(16, 16, 16, 0)
+
+
+def test_streamk_main_cpu():
+    _load(STREAMK).main(40, 100, 64, num_programs=5, block_N=32, device="cpu")
+
+
+def test_streamk_cuda_emulated():
+    module = _load(STREAMK)
+    M, N, K, programs = 33, 40, 100, 3
+    rng = np.random.default_rng(4)
+    a = (rng.random((M, K)) * 2 - 1).astype(np.float16)
+    b = (rng.random((N, K)) * 2 - 1).astype(np.float16)
+    func = module.tl_matmul_streamk.get_tir(M, N, K, programs, 16, 32, 16, threads=32)
+    out = _emulate(func, a, b, np.zeros((M, N), np.float32))[2]
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@needs_nvcc
+def test_streamk_nvcc_sm90a():
+    _nvcc_build(_load(STREAMK).tl_matmul_streamk.get_tir(256, 1024, 512, 132))
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_streamk_gpu():
+    _load(STREAMK).main(1000, 1000, 1000, device="cuda")
