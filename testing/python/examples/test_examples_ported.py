@@ -365,3 +365,58 @@ def test_streamk_nvcc_sm90a():
 @needs_gpu
 def test_streamk_gpu():
     _load(STREAMK).main(1000, 1000, 1000, device="cuda")
+
+
+# ---------------------------------------------------------------- fused MoE
+
+MOE = "fusedmoe/example_fusedmoe_tilelang.py"
+
+
+@pytest.mark.parametrize(
+    "tokens,dhidden,dexpert,experts,top_k",
+    [(70, 100, 72, 5, 2), (9, 48, 40, 6, 1), (33, 64, 32, 3, 3)],
+)
+def test_fusedmoe_cpu(tokens, dhidden, dexpert, experts, top_k):
+    """Groups of every size (some empty with 6 experts and 9 tokens), dims not tile
+    multiples, top-1 to top-3."""
+    module = _load(MOE)
+    torch.manual_seed(tokens + dhidden)
+    inputs = module.make_inputs(tokens, dhidden, dexpert, experts)
+    out = module.moe_forward(*inputs, top_k, block_token=16, block_dhidden=32, block_dexpert=16)
+    ref = module.ref_program(*inputs, top_k)
+    np.testing.assert_allclose(out.double().numpy(), ref.numpy(), rtol=2e-2, atol=1e-2)
+
+
+def test_fusedmoe_main_cpu():
+    _load(MOE).main(40, 64, 48, 4, 2, device="cpu")
+
+
+def test_fusedmoe_cuda_emulated():
+    module = _load(MOE)
+    torch.manual_seed(2)
+    tokens, dhidden, dexpert, experts, top_k, bt = 21, 40, 24, 3, 2, 16
+    x, router, W_gate, W_up, W_down = module.make_inputs(tokens, dhidden, dexpert, experts)
+    rows, weights, tables = module.route(x, router, top_k, experts, bt)
+    func = module.moe_forward_tilelang_routed.get_tir(
+        len(rows), experts, experts, dhidden, dexpert, bt, 16, 16, threads=32
+    )
+    arrays = [x[rows].numpy(), W_gate.numpy(), W_up.numpy(), W_down.numpy(),
+              weights.half().numpy(), *(t.numpy() for t in tables)]  # fmt: skip
+    work = np.zeros((len(rows), dexpert), np.float16)
+    out = np.full((len(rows), dhidden), np.nan, np.float16)
+    res = torch.from_numpy(_emulate(func, *arrays, work, out)[-1].astype(np.float32))
+    got = torch.zeros(tokens, dhidden, dtype=torch.float64).index_add_(0, rows, res.double())
+    ref = module.ref_program(x, router, W_gate, W_up, W_down, top_k)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=2e-2, atol=1e-2)
+
+
+@needs_nvcc
+def test_fusedmoe_nvcc_sm90a():
+    func = _load(MOE).moe_forward_tilelang_routed.get_tir(4096, 8, 8, 2048, 1024)
+    _nvcc_build(func)
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_fusedmoe_gpu():
+    _load(MOE).main(2000, 1024, 512, 16, 4, device="cuda")
