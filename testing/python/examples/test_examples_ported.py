@@ -236,7 +236,7 @@ def test_attention_sink_nvcc_sm90a():
 @needs_gpu
 @pytest.mark.parametrize("window", [None, 128])
 def test_attention_sink_gpu(window):
-    _load(SINK).main(2, 8, 1000, 1500, 128, window, block_M=128, block_N=128, device="cuda")
+    _load(SINK).main(2, 8, 1000, 1500, 128, window, block_M=64, block_N=64, device="cuda")
 
 
 # ---------------------------------------------------------------- block-sparse attention
