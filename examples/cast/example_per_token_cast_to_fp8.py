@@ -56,6 +56,34 @@ def per_token_cast_to_fp8(M, N, blk_m=8, group_size=128, dtype="bfloat16", threa
     return cast
 
 
+@tilelang.jit
+def per_token_cast_to_fp8_eager(X, blk_m, group_size=128):
+    """The same cast in the eager style of upstream's current example: the shapes come from
+    the call's tensor (``T.const``), the outputs are ``T.empty`` tensors the call returns.
+    ``per_token_cast_to_fp8_eager(x_float32, blk_m) -> (X_fp8, X_scale)``."""
+    M, N = T.const("M, N")
+    X: T.Tensor((M, N), T.float32)
+    X_fp8 = T.empty((M, N), T.float8_e4m3fn)
+    X_scale = T.empty((M, T.ceildiv(N, group_size)), T.float32)
+
+    with T.Kernel(T.ceildiv(M, blk_m), T.ceildiv(N, group_size), threads=128) as (bx, by):
+        y_local = T.alloc_fragment((blk_m, group_size), T.float32)
+        y_scale = T.alloc_fragment((blk_m,), T.float32)
+        y_q = T.alloc_fragment((blk_m, group_size), T.float8_e4m3fn)
+        T.copy(X[bx * blk_m, by * group_size], y_local)
+        T.reduce_absmax(y_local, y_scale, dim=1)
+        for i in T.Parallel(blk_m):
+            y_scale[i] = T.max(y_scale[i], 1e-4) / FP8_MAX
+        for i, j in T.Parallel(blk_m, group_size):
+            y_q[i, j] = T.clamp(y_local[i, j] / y_scale[i], -FP8_MAX, FP8_MAX)
+        for i in T.Parallel(blk_m):
+            if bx * blk_m + i < M:
+                X_scale[bx * blk_m + i, by] = y_scale[i]
+        T.copy(y_q, X_fp8[bx * blk_m, by * group_size])
+
+    return X_fp8, X_scale
+
+
 def ref_program(x: torch.Tensor, group_size: int = 128):
     """Torch reference: ``(x_fp8, scale)`` computed group by group (any device)."""
     m, n = x.shape

@@ -74,6 +74,21 @@ def test_cast_cpu(m, n, blk_m, group_size, dtype):
     _cast_cpu(m, n, blk_m, group_size, dtype, x)
 
 
+@pytest.mark.parametrize("m,n,blk_m", [(37, 300, 8), (3, 130, 4)])
+def test_cast_eager_style_cpu(m, n, blk_m):
+    """Upstream's current eager form (T.const shapes, T.empty outputs) gives the same bytes
+    as the out_idx form and passes the float64 checks."""
+    module = _load(CAST)
+    x = torch.randn(m, n, dtype=torch.float64) * 2
+    x = (x.sign() * x.abs().clamp(min=0.01)).float()
+    x_fp8, scale = module.per_token_cast_to_fp8_eager(x, blk_m)
+    assert x_fp8.dtype == torch.float8_e4m3fn and scale.shape == (m, -(-n // 128))
+    _check_cast(x.double().numpy(), x_fp8.float().numpy(), scale.numpy(), 128)
+    other_fp8, other_scale = module.per_token_cast_to_fp8(m, n, blk_m, 128, "float32")(x)
+    assert torch.equal(x_fp8.view(torch.uint8), other_fp8.view(torch.uint8))
+    assert torch.equal(scale, other_scale)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="CPU backend: float32 -> float8_e4m3fn truncates/flushes subnormal codes "
@@ -108,7 +123,11 @@ def test_cast_nvcc_sm90a():
 @pytest.mark.cuda
 @needs_gpu
 def test_cast_gpu():
-    _load(CAST).main(M=4096, N=7000, device="cuda")
+    module = _load(CAST)
+    module.main(M=4096, N=7000, device="cuda")
+    x = torch.randn(1000, 1000, device="cuda")
+    x_fp8, scale = module.per_token_cast_to_fp8_eager(x, 8)
+    _check_cast(x.double().cpu().numpy(), x_fp8.float().cpu().numpy(), scale.cpu().numpy(), 128)
 
 
 # ---------------------------------------------------------------- grouped GEMM
