@@ -36,6 +36,7 @@ from .passes.lower_parallel import lower_parallel
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
+from .passes.warp_specialize import merge_ws_branches
 from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
 
 
@@ -147,8 +148,10 @@ def stage_hoist_allocs(func, state):
 
 
 def stage_insert_sync(func, state):
-    """``__syncthreads`` wherever shared memory is handed from some threads to others."""
-    return func.with_body(insert_sync(func.body, state.thread_var))
+    """``__syncthreads`` wherever shared memory is handed from some threads to others
+    (warp-specialized ``T.ws`` branches chained first: ``passes/warp_specialize.py``)."""
+    body = merge_ws_branches(func.body, state.thread_var)
+    return func.with_body(insert_sync(body, state.thread_var))
 
 
 def stage_plan_shared_memory(func, state):
