@@ -34,6 +34,7 @@ from .hopper import (
     alloc_barrier,
     barrier_arrive,
     barrier_wait,
+    block_rank_in_cluster,
     cluster_arrive,
     cluster_arrive_relaxed,
     cluster_sync,

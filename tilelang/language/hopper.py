@@ -207,6 +207,17 @@ def cluster_sync():
     _emit(_op.CLUSTER_SYNC)
 
 
+def block_rank_in_cluster():
+    """The rank of this block in its thread-block cluster (``%cluster_ctarank``, sm_90), as
+    an ``int32`` value (0 when the launch has no clusters)."""
+    from .allocate import alloc_var
+
+    cell = alloc_var("int32")
+    load = builder.unwrap(cell)
+    _emit(_op.BLOCK_RANK_IN_CLUSTER, load)
+    return cell
+
+
 def named_barrier_arrive(barrier_id, thread_count):
     """``bar.arrive barrier_id, thread_count``: arrive without waiting."""
     _emit(
@@ -274,6 +285,7 @@ ws = WarpSpecializeFrame
 __all__ = [
     "alloc_barrier",
     "barrier_arrive",
+    "block_rank_in_cluster",
     "barrier_wait",
     "cluster_arrive",
     "cluster_arrive_relaxed",

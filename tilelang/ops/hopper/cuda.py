@@ -136,3 +136,11 @@ WS_MARKER = "tl::ws_branch"
 @lower_rule("ws", "cuda")
 def lower_ws(v, ctx):
     return _call(WS_MARKER)
+
+
+@lower_rule("block_rank_in_cluster", "cuda")
+def lower_block_rank_in_cluster(v, ctx):
+    require_sm90(v, ctx, "block_rank_in_cluster")
+    cell = v.out.source
+    rank = _tirx.call_extern("tl::block_rank_in_cluster", ty="uint32")
+    return ir.TensorStore(cell, list(v.out.indices), _tirx.Cast(str(cell.ty.dtype), rank))

@@ -28,3 +28,5 @@ NAMED_BARRIER_ARRIVE = TileOpDef("named_barrier_arrive", ("barrier_id", "thread_
 NAMED_BARRIER_SYNC = TileOpDef("named_barrier_sync", ("barrier_id", "thread_count"), {})
 #: First statement of a ``T.ws`` branch; the CUDA pipeline's ``merge_ws_branches`` removes it.
 WS = TileOpDef("ws", (), {"groups": []})
+#: ``T.block_rank_in_cluster()``: stores the rank into the one-element cell ``out``.
+BLOCK_RANK_IN_CLUSTER = TileOpDef("block_rank_in_cluster", ("out",), {})
