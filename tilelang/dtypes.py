@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
@@ -29,7 +31,27 @@ class dtype(str):  # noqa: N801 - upstream spells it T.float16, a dtype object
 
     @property
     def bits(self) -> int:
+        """Width in bits of one scalar element (a vector type counts one lane)."""
         return bits(self)
+
+    @property
+    def lanes(self) -> int:
+        """Number of vector lanes (1 for a scalar type such as ``float16``)."""
+        return lanes(self)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one (possibly vector) element, rounded up for sub-byte types."""
+        return (bits(self) * lanes(self) + 7) // 8
+
+    def with_lanes(self, n: int) -> dtype:
+        """The vector type of ``n`` lanes of this element type (``float32.with_lanes(4)``)."""
+        base = scalar_name(self)
+        return dtype(base if int(n) == 1 else f"{base}x{int(n)}")
+
+    def as_torch(self):
+        """The torch dtype of this element type (``T.float16.as_torch() is torch.float16``)."""
+        return as_torch(self)
 
 
 def canonical(name) -> str:
@@ -47,13 +69,40 @@ def canonical(name) -> str:
     return text
 
 
-def bits(name) -> int:
-    """Width in bits of one element."""
+def scalar_name(name) -> str:
+    """The element type of a vector dtype (``float32x4`` -> ``float32``); scalars unchanged."""
     text = canonical(name)
+    match = re.fullmatch(r"(.+?)x(\d+)", text)
+    return match.group(1) if match else text
+
+
+def lanes(name) -> int:
+    """Vector lanes of a dtype (``float32x4`` -> 4, ``float16`` -> 1)."""
+    match = re.fullmatch(r"(.+?)x(\d+)", canonical(name))
+    return int(match.group(2)) if match else 1
+
+
+def bits(name) -> int:
+    """Width in bits of one (scalar) element."""
+    text = scalar_name(name)
     if text == "bool":
         return 8
-    digits = "".join(ch for ch in text.split("_")[0] if ch.isdigit())
-    return int(digits)
+    match = re.match(r"[a-z]*?(\d+)", text)
+    return int(match.group(1))
+
+
+_TORCH_NAMES = {"float4_e2m1fn": "float4_e2m1fn_x2", "bool": "bool"}
+
+
+def as_torch(name):
+    """The torch dtype of ``name``; a TypeError when torch has none (e.g. vector types)."""
+    import torch
+
+    text = canonical(name)
+    attr = getattr(torch, _TORCH_NAMES.get(text, text), None)
+    if not isinstance(attr, torch.dtype):
+        raise TypeError(f"dtype {text!r} has no torch equivalent")
+    return attr
 
 
 def is_float(name) -> bool:
@@ -87,3 +136,27 @@ float16, float32, float64 = dtype("float16"), dtype("float32"), dtype("float64")
 bfloat16 = dtype("bfloat16")
 float8_e4m3fn = float8_e4m3 = dtype("float8_e4m3fn")
 float8_e5m2 = dtype("float8_e5m2")
+
+# Every further upstream element-type name (issue 10): sub-byte / fp8 variants and the C-style
+# aliases upstream exports (``T.float`` is float32, ``T.int`` int32, ``T.long`` int64...).
+float8_e8m0fnu = dtype("float8_e8m0fnu")
+float8_e4m3fnuz = dtype("float8_e4m3fnuz")
+float8_e5m2fnuz = dtype("float8_e5m2fnuz")
+float8_e4m3b11fnuz = dtype("float8_e4m3b11fnuz")
+float8_e3m4 = dtype("float8_e3m4")
+float6_e2m3fn = dtype("float6_e2m3fn")
+float6_e3m2fn = dtype("float6_e3m2fn")
+float4_e2m1fn = dtype("float4_e2m1fn")
+int4 = dtype("int4")
+float_, double, half = float32, float64, float16
+int_, long, short, uint = int32, int64, int16, uint32
+
+_VECTOR_BASES = (
+    "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e3m4",
+    "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+)  # fmt: skip
+VECTOR_TYPES = {
+    f"{base}x{n}": dtype(f"{base}x{n}") for base in _VECTOR_BASES for n in (2, 4, 8, 16, 32, 64)
+}

@@ -29,6 +29,7 @@ from .allocate import (
     alloc_var,
 )
 from .debug import device_assert, print  # noqa: A004 - upstream names
+from .eager import const, empty
 from .entry import macro, prim_func
 from .hopper import (
     alloc_barrier,
@@ -147,3 +148,82 @@ from .tileop import (
     reduce_sum,
 )
 from .views import reshape, view
+
+# ---- T.* surface (issue 10 item 2): warp exchange, scalar helpers, pointers, random numbers,
+# every upstream dtype name. One block, kept apart from the imports above to ease merging.
+# isort: split
+from ..dtypes import VECTOR_TYPES as _VECTOR_TYPES
+from ..dtypes import (
+    double,
+    float4_e2m1fn,
+    float6_e2m3fn,
+    float6_e3m2fn,
+    float8_e3m4,
+    float8_e4m3b11fnuz,
+    float8_e4m3fnuz,
+    float8_e5m2fnuz,
+    float8_e8m0fnu,
+    half,
+    int4,
+    long,
+    short,
+    uint,
+)
+from ..dtypes import float_ as float  # noqa: A004 - upstream name
+from ..dtypes import int_ as int  # noqa: A004 - upstream name
+from .hints import (
+    CUDASourceCodeKernel,
+    annotate_min_blocks_per_sm,
+    disable_warp_group_reg_alloc,
+    func_attr,
+    no_set_max_nreg,
+)
+from .hints import ldg as _ldg
+from .loops import serial as Serial  # noqa: N812 - upstream alias
+from .loops import unroll as Unroll  # noqa: N812 - upstream alias
+from .loops import vectorized as Vectorized  # noqa: N812 - upstream alias
+from .pointer import make_tensor, ptr
+from .random import rng_init, rng_rand, rng_rand_float
+from .scalar import (
+    Let,
+    Select,
+    align_up,
+    annotate_safe_value,
+    assume,
+    index_to_coordinates,
+    let,
+    sync_grid,
+    transpose,
+)
+from .tileop import cummax
+from .warp import (
+    activemask,
+    all_sync,
+    any_sync,
+    ballot,
+    ballot_sync,
+    get_lane_idx,
+    get_warp_group_idx,
+    get_warp_idx,
+    get_warp_idx_sync,
+    match_all_sync,
+    match_any_sync,
+    shfl_down,
+    shfl_sync,
+    shfl_up,
+    shfl_xor,
+    shuffle_elect,
+    sync_warp,
+    syncthreads_and,
+    syncthreads_count,
+    syncthreads_or,
+    warp_reduce_bitand,
+    warp_reduce_bitor,
+    warp_reduce_max,
+    warp_reduce_min,
+    warp_reduce_sum,
+)
+
+globals().update(_VECTOR_TYPES)  # T.float32x4, T.float16x2, T.float8_e4m3fnx2, ...
+globals()["__ldg"] = _ldg  # T.__ldg(A[i]): a read-only-cache load
+# ---- end T.* surface block ----

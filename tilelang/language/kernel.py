@@ -38,6 +38,10 @@ class KernelLaunchFrame:
 
     def __enter__(self):
         st = builder.state()
+        if st.stop_at_kernel:  # phase 1 of an eager @tilelang.jit ends at its first kernel
+            from .eager import StopAtKernel
+
+            raise StopAtKernel
         if st.kernels:
             raise errors.TraceError("T.Kernel frames cannot be nested")
         for axis, extent in zip(_AXES, self.blocks):
@@ -53,6 +57,9 @@ class KernelLaunchFrame:
             builder.name_value(f"t{axis}", var)
             self.thread_vars.append(var)
         st.kernels.append(self)
+        from .pointer import emit_pending_views  # T.make_tensor views made before T.Kernel
+
+        emit_pending_views()
         return self.block_vars[0] if len(self.block_vars) == 1 else tuple(self.block_vars)
 
     def __exit__(self, *exc):

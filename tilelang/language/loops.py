@@ -15,11 +15,12 @@ def _bounds(start, stop):
     return (0, start) if stop is None else (start, stop)
 
 
-def Parallel(*extents, coalesced_width=None, loop_layout=None):  # noqa: N802 - upstream API
-    """A loop nest whose iterations are independent: the compiler spreads it over threads."""
+def Parallel(*extents, coalesced_width=None, loop_layout=None, annotations=None):  # noqa: N802 - upstream API
+    """A loop nest whose iterations are independent: the compiler spreads it over threads.
+    ``annotations`` (upstream: backend hints) ride on the loops."""
     if not extents:
         raise errors.TraceError("T.Parallel needs at least one extent")
-    ann = {}
+    ann = dict(annotations or {})
     if coalesced_width is not None:
         ann["coalesced_width"] = int(coalesced_width)
     return LoopSpec([(0, e, None) for e in extents], "parallel", ann)

@@ -99,8 +99,11 @@ def if_then_else(cond, then_value, else_value):
 
 
 def infinity(dtype):
-    """+inf of a floating ``dtype``."""
-    return _tirx.infinity(ty=dtypes.canonical(dtype))
+    """+inf of a floating ``dtype`` (float16/32/64, bfloat16, float8_e5m2...); see
+    :func:`tilelang.language.scalar.infinity` for the types without one."""
+    from .scalar import infinity as _infinity
+
+    return _infinity(dtype)
 
 
 def max_value(dtype):

@@ -32,9 +32,25 @@ def _operand(value):
     return builder.unwrap(value)
 
 
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, loop_layout=None):
-    """Copy a tile: ``T.copy(A[by * bM, k * bK], A_shared)``; any scope to any scope."""
+def copy(
+    src,
+    dst,
+    coalesced_width=None,
+    disable_tma=False,
+    eviction_policy=None,
+    loop_layout=None,
+    annotations=None,
+):
+    """Copy a tile: ``T.copy(A[by * bM, k * bK], A_shared)``; any scope to any scope.
+
+    ``annotations`` (upstream): ``coalesced_width``, ``disable_tma`` and ``eviction_policy``
+    entries take precedence over the keyword arguments; other hints are ignored (as upstream
+    does for hints a target does not understand)."""
     builder.state()
+    ann = _annotations(annotations, "T.copy")
+    coalesced_width = ann.get("coalesced_width", coalesced_width)
+    disable_tma = ann.get("disable_tma", disable_tma)
+    eviction_policy = ann.get("eviction_policy", eviction_policy)
     src, dst = _operand(src), _operand(dst)
     src_ext, dst_ext = region_extents(src), region_extents(dst)
     if src_ext is None and dst_ext is None:
@@ -55,9 +71,19 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     _emit(call)
 
 
-def fill(buffer, value):
-    """Set every element of a tile to ``value``."""
+def _annotations(annotations, what):
+    if annotations is None:
+        return {}
+    if not isinstance(annotations, dict):
+        raise errors.TraceError(f"{what}: annotations must be a dict, got {annotations!r}")
+    return dict(annotations)
+
+
+def fill(buffer, value, annotations=None):
+    """Set every element of a tile to ``value`` (``annotations``: upstream's scheduling
+    hints, accepted and ignored)."""
     builder.state()
+    _annotations(annotations, "T.fill")
     region = to_region(_operand(buffer), what="T.fill buffer")
     value = dtypes.convert(value, str(region.source.ty.dtype))
     _emit(_fill.FILL.make(region, value, loc=builder.user_loc()))
@@ -98,67 +124,95 @@ def gemm(
     _emit(call)
 
 
-def reduce(buffer, out, reduce_type: str, dim: int, clear: bool):
-    """Reduce ``buffer`` over ``dim`` into ``out``."""
+def reduce(buffer, out, reduce_type: str, dim: int, clear: bool, batch=1, annotations=None):
+    """Reduce ``buffer`` over ``dim`` into ``out``.
+
+    ``batch`` (upstream: how many outputs share one cross-thread exchange) only affects
+    speed and is validated, not used. ``annotations={"nan_propagate": True}`` makes a
+    float max/min/absmax NaN when any input is NaN; other hints are ignored.
+    """
     builder.state()
     if reduce_type not in _reduce.REDUCE_TYPES:
         raise errors.TraceError(f"unknown reduce_type {reduce_type!r}")
+    if not isinstance(batch, int) or batch < 1:
+        raise errors.TraceError(f"T.reduce: batch must be an int >= 1, got {batch!r}")
+    ann = _annotations(annotations, "T.reduce")
+    nan = bool(ann.get("nan_propagate", False))
     src = to_region(_operand(buffer), what="T.reduce src")
     dst = to_region(_operand(out), what="T.reduce dst")
+    if nan and not (
+        reduce_type in ("max", "min", "absmax") and dtypes.is_float(str(dst.source.ty.dtype))
+    ):
+        raise errors.TraceError(
+            f"T.reduce_{reduce_type}: nan_propagate applies to float max/min/absmax only"
+        )
     call = _reduce.REDUCE.make(
-        src, dst, loc=builder.user_loc(), reduce_type=reduce_type, dim=int(dim), clear=bool(clear)
+        src,
+        dst,
+        loc=builder.user_loc(),
+        reduce_type=reduce_type,
+        dim=int(dim),
+        clear=bool(clear),
+        nan_propagate=nan,
     )
     _reduce.reduce_axes(_reduce.REDUCE.view(call))
     _emit(call)
 
 
-def reduce_max(buffer, out, dim: int = -1, clear: bool = True):
+def reduce_max(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
     """Row/column maximum."""
-    reduce(buffer, out, "max", dim, clear)
+    reduce(buffer, out, "max", dim, clear, batch, annotations)
 
 
-def reduce_min(buffer, out, dim: int = -1, clear: bool = True):
+def reduce_min(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
     """Row/column minimum."""
-    reduce(buffer, out, "min", dim, clear)
+    reduce(buffer, out, "min", dim, clear, batch, annotations)
 
 
-def reduce_sum(buffer, out, dim: int = -1, clear: bool = True):
+def reduce_sum(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
     """Row/column sum."""
-    reduce(buffer, out, "sum", dim, clear)
+    reduce(buffer, out, "sum", dim, clear, batch, annotations)
 
 
-def reduce_abssum(buffer, out, dim: int = -1, clear: bool = True):
+def reduce_abssum(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
     """Row/column sum of absolute values."""
-    reduce(buffer, out, "abssum", dim, clear)
+    reduce(buffer, out, "abssum", dim, clear, batch, annotations)
 
 
-def reduce_absmax(buffer, out, dim: int = -1, clear: bool = True):
+def reduce_absmax(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
     """Row/column maximum of absolute values."""
-    reduce(buffer, out, "absmax", dim, clear)
+    reduce(buffer, out, "absmax", dim, clear, batch, annotations)
 
 
-def reduce_bitand(buffer, out, dim: int = -1, clear: bool = True):
-    reduce(buffer, out, "bitand", dim, clear)
+def reduce_bitand(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
+    reduce(buffer, out, "bitand", dim, clear, batch, annotations)
 
 
-def reduce_bitor(buffer, out, dim: int = -1, clear: bool = True):
-    reduce(buffer, out, "bitor", dim, clear)
+def reduce_bitor(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
+    reduce(buffer, out, "bitor", dim, clear, batch, annotations)
 
 
-def reduce_bitxor(buffer, out, dim: int = -1, clear: bool = True):
-    reduce(buffer, out, "bitxor", dim, clear)
+def reduce_bitxor(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
+    reduce(buffer, out, "bitxor", dim, clear, batch, annotations)
 
 
-def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
+def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None, _op="sum"):
     """Inclusive prefix sum along ``dim`` (in place when ``dst`` is omitted)."""
     builder.state()
-    src_r = to_region(_operand(src), what="T.cumsum src")
-    dst_r = src_r if dst is None else to_region(_operand(dst), what="T.cumsum dst")
+    _annotations(annotations, f"T.cum{_op}")
+    what = f"T.cum{_op}"
+    src_r = to_region(_operand(src), what=f"{what} src")
+    dst_r = src_r if dst is None else to_region(_operand(dst), what=f"{what} dst")
     call = _cumsum.CUMSUM.make(
-        src_r, dst_r, loc=builder.user_loc(), dim=int(dim), reverse=bool(reverse)
+        src_r, dst_r, loc=builder.user_loc(), dim=int(dim), reverse=bool(reverse), op=_op
     )
     _cumsum.cumsum_axes(_cumsum.CUMSUM.view(call))  # early shape check, names the user's line
     _emit(call)
+
+
+def cummax(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None):
+    """Inclusive prefix maximum along ``dim`` (in place when ``dst`` is omitted)."""
+    cumsum(src, dst, dim, reverse, annotations, _op="max")
 
 
 def _atomic_op(kind, dst, value, memory_order=None):

@@ -34,6 +34,7 @@ from tvm_tirx.ir.prim import expr as P
 
 from ..lowering.stmt import launch_of
 from . import cuda_emulator_tma as _tma
+from .cuda_emulator_warp import warp_extern
 
 
 class EmulationError(RuntimeError):
@@ -94,6 +95,9 @@ _CMP = {
 }
 _MATH = {
     "exp": np.exp,
+    "isnan": np.isnan,
+    "cos": np.cos,
+    "sin": np.sin,
     "exp2": np.exp2,
     "log": np.log,
     "log2": np.log2,
@@ -403,8 +407,8 @@ class _Machine:
             k = int(self.scalar(args[2]))
             width = int(self.scalar(args[3])) if len(args) > 3 else 32
             lane = np.arange(self.lanes)
-            if fname == "__shfl_xor_sync":
-                src = lane ^ k
+            if fname == "__shfl_xor_sync":  # a partner in a later width-group: own value
+                src = np.where((lane ^ k) < lane - lane % width + width, lane ^ k, lane)
             elif fname == "__shfl_sync":
                 src = (lane - lane % width) + np.broadcast_to(np.asarray(k), lane.shape) % width
             else:
@@ -412,6 +416,9 @@ class _Machine:
             return value[src]
         if fname in _MATH:
             return self._as(_MATH[fname](self.eval(args[0], mask)), e.ty)
+        warp = warp_extern(self, fname, args, e, mask)  # votes, warp reductions, shfl_up
+        if warp is not None:
+            return warp
         if fname in ATOMICS:
             return self._atomic(fname, args, mask)
         if fname.startswith("tl::cp_async_gs"):

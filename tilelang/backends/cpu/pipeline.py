@@ -29,6 +29,7 @@ from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
+from .warp_ops import lower_warp_ops
 
 TARGET = {"kind": "llvm"}  # plus "mcpu": see host_target()
 
@@ -86,6 +87,7 @@ def lower(func, pass_configs=None):
 def _lower_kernel(func, pass_configs):
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body))
     stages = [
+        ("lower_warp_ops", on_body(lower_warp_ops)),
         ("lower_threads", on_body(lower_threads)),
         ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),

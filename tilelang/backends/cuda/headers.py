@@ -31,6 +31,7 @@ HEADER_ORDER = (
     "ldsm.h",
     "mma.h",
     "reduce.h",
+    "warp.h",  # bitwise warp all-reductions (T.warp_reduce_bitand / bitor)
     "atomic.h",
     "threadblock_swizzle.h",
     "wgmma.h",  # sm_90a wgmma wrappers used by tilelang/ops/gemm_wgmma.py (guarded per arch)

@@ -31,6 +31,7 @@ from ...transform.apply_global_layouts import apply_global_layouts, collect_glob
 from .passes.apply_shared_layouts import apply_shared_layouts
 from .passes.insert_sync import insert_sync
 from .passes.layout_inference import infer_layouts, strip_layout_annotations
+from .passes.lower_assume import stage_lower_assume
 from .passes.lower_fragments import lower_fragments
 from .passes.lower_parallel import lower_parallel
 from .passes.pipeline_planning import plan_pipelines
@@ -200,6 +201,7 @@ STAGES = [
     ("plan_shared_memory", stage_plan_shared_memory),
     ("strip_schedule_hints", stage_strip_schedule_hints),
     ("apply_global_layouts", stage_apply_global_layouts),
+    ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume
     ("tma_host_encode", stage_tma_host_encode),
 ]
 

@@ -24,7 +24,7 @@ from ...lowering.thread_utils import (
     physical,
 )
 from ..registry import lower_rule
-from .op import cumsum_axes
+from .op import cumsum_axes, scan_step
 
 
 def _whole(view, what, loc):
@@ -110,7 +110,7 @@ def lower_cumsum_cuda(v, ctx):
     first = store(work, at(wview, work, elem(0)), ir.TensorLoad(read, at(read_view, read, elem(0))))
     prev = ir.TensorLoad(work, at(wview, work, elem(r)))
     cur = ir.TensorLoad(read, at(read_view, read, elem(r + 1))).astype(dst.dtype)
-    step = store(work, at(wview, work, elem(r + 1)), prev + cur, loc=v.loc)
+    step = store(work, at(wview, work, elem(r + 1)), scan_step(v, prev, cur), loc=v.loc)
     scan = seq([first, for_(r, n - 1, step)]) if n > 1 else first
     iters = (rows + ctx.threads - 1) // ctx.threads
     if rows % ctx.threads:

@@ -1,4 +1,5 @@
-"""``T.cumsum(src, dst=None, dim=0, reverse=False)``: inclusive prefix sum along one dimension.
+"""``T.cumsum`` / ``T.cummax(src, dst=None, dim=0, reverse=False)``: inclusive prefix sum /
+maximum along one dimension (option ``op``: "sum" or "max").
 
 IR: ``tl.cumsum(src_region, dst_region)`` with ``dim`` and ``reverse``; ``dst``
 may be ``src`` (in place).
@@ -13,7 +14,14 @@ from ...lowering import irb
 from ...lowering.region import RegionView, _const
 from ..registry import TileOpDef, lower_rule
 
-CUMSUM = TileOpDef("cumsum", ("src", "dst"), {"dim": 0, "reverse": False})
+CUMSUM = TileOpDef("cumsum", ("src", "dst"), {"dim": 0, "reverse": False, "op": "sum"})
+
+
+def scan_step(v, prev, cur):
+    """One step of the scan: ``prev + cur`` (T.cumsum) or ``max(prev, cur)`` (T.cummax)."""
+    from tvm_tirx import tirx as _tirx
+
+    return _tirx.max(prev, cur) if v.op == "max" else prev + cur
 
 
 def cumsum_axes(v):
@@ -52,13 +60,17 @@ def lower_cumsum_cpu(v, ctx):
         def at(view, r):
             return view.index({**fixed, dim: r})
 
-        first = irb.store(dst.tensor, at(dst, pos(0)), ir.TensorLoad(src.tensor, at(src, pos(0))))
+        first = irb.store(
+            dst.tensor,
+            at(dst, pos(0)),
+            ir.TensorLoad(src.tensor, at(src, pos(0))).astype(dst.dtype),
+        )
 
         def step(rv):
             r = rv[0] + 1
             prev = ir.TensorLoad(dst.tensor, at(dst, pos(r - 1)))
             cur = ir.TensorLoad(src.tensor, at(src, pos(r))).astype(dst.dtype)
-            return irb.store(dst.tensor, at(dst, pos(r)), prev + cur, loc=v.loc)
+            return irb.store(dst.tensor, at(dst, pos(r)), scan_step(v, prev, cur), loc=v.loc)
 
         return irb.seq([first, irb.loop_nest([n - 1], step, names=["r"])])
 

@@ -88,6 +88,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         )
     kind, dtype = v.reduce_type, dst.dtype
     merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
+    nan = bool(v.nan_propagate) and dtype.startswith(("float", "bfloat"))
     t = ctx.thread_var
     n_d = d_layout.get_local_size()
     sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
@@ -104,7 +105,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         d_index[b] = x
     slot = inner.simplify(d_layout.map_forward_index(d_index)[0])
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
-    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value))
+    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value, nan))
     stmts.append(for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED))
     lanes = [g for g in gens if g < warp]
     warps = [g for g in gens if g >= warp]
@@ -112,13 +113,14 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
     cur = ir.TensorLoad(red, [ld2])
     body = []
     whole = None
-    if whole_warp is not None and sorted(lanes) == [1 << b for b in range(warp.bit_length() - 1)]:
+    whole_lanes = sorted(lanes) == [1 << b for b in range(warp.bit_length() - 1)]
+    if whole_warp is not None and whole_lanes and not nan:  # simd_max & co. drop NaNs
         whole = whole_warp(merge, cur, dtype)
     if whole is not None:
         body.append(store(red, [ld2], whole))
     else:
         for g in lanes:
-            body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype))))
+            body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype), nan)))
     if warps:
         ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
         ctx.extra_allocs.append(alloc(ws))
@@ -135,13 +137,13 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         order = sorted(span)
         total = ir.TensorLoad(ws, [base + order[0]])
         for o in order[1:]:
-            total = combine(merge, total, ir.TensorLoad(ws, [base + o]))
+            total = combine(merge, total, ir.TensorLoad(ws, [base + o]), nan)
         body.append(store(red, [ld2], total))
     if body:
         stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
     ld3 = ir.Var("ro", "int32")
     out = ir.TensorLoad(red, [ld3])
     if not v.clear:
-        out = combine(merge, ir.TensorLoad(dl, [ld3]), out)
+        out = combine(merge, ir.TensorLoad(dl, [ld3]), out, nan)
     stmts.append(for_(ld3, n_d, store(dl, [ld3], out, loc=v.loc), ir.ForKind.UNROLLED))
     return seq(stmts)

@@ -15,7 +15,11 @@ from ...lowering import irb
 from ...lowering.region import RegionView, _const
 from ..registry import TileOpDef, lower_rule
 
-REDUCE = TileOpDef("reduce", ("src", "dst"), {"reduce_type": "sum", "dim": -1, "clear": True})
+REDUCE = TileOpDef(
+    "reduce",
+    ("src", "dst"),
+    {"reduce_type": "sum", "dim": -1, "clear": True, "nan_propagate": False},
+)
 
 REDUCE_TYPES = ("sum", "max", "min", "abssum", "absmax", "bitand", "bitor", "bitxor")
 
@@ -36,12 +40,18 @@ def init_value(kind: str, dtype: str):
     raise ValueError(kind)
 
 
-def combine(kind: str, acc, value):
-    """``acc`` combined with one more ``value``."""
+def combine(kind: str, acc, value, nan_propagate: bool = False):
+    """``acc`` combined with one more ``value``. With ``nan_propagate`` a max/min is NaN as
+    soon as either side is (upstream's ``annotations={"nan_propagate": True}``); otherwise
+    a NaN operand may be dropped."""
     if kind in ("abssum", "absmax"):
         value = _tirx.abs(value)
     if kind in ("sum", "abssum"):
         return acc + value
+    if kind in ("max", "absmax", "min") and nan_propagate:
+        picked = _tirx.max(acc, value) if kind != "min" else _tirx.min(acc, value)
+        either = _tirx.any(_tirx.isnan(acc), _tirx.isnan(value))
+        return _tirx.Select(either, acc + value, picked)  # a NaN operand makes the sum NaN
     if kind in ("max", "absmax"):
         return _tirx.max(acc, value)
     if kind == "min":
@@ -101,7 +111,9 @@ def lower_reduce_cpu(v, ctx):
             s_idx = src.index({**{a: var for (a, b), var in zip(pairs, vars_)}, dim: rv[0]})
             value = ir.TensorLoad(src.tensor, s_idx).astype(acc_dtype)
             cur = ir.TensorLoad(dst.tensor, d_idx)
-            return irb.store(dst.tensor, d_idx, combine(kind, cur, value), loc=v.loc)
+            return irb.store(
+                dst.tensor, d_idx, combine(kind, cur, value, bool(v.nan_propagate)), loc=v.loc
+            )
 
         stmts.append(irb.loop_nest([src.extents[dim]], inner, names=["r"]))
         return irb.seq(stmts)

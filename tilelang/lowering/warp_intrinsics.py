@@ -1,0 +1,38 @@
+"""Names of the warp/block exchange intrinsics as the IR spells them (``call_extern`` of the
+CUDA intrinsic or ``tl::`` helper) and the ``T.*`` name each comes from. Shared by the
+frontend (``tilelang/language/warp.py``) and the CPU backend's ``warp_ops`` pass."""
+
+from __future__ import annotations
+
+WARP_SIZE = 32
+FULL_MASK = 0xFFFFFFFF
+
+# IR spelling -> the T.* name it comes from
+SHUFFLES = {
+    "__shfl_xor_sync": "shfl_xor",
+    "__shfl_down_sync": "shfl_down",
+    "__shfl_up_sync": "shfl_up",
+    "__shfl_sync": "shfl_sync",
+}
+VOTES = {
+    "__any_sync": "any_sync",
+    "__all_sync": "all_sync",
+    "__ballot_sync": "ballot_sync",
+    "__activemask": "activemask",
+    "__match_any_sync": "match_any_sync",
+    "tl::match_all_sync": "match_all_sync",
+}
+BLOCK_VOTES = {
+    "__syncthreads_count": "syncthreads_count",
+    "__syncthreads_and": "syncthreads_and",
+    "__syncthreads_or": "syncthreads_or",
+}
+REDUCTIONS = {
+    "tl::warp_reduce_sum<32, 1>": "warp_reduce_sum",
+    "tl::warp_reduce_max<32, 1>": "warp_reduce_max",
+    "tl::warp_reduce_min<32, 1>": "warp_reduce_min",
+    "tl::warp_reduce_bitand<32, 1>": "warp_reduce_bitand",
+    "tl::warp_reduce_bitor<32, 1>": "warp_reduce_bitor",
+}
+EXCHANGES = {**SHUFFLES, **VOTES, **BLOCK_VOTES, **REDUCTIONS}
+SYNC_WARP = "__syncwarp"
