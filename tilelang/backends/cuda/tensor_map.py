@@ -47,9 +47,10 @@ MAX_MAPS = 32
 
 # C host code: per-thread, 64-byte aligned storage for the tensor maps of one call. The
 # maps are encoded right before the launch that copies them into the kernel parameters.
+# (GNU spellings, valid in C and C++: TIRx's fallback builds the host code with g++.)
 HOST_HELPERS = f"""
-typedef struct {{ _Alignas(64) unsigned long long words[16]; }} __tl_tensor_map_t;
-static _Thread_local __tl_tensor_map_t __tl_tensor_maps[{MAX_MAPS}];
+typedef struct {{ unsigned long long words[16]; }} __attribute__((aligned(64))) __tl_tensor_map_t;
+static __thread __tl_tensor_map_t __tl_tensor_maps[{MAX_MAPS}];
 static void* {SLOT_FUNC}(int32_t i) {{ return &__tl_tensor_maps[i]; }}
 """
 
