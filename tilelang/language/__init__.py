@@ -57,6 +57,7 @@ from .hopper import (
     ws,
 )
 from .kernel import (
+    ClusterKernel,
     Kernel,
     KernelLaunchFrame,
     get_block_binding,

@@ -93,7 +93,7 @@ def test_ws_scopes_become_one_if_else_without_barriers():
     between = text[producer:consumer]
     assert re.search(r"\n\s*else:\n", between)
     assert "tl::mbarrier_wait" in between and "tl::mbarrier_arrive" in between
-    assert text.count("tl::mbarrier_init\"") == 6
+    assert text.count('tl::mbarrier_init"') == 6
 
 
 def test_unmarked_thread_branches_keep_their_barrier():
@@ -171,9 +171,7 @@ def _api_kernel(name):
     calls = {
         "alloc_barrier": lambda: T.alloc_barrier(1),
         "mbarrier_arrive": lambda: T.mbarrier_arrive(T.alloc_shared((1,), "uint64")[0]),
-        "mbarrier_wait_parity": lambda: T.mbarrier_wait_parity(
-            T.alloc_shared((1,), "uint64"), 0
-        ),
+        "mbarrier_wait_parity": lambda: T.mbarrier_wait_parity(T.alloc_shared((1,), "uint64"), 0),
         "mbarrier_expect_tx": lambda: T.mbarrier_expect_tx(T.alloc_shared((1,), "uint64"), 8),
         "fence_proxy_async": T.fence_proxy_async,
         "set_max_nreg": lambda: T.set_max_nreg(240, 1),
@@ -293,6 +291,29 @@ def test_bad_arguments_name_the_line(body, match):
     with pytest.raises(errors.TraceError, match=match) as info:
         _trace_error(body)
     assert f"{THIS_FILE}:{_line_of('BAD_CALL')}" in str(info.value)
+
+
+def test_cluster_launch_is_refused_naming_the_line():
+    with pytest.raises(errors.TraceError, match="cluster launches are not supported yet") as e:
+
+        @T.prim_func
+        def k(A: T.Tensor((128,), "float32")):
+            with T.ClusterKernel(4, cluster_dims=(2, 1, 1), threads=128):  # CLUSTER_LAUNCH
+                A[0] = 1.0
+
+    assert f"{THIS_FILE}:{_line_of('CLUSTER_LAUNCH')}" in str(e.value)
+
+    @T.prim_func
+    def one(A: T.Tensor((128,), "int32")):
+        with T.Kernel(1, threads=128, cluster_dims=1):
+            A[T.get_thread_binding()] = T.block_rank_in_cluster() + 5
+
+    text = str(_lower(one))
+    assert "tl::block_rank_in_cluster" in text
+    with pytest.raises(tilelang.CompileError, match="T.block_rank_in_cluster is not supported"):
+        tilelang.compile(one, target="cpu")
+    with pytest.raises(errors.CompileError, match="not supported on CUDA sm_80"):
+        _lower(one, "sm_80")
 
 
 def test_ws_on_cpu_is_not_supported():
@@ -419,7 +440,7 @@ def test_cluster_barriers_and_named_barriers_run_gpu():
             S = T.alloc_shared((256,), "float32")
             tx = T.get_thread_binding()
             T.cluster_sync()
-            S[tx] = A[tx] + 1.0
+            S[tx] = A[tx] + T.cast(T.block_rank_in_cluster(), "float32") + 1.0
             T.named_barrier_sync(1, 256)
             B[tx] = S[255 - tx]
             T.cluster_arrive()
