@@ -54,6 +54,7 @@ from .hopper import (
     warpgroup_arrive,
     warpgroup_commit_batch,
     warpgroup_wait,
+    wgmma_gemm,
     ws,
 )
 from .kernel import (

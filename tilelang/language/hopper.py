@@ -183,8 +183,72 @@ def warpgroup_wait(num_mma: int):
 
 
 def wait_wgmma(id: int):  # noqa: A002 - upstream name
-    """Upstream's name for :func:`warpgroup_wait`."""
+    """Wait until at most ``id`` wgmma groups are pending (``wgmma.wait_group``), then fence
+    the accumulators of this kernel's earlier ``T.wgmma_gemm`` calls so that their reads stay
+    after the wait."""
     warpgroup_wait(id)
+    for c in _wgmma_accumulators():
+        _emit(_op.WGMMA_FENCE_ACCUM, c)
+
+
+def _wgmma_accumulators() -> list:
+    st = builder.state()
+    kernel = st.kernels[-1] if st.kernels else None
+    return getattr(kernel, "_tl_wgmma_accumulators", [])
+
+
+def wgmma_gemm(
+    A,  # noqa: N803 - upstream API
+    B,  # noqa: N803
+    C,  # noqa: N803
+    transpose_A=False,  # noqa: N803
+    transpose_B=False,  # noqa: N803
+    policy=None,
+    clear_accum=False,
+    annotations=None,
+):
+    """``C += A @ B`` with wgmma (sm_90a) and no wait: the group stays pending until
+    ``T.wait_wgmma`` / ``T.warpgroup_wait``; C must not be read before. A gemm that cannot
+    lower to wgmma is a compile error (``T.gemm`` would pick another instruction)."""
+    from ..lowering.region import to_region
+    from ..ops.gemm import op as _gemm
+    from ..ops.gemm.wgmma_cuda import ATTR_DEFER_WAIT
+    from .tileop import GemmWarpPolicy
+
+    if annotations:
+        raise errors.TraceError(
+            f"{builder.user_where()}: T.wgmma_gemm: annotations are not supported, got "
+            f"{sorted(annotations)}"
+        )
+    st = builder.state()
+    if not st.kernels:
+        raise errors.TraceError(f"{builder.user_where()}: T.wgmma_gemm must be inside T.Kernel")
+    policy = GemmWarpPolicy.Square if policy is None else policy
+    regions = [
+        to_region(builder.unwrap(x), what=f"T.wgmma_gemm {n}")
+        for x, n in ((A, "A"), (B, "B"), (C, "C"))
+    ]
+    call = _gemm.GEMM.make(
+        *regions,
+        loc=builder.user_loc(),
+        transpose_A=bool(transpose_A),
+        transpose_B=bool(transpose_B),
+        policy=int(policy),
+        clear_accum=bool(clear_accum),
+    )
+    _gemm.gemm_dims(_gemm.GEMM.view(call))  # early shape check, names the user's line
+    attrs = dict(call.attrs.items())
+    attrs[ATTR_DEFER_WAIT] = True
+    attrs[_op.ATTR_EXPLICIT_WGMMA] = True
+    call = ir.Call(call.op.name, list(call.args), attrs=attrs, ty="void", loc=call.loc)
+    _emit(_op.WGMMA_GEMM)
+    _T.emit_(ir.Evaluate(call, loc=call.loc))
+    tensor = regions[2].source
+    kernel = st.kernels[-1]
+    accs = getattr(kernel, "_tl_wgmma_accumulators", [])
+    if not any(a.source.same_as(tensor) for a in accs):
+        accs.append(ir.TensorLoad(tensor, [ir.const(0, "int32")] * len(tensor.ty.shape)))
+    kernel._tl_wgmma_accumulators = accs
 
 
 def cluster_arrive():
@@ -302,6 +366,7 @@ __all__ = [
     "named_barrier_sync",
     "set_max_nreg",
     "wait_wgmma",
+    "wgmma_gemm",
     "warpgroup_arrive",
     "warpgroup_commit_batch",
     "warpgroup_wait",

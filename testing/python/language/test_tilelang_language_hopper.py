@@ -86,3 +86,28 @@ def test_ws_flattens_2d_threads():
                 A[0] = 1.0
 
     assert "ty * 64 + tx >= 128" in _ir(k).replace("tx + ty * 64", "ty * 64 + tx")
+
+
+def test_wgmma_gemm_defers_its_wait_and_wait_fences_accumulators():
+    @T.prim_func
+    def k(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 32), "float16")
+            B_s = T.alloc_shared((32, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            D_l = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.wgmma_gemm(A_s, B_s, C_l)
+            T.wgmma_gemm(A_s, B_s, D_l, clear_accum=True)
+            T.wgmma_gemm(A_s, B_s, C_l)
+            T.wait_wgmma(1)
+
+    text = _ir(k)
+    assert text.count('"tl.wgmma_gemm", []') == 3
+    assert text.count('"tl_explicit_wgmma": True') == 3
+    assert text.count('"tl_wgmma_defer_wait": True') == 3
+    assert '"tl.warpgroup_wait", [], attrs={"num_mma": 1}' in text
+    # one fence per distinct accumulator, after the wait
+    assert text.count('"tl.wait_wgmma", [C_l[0, 0]]') == 1
+    assert text.count('"tl.wait_wgmma", [D_l[0, 0]]') == 1

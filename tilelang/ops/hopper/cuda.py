@@ -144,3 +144,59 @@ def lower_block_rank_in_cluster(v, ctx):
     cell = v.out.source
     rank = _tirx.call_extern("tl::block_rank_in_cluster", ty="uint32")
     return ir.TensorStore(cell, list(v.out.indices), _tirx.Cast(str(cell.ty.dtype), rank))
+
+
+@lower_rule("wait_wgmma", "cuda")
+def lower_wgmma_fence_accum(v, ctx):
+    """``tl::wgmma_fence_operand<R>`` on the accumulator's registers (after the wait)."""
+    require_sm90(v, ctx, "wait_wgmma", arch_specific=True)
+    local = ctx.local_of(v.c.source)
+    regs = 1
+    for extent in local.ty.shape:
+        regs *= int(extent)
+    addr = _tirx.address_of(ir.TensorLoad(local, [ir.const(0, "int32")]))
+    return _call(f"tl::wgmma_fence_operand<{regs}>", addr)
+
+
+@lower_rule("wgmma_gemm", "cuda")
+def lower_wgmma_gemm_marker(v, ctx):
+    require_sm90(v, ctx, "wgmma_gemm", arch_specific=True)
+    return None
+
+
+def _explicit_wgmma_rule(inner, backend):
+    """The gemm rule of ``backend``, refusing a ``T.wgmma_gemm`` that cannot lower to wgmma
+    (any backend but CUDA; on CUDA below sm_90a or when the layouts are not wgmma's)."""
+
+    def rule(v, ctx):
+        attrs = v.call.attrs
+        if attrs is not None and op.ATTR_EXPLICIT_WGMMA in attrs:
+            if backend != "cuda":
+                raise errors.compile_error(
+                    f"T.wgmma_gemm is not supported on the {backend} target", v.loc
+                )
+            from ..gemm.wgmma_cuda import lowers_to_wgmma
+
+            require_sm90(v, ctx, "wgmma_gemm", arch_specific=True)
+            if not lowers_to_wgmma(v, ctx):
+                raise errors.compile_error(
+                    "T.wgmma_gemm: this gemm cannot use wgmma (operand types, tile shape, "
+                    "thread count or layouts; T.gemm picks another instruction for it)",
+                    v.loc,
+                )
+        return inner(v, ctx)
+
+    rule.__doc__ = inner.__doc__
+    rule._explicit_wgmma = True
+    return rule
+
+
+def _install_explicit_wgmma_check():
+    from .. import registry
+
+    for key, current in list(registry._LOWERINGS.items()):
+        if key[0] == "gemm" and not getattr(current, "_explicit_wgmma", False):
+            registry._LOWERINGS[key] = _explicit_wgmma_rule(current, key[1])
+
+
+_install_explicit_wgmma_check()

@@ -30,3 +30,13 @@ NAMED_BARRIER_SYNC = TileOpDef("named_barrier_sync", ("barrier_id", "thread_coun
 WS = TileOpDef("ws", (), {"groups": []})
 #: ``T.block_rank_in_cluster()``: stores the rank into the one-element cell ``out``.
 BLOCK_RANK_IN_CLUSTER = TileOpDef("block_rank_in_cluster", ("out",), {})
+#: After ``T.wait_wgmma``: a compiler fence on the registers of an accumulator ``c`` of an
+#: earlier ``T.wgmma_gemm`` (its reads must not move above the wait).
+WGMMA_FENCE_ACCUM = TileOpDef("wait_wgmma", ("c",), {})
+
+#: Call attribute of a ``tl.gemm`` recorded by ``T.wgmma_gemm``: it must lower to wgmma and
+#: leaves its group pending (``tl_wgmma_defer_wait``).
+ATTR_EXPLICIT_WGMMA = "tl_explicit_wgmma"
+#: Emitted in front of the ``tl.gemm`` of a ``T.wgmma_gemm``: only CUDA has a rule (so the
+#: other targets refuse it at the user's line); it lowers to nothing.
+WGMMA_GEMM = TileOpDef("wgmma_gemm", (), {})

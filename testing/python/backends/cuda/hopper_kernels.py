@@ -132,3 +132,27 @@ def make_ws_gemm(
                         C[row, col0 + j] = acc[j]
 
     return main
+
+
+def make_wgmma_gemm(M, N, K, bM=64, bN=64, bK=32, threads=128, wait=True, dtype="float16"):
+    """``C = A @ B`` with ``T.wgmma_gemm`` (no implicit wait) and an explicit
+    ``T.wait_wgmma(0)`` before the shared tiles are rewritten (``wait=False`` omits it)."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), dtype)
+            B_s = T.alloc_shared((bK, bN), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, bK)):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[k * bK, bx * bN], B_s)
+                T.wgmma_gemm(A_s, B_s, C_l)  # WGMMA_GEMM
+                if wait:
+                    T.wait_wgmma(0)
+            T.copy(C_l, C[by * bM, bx * bN])
+
+    return main

@@ -21,7 +21,7 @@ from tilelang.backends.cuda import pipeline
 from tilelang.testing.cuda_emulator import EmulationError, emulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hopper_kernels import make_matvec, make_ws_gemm  # noqa: E402
+from hopper_kernels import make_matvec, make_wgmma_gemm, make_ws_gemm  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 THIS_FILE = Path(__file__).name
@@ -79,6 +79,59 @@ def test_separate_loops_deadlock_in_lockstep_emulation():
     args = [np.ones((64, 160), np.float16), np.ones((160, 64), np.float16)]
     with pytest.raises(EmulationError, match="never return"):
         emulate(lowered, *args, np.zeros((64, 64), np.float32))
+
+
+@pytest.mark.parametrize("mode", ["late_writes", "late_reads"])
+@pytest.mark.parametrize("M,N,K", [(72, 80, 100), (128, 64, 64)])
+def test_wgmma_gemm_with_explicit_wait_emulated(M, N, K, mode):
+    """T.wgmma_gemm leaves its group pending; T.wait_wgmma(0) completes it and fences the
+    accumulators. The emulator lands wgmma writes (or reads) late, at the wait."""
+    from test_gemm_wgmma_emulation import emulate_wgmma
+
+    lowered = _lower(make_wgmma_gemm(M, N, K))
+    text = str(lowered)
+    commit = text.index("tl::wgmma_commit")
+    assert text.index("tl::wgmma_wait<0>", commit) < text.index("tl::wgmma_fence_operand", commit)
+    rng = np.random.default_rng(M * N + K)
+    a = rng.integers(-3, 4, (M, K)).astype(np.float16)
+    b = rng.integers(-3, 4, (K, N)).astype(np.float16)
+    (_, _, c), _ = emulate_wgmma(lowered, a, b, np.full((M, N), np.nan, np.float32), mode=mode)
+    np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+def test_wgmma_gemm_without_wait_is_caught_emulated():
+    from test_gemm_wgmma_emulation import emulate_wgmma
+
+    lowered = _lower(make_wgmma_gemm(64, 64, 64, wait=False))
+    assert "tl::wgmma_wait" not in str(lowered)
+    a, b = np.ones((64, 64), np.float16), np.ones((64, 64), np.float16)
+    with pytest.raises(EmulationError, match="pending"):
+        emulate_wgmma(lowered, a, b, np.zeros((64, 64), np.float32), mode="late_writes")
+
+
+def test_wgmma_gemm_errors_name_the_line():
+    line = f"hopper_kernels.py:{_kernel_line('WGMMA_GEMM')}:"
+    with pytest.raises(
+        errors.CompileError, match="T.wgmma_gemm is not supported on CUDA sm_80"
+    ) as e:
+        _lower(make_wgmma_gemm(64, 64, 64), "sm_80")
+    assert line in str(e.value)
+    with pytest.raises(
+        tilelang.CompileError, match="T.wgmma_gemm is not supported on the cpu"
+    ) as e:
+        tilelang.compile(make_wgmma_gemm(64, 64, 64), target="cpu")
+    assert line in str(e.value)
+    with pytest.raises(errors.CompileError, match="T.wgmma_gemm: this gemm cannot use wgmma") as e:
+        _lower(make_wgmma_gemm(64, 64, 64, threads=64))
+    assert line in str(e.value)
+
+
+def _kernel_line(tag):
+    path = Path(__file__).resolve().parent / "hopper_kernels.py"
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.rstrip().endswith(f"# {tag}"):
+            return i
+    raise AssertionError(tag)
 
 
 # --------------------------------------------------------------------- lowering shape
@@ -412,6 +465,21 @@ def test_ws_gemm_matches_torch_gpu(shape, stages, interleaved):
     kernel(a, b, c)
     torch.cuda.synchronize()
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 776, 520), (77, 130, 45)])
+def test_wgmma_gemm_matches_torch_gpu(shape):
+    import torch
+
+    M, N, K = shape
+    kernel = _load(make_wgmma_gemm(M, N, K))
+    a = torch.randn((M, K), device="cuda", dtype=torch.float16)
+    b = torch.randn((K, N), device="cuda", dtype=torch.float16)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-3, atol=1e-2)
 
 
 @pytest.mark.cuda
