@@ -369,6 +369,44 @@ def test_cluster_launch_is_refused_naming_the_line():
         _lower(one, "sm_80")
 
 
+def _ws_with(body_kind):
+    @T.prim_func
+    def k(A: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=256):
+            S = T.alloc_shared((128,), "float32")
+            with T.ws(1):
+                if body_kind == "copy":
+                    T.copy(A, S)  # WS_COPY
+                elif body_kind == "parallel":
+                    for i in T.Parallel(128):  # WS_PARALLEL
+                        B[i] = A[i]
+                elif body_kind == "sync":
+                    T.sync_threads()  # WS_SYNC
+                else:
+                    for i in T.Pipelined(4, num_stages=2):  # WS_PIPE
+                        B[i] = A[i]
+
+    return k
+
+
+@pytest.mark.parametrize(
+    "kind,what,tag",
+    [
+        ("copy", "T.copy", "WS_COPY"),
+        ("parallel", "T.Parallel", "WS_PARALLEL"),
+        ("sync", "T.sync_threads", "WS_SYNC"),
+        ("pipe", "T.Pipelined", "WS_PIPE"),
+    ],
+)
+def test_block_wide_ops_inside_ws_are_refused(kind, what, tag):
+    """They are partitioned over all threads: in a warpgroup scope part would never run."""
+    with pytest.raises(errors.CompileError, match=rf"{what} inside a T.ws scope") as e:
+        _lower(_ws_with(kind))
+    # a loop is named by the first line of its body
+    lines = (_line_of(tag), _line_of(tag) + 1) if kind in ("parallel", "pipe") else (_line_of(tag),)
+    assert any(f"{THIS_FILE}:{n}: " in str(e.value) for n in lines), str(e.value)
+
+
 def test_ws_on_cpu_is_not_supported():
     @T.prim_func
     def k(A: T.Tensor((256,), "float32")):

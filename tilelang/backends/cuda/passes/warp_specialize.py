@@ -135,3 +135,105 @@ def merge_ws_branches(body, thread_var):
     if thread_var is None:
         return body
     return _Merge(thread_var)(body)
+
+
+#: Tile ops a ``T.ws`` scope may hold: the explicit Hopper API (per-thread instructions).
+_WS_ALLOWED_OPS = frozenset(
+    {
+        "ws",
+        "mbarrier_arrive",
+        "mbarrier_expect_tx",
+        "mbarrier_arrive_expect_tx",
+        "mbarrier_wait_parity",
+        "fence_proxy_async",
+        "set_max_nreg",
+        "warpgroup_arrive",
+        "warpgroup_commit_batch",
+        "warpgroup_wait",
+        "wait_wgmma",
+        "named_barrier_arrive",
+        "named_barrier_sync",
+        "block_rank_in_cluster",
+    }
+)
+
+
+def check_ws_scopes(body):
+    """CompileError (at the op's line) for a tile op, ``T.Parallel`` or ``T.Pipelined`` loop
+    inside a ``T.ws`` scope: they are partitioned over all the block's threads, so inside a
+    warpgroup scope part of their work would silently never run (and a block barrier there
+    would hang the block)."""
+    import tvm_ffi
+
+    from .... import errors
+    from ....ops import tile_op_of
+
+    problems = []
+
+    def check_scope(stmt):
+        def visit_eval(e):
+            found = tile_op_of(e)
+            if found is not None and found[0].name not in _WS_ALLOWED_OPS:
+                problems.append(
+                    (
+                        f"T.{found[0].name} inside a T.ws scope is not supported yet (tile "
+                        "ops are partitioned over the whole block; write per-thread code there)",
+                        found[1].loc,
+                    )
+                )
+
+        def visit_for(f):
+            ann = f.annotations or {}
+            if "tl.parallel" in ann or "num_stages" in ann:
+                what = "T.Parallel" if "tl.parallel" in ann else "T.Pipelined"
+                problems.append(
+                    (
+                        f"{what} inside a T.ws scope is not supported yet (its iterations are "
+                        "partitioned over the whole block; use T.serial with the thread index)",
+                        _first_loc(f),
+                    )
+                )
+
+        tvm_ffi.structural_walk(stmt, [(ir.Evaluate, visit_eval), (ir.For, visit_for)])
+
+    def visit_if(s):
+        if _starts_with_ws_op(s.then_case):
+            check_scope(s.then_case)
+
+    # exceptions raised inside the walk's callbacks would lose their type: collect, then raise
+    tvm_ffi.structural_walk(body, [(ir.If, visit_if)])
+    if problems:
+        message, loc = problems[0]
+        raise errors.compile_error(message, loc)
+
+
+def _first_loc(stmt):
+    """The location of ``stmt`` or, when it has none (loops), of the first statement inside
+    that has one."""
+    import tvm_ffi
+
+    found = []
+
+    def visit(x):
+        if not found and errors_where(x.loc):
+            found.append(x.loc)
+
+    if errors_where(stmt.loc):
+        return stmt.loc
+    tvm_ffi.structural_walk(stmt, [(ir.Stmt, visit)])
+    return found[0] if found else stmt.loc
+
+
+def errors_where(loc) -> bool:
+    from .... import errors
+
+    return bool(errors.where(loc))
+
+
+def _starts_with_ws_op(stmt) -> bool:
+    from ....ops import tile_op_of
+
+    while isinstance(stmt, ir.SeqStmt) and len(stmt.seq):
+        stmt = stmt.seq[0]
+    found = tile_op_of(stmt)
+    return found is not None and found[0].name == "ws"
