@@ -502,7 +502,7 @@ def test_ws_gemm_matches_torch_gpu(shape, stages, interleaved):
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
     kernel(a, b, c)
     torch.cuda.synchronize()
-    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-3, atol=1e-2)
 
 
 @pytest.mark.cuda
