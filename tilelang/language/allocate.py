@@ -87,7 +87,3 @@ def alloc_global(shape, dtype, scope="global"):
             )
     return _alloc(shape, dtype, "global")
 
-
-def alloc_barrier(arrive_count):
-    """Not supported by this backend set yet."""
-    raise errors.TraceError("T.alloc_barrier is not supported yet")

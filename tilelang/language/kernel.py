@@ -30,6 +30,7 @@ class KernelLaunchFrame:
         if len(threads) > 3:
             raise errors.TraceError("T.Kernel takes at most 3 thread dimensions")
         _check_launch(list(blocks), threads)
+        _check_cluster_dims(cluster_dims)
         self.blocks = list(blocks)
         self.threads = threads
         self.is_cpu = is_cpu
@@ -120,6 +121,35 @@ def _check_launch(blocks, threads) -> None:
                 f"T.Kernel: {value} blocks in grid dimension {axis}, but a grid has at most "
                 f"{limit} there; put the largest extent first (grid x allows {MAX_GRID_DIMS[0]})"
             )
+
+
+def _check_cluster_dims(cluster_dims):
+    """Clusters of one block are an ordinary launch; larger ones are refused (not run as
+    one-block clusters, which would change what ``T.block_rank_in_cluster`` returns)."""
+    if cluster_dims is None:
+        return
+    dims = [cluster_dims] if isinstance(cluster_dims, int) else list(cluster_dims)
+    if len(dims) > 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise errors.TraceError(
+            f"T.Kernel: cluster_dims must be up to 3 positive "
+            f"integers, got {cluster_dims!r}"
+        )
+    if any(d != 1 for d in dims):
+        raise errors.TraceError(
+            f"T.Kernel(cluster_dims={cluster_dims!r}): thread-block "
+            "cluster launches are not supported yet (T.cluster_* barriers and "
+            "T.block_rank_in_cluster work in the one-block clusters of an ordinary launch)"
+        )
+
+
+def ClusterKernel(*blocks, cluster_dims, threads=None, prelude=None):
+    """``T.Kernel`` with a thread-block cluster shape (upstream's spelling)."""
+    return KernelLaunchFrame(
+        *blocks,
+        threads=128 if threads is None else threads,
+        cluster_dims=cluster_dims,
+        prelude=prelude,
+    )
 
 
 def _current() -> KernelLaunchFrame:

@@ -432,6 +432,8 @@ class _Machine:
             if op == "init_fence":
                 return None
             return getattr(self.barriers, op)(self, args, mask)
+        if fname.startswith(("tl::fence_proxy_async", "tl::set_max_nreg<")):
+            return None  # ordering / register budget only (hopper.h)
         if fname.startswith(("tl::copy_vec<", "tl::zero_vec<")):
             return self._copy_vec(fname, args, mask)
         if fname == "tl::is_aligned":

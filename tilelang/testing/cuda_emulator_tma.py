@@ -10,7 +10,8 @@ Models what ``backends/cuda/passes/tma_lowering.py`` emits:
   outside the tensor zero-filled, written compactly (innermost fastest) through the
   swizzle (``tensor_map.hw_swizzle`` on shared-pool byte addresses), and its bytes are
   counted on ``bar``;
-* mbarriers: ``tl::mbarrier_init`` / ``_arrive_expect_tx`` / ``_wait`` track arrivals,
+* mbarriers: ``tl::mbarrier_init`` / ``_arrive_expect_tx`` / ``_wait`` (and hopper.h's
+  ``_arrive`` / ``_expect_tx``) track arrivals,
   pending transaction bytes and completed phases; a wait whose phase cannot have completed
   (it would spin forever on a GPU) raises :class:`EmulationError`, as does a load counted
   on a barrier that expects fewer bytes.
@@ -134,6 +135,19 @@ class Barriers:
             s["tx"] += nbytes
             s["arrived"] += 1
             self._maybe_complete(s)
+
+    def arrive(self, machine, args, mask):
+        """``tl::mbarrier_arrive(bar)`` (hopper.h): one arrival per active thread."""
+        for key in self._key(machine, args[0], mask):
+            s = self._get(key)
+            s["arrived"] += 1
+            self._maybe_complete(s)
+
+    def expect_tx(self, machine, args, mask):
+        """``tl::mbarrier_expect_tx(bar, n)`` (hopper.h): n more pending bytes, no arrival."""
+        nbytes = int(machine.scalar(args[1]))
+        for key in self._key(machine, args[0], mask):
+            self._get(key)["tx"] += nbytes
 
     def complete_tx(self, key, nbytes):
         s = self._get(key)

@@ -37,6 +37,7 @@ from .passes.lower_parallel import lower_parallel
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
+from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
 from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
 
 
@@ -65,6 +66,12 @@ def stage_rasterize_blocks(func, state):
     """``T.use_swizzle``: blocks renumbered in panels for L2 reuse (before anything reads
     blockIdx). Assumes a traced kernel; guarantees no ``tl.use_swizzle`` remains."""
     return rasterize_blocks(func)
+
+
+def stage_check_ws_scopes(func, state):
+    """``T.ws`` scopes hold only per-thread code (``passes/warp_specialize.py``)."""
+    check_ws_scopes(func.body)
+    return func
 
 
 def stage_layout_inference(func, state):
@@ -148,8 +155,10 @@ def stage_hoist_allocs(func, state):
 
 
 def stage_insert_sync(func, state):
-    """``__syncthreads`` wherever shared memory is handed from some threads to others."""
-    return func.with_body(insert_sync(func.body, state.thread_var))
+    """``__syncthreads`` wherever shared memory is handed from some threads to others
+    (warp-specialized ``T.ws`` branches chained first: ``passes/warp_specialize.py``)."""
+    body = merge_ws_branches(func.body, state.thread_var)
+    return func.with_body(insert_sync(body, state.thread_var))
 
 
 def stage_bounds_check(func, state):
@@ -205,6 +214,7 @@ def stage_tma_host_encode(func, state):
 #: The CUDA pipeline, in order.
 STAGES = [
     ("rasterize_blocks", stage_rasterize_blocks),
+    ("check_ws_scopes", stage_check_ws_scopes),
     ("layout_inference", stage_layout_inference),
     ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", stage_apply_shared_layouts),
