@@ -80,9 +80,14 @@ class PassConfigKey(str, Enum):
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     """CUDA sm_90+: keep cp.async for the copies of ``T.Pipelined`` loops instead of TMA
     (``cp.async.bulk.tensor`` boxes of a host-encoded tensor map, completing on one mbarrier
-    per stage; ``backends/cuda/passes/tma_lowering.py``). Default: False (TMA wherever a
-    copy allows it; the function attribute ``tl.tma`` of ``tilelang.lower``'s output says
-    which copies use it and why the others do not)."""
+    per stage; ``backends/cuda/passes/tma_lowering.py``). ``False`` turns TMA on wherever a
+    copy allows it (the function attribute ``tl.tma`` of ``tilelang.lower``'s output says
+    which copies use it and why the others do not). Unset, tilelang keeps cp.async (upstream's
+    default is TMA on): without warp specialization every thread waits on the stage's
+    mbarrier, and the README GEMM measured 0.66-0.71x torch.matmul with TMA against
+    0.74-0.76x with cp.async at 8192³ on the H200 (benchmark/RESULTS.md, session 4). A TMA
+    kernel refuses, with a clear error at the call, a tensor whose data pointer is not
+    16-byte aligned."""
 
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
@@ -217,6 +222,8 @@ def build_options(pass_configs) -> dict:
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "copy_schedule": schedule,
-        "disable_tma": flag(PassConfigKey.TL_DISABLE_TMA_LOWER, False),
+        # unset: no TMA (measured slower than cp.async without warp specialization, see the
+        # key's docstring); an explicit False turns it on
+        "disable_tma": flag(PassConfigKey.TL_DISABLE_TMA_LOWER, True),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
     }

@@ -86,4 +86,3 @@ def alloc_global(shape, dtype, scope="global"):
                 f"{builder.user_where()}: T.alloc_global needs a static shape, got {shape}"
             )
     return _alloc(shape, dtype, "global")
-

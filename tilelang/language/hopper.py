@@ -59,9 +59,7 @@ def _count(value, name: str, what: str):
             return v
         v = builder.static_value(v)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise errors.TraceError(
-            f"T.{name}: {what} must be a non-negative integer, got {value!r}"
-        )
+        raise errors.TraceError(f"T.{name}: {what} must be a non-negative integer, got {value!r}")
     return ir.const(v, "int32")
 
 
@@ -84,7 +82,7 @@ def mbarrier_arrive(mbarrier, cta_id=None):
     """One arrival of each calling thread on ``mbarrier`` (``mbarrier.arrive``)."""
     if cta_id is not None:
         raise errors.TraceError(
-            f"T.mbarrier_arrive with cta_id (arriving on a peer "
+            "T.mbarrier_arrive with cta_id (arriving on a peer "
             "CTA's cluster barrier) is not supported"
         )
     _emit(_op.MBARRIER_ARRIVE, _barrier(mbarrier, "mbarrier_arrive"))
@@ -142,13 +140,10 @@ def set_max_nreg(reg_count: int, is_inc: int):
         or not (24 <= reg_count <= 256 and reg_count % 8 == 0)
     ):
         raise errors.TraceError(
-            f"T.set_max_nreg: reg_count must be a multiple of 8 in "
-            f"24..256, got {reg_count!r}"
+            f"T.set_max_nreg: reg_count must be a multiple of 8 in 24..256, got {reg_count!r}"
         )
     if is_inc not in (0, 1, True, False):
-        raise errors.TraceError(
-            f"T.set_max_nreg: is_inc must be 0 or 1, got {is_inc!r}"
-        )
+        raise errors.TraceError(f"T.set_max_nreg: is_inc must be 0 or 1, got {is_inc!r}")
     _emit(_op.SET_MAX_NREG, reg_count=reg_count, is_inc=int(is_inc))
 
 
@@ -176,8 +171,7 @@ def warpgroup_wait(num_mma: int):
     """``wgmma.wait_group.sync.aligned num_mma``: at most ``num_mma`` groups stay pending."""
     if isinstance(num_mma, bool) or not isinstance(num_mma, int) or not 0 <= num_mma <= 7:
         raise errors.TraceError(
-            f"T.warpgroup_wait: num_mma must be an integer in 0..7, "
-            f"got {num_mma!r}"
+            f"T.warpgroup_wait: num_mma must be an integer in 0..7, got {num_mma!r}"
         )
     _emit(_op.WARPGROUP_WAIT, num_mma=num_mma)
 
@@ -217,12 +211,11 @@ def wgmma_gemm(
 
     if annotations:
         raise errors.TraceError(
-            f"T.wgmma_gemm: annotations are not supported, got "
-            f"{sorted(annotations)}"
+            f"T.wgmma_gemm: annotations are not supported, got {sorted(annotations)}"
         )
     st = builder.state()
     if not st.kernels:
-        raise errors.TraceError(f"T.wgmma_gemm must be inside T.Kernel")
+        raise errors.TraceError("T.wgmma_gemm must be inside T.Kernel")
     policy = GemmWarpPolicy.Square if policy is None else policy
     regions = [
         to_region(builder.unwrap(x), what=f"T.wgmma_gemm {n}")
@@ -309,8 +302,7 @@ class WarpSpecializeFrame:
             isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in warp_group_idx
         ):
             raise errors.TraceError(
-                f"T.ws needs warpgroup indices (integers >= 0), "
-                f"got {warp_group_idx!r}"
+                f"T.ws needs warpgroup indices (integers >= 0), got {warp_group_idx!r}"
             )
         self.groups = sorted(set(warp_group_idx))
         self._stack = contextlib.ExitStack()
@@ -318,7 +310,7 @@ class WarpSpecializeFrame:
     def __enter__(self):
         st = builder.state()
         if not st.kernels:
-            raise errors.TraceError(f"T.ws must be used inside T.Kernel")
+            raise errors.TraceError("T.ws must be used inside T.Kernel")
         kernel = st.kernels[-1]
         tid, stride = None, 1
         for var, extent in zip(kernel.thread_vars, kernel.threads):

@@ -131,8 +131,7 @@ def _check_cluster_dims(cluster_dims):
     dims = [cluster_dims] if isinstance(cluster_dims, int) else list(cluster_dims)
     if len(dims) > 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
         raise errors.TraceError(
-            f"T.Kernel: cluster_dims must be up to 3 positive "
-            f"integers, got {cluster_dims!r}"
+            f"T.Kernel: cluster_dims must be up to 3 positive integers, got {cluster_dims!r}"
         )
     if any(d != 1 for d in dims):
         raise errors.TraceError(

@@ -777,7 +777,8 @@ class _Machine:
     def _run_AssertStmt(self, stmt, mask):
         c = np.broadcast_to(self.eval(stmt.condition, mask), (self.lanes,))
         if not np.all(c[np.broadcast_to(mask, (self.lanes,))]):
-            raise EmulationError(f"assertion failed: {stmt.message}")
+            text = " ".join(str(getattr(p, "value", p)) for p in stmt.message_parts)
+            raise EmulationError(f"assertion failed: {text}")
 
     def _run_TensorStore(self, stmt, mask):
         b = self.buf(stmt.dest)

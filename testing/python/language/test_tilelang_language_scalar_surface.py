@@ -373,7 +373,7 @@ def test_gpu_matches_cpu(rng):
     try:
         y = torch.zeros(37)
         tilelang.compile(assume_kernel(), target="cpu")(y, 5, 30)
-    except ValueError as err:  # the GPU machine has no LLVM backend: nothing to compare with
+    except (ValueError, tilelang.CompileError) as err:  # no LLVM backend on the GPU machine
         assert "target.build.llvm" in str(err)
         return
     torch.testing.assert_close(x.cpu(), y)

@@ -394,6 +394,22 @@ def host_encode_stmts(specs) -> list:
             shift_value = ir.prim.Cast(
                 "int32", ir.prim.floordiv(misalign, ir.const(nbytes, "uint64"))
             )
+            # A map widened to the 16-byte boundary below the tensor was not accepted on the
+            # H200 (the kernel hit an illegal instruction): refuse such a pointer at the call.
+            stmts.append(
+                ir.AssertStmt(
+                    ir.prim.EQ(misalign, ir.const(0, "uint64")),
+                    ir.StringImm("ValueError"),
+                    [
+                        ir.StringImm(
+                            f"{spec.tensor.name}: TMA needs a 16-byte aligned data pointer; "
+                            "pass an aligned tensor (e.g. .contiguous() of a fresh "
+                            "allocation) or build without TMA (pass config "
+                            "tl.disable_tma_lower=True, the default)"
+                        )
+                    ],
+                )
+            )
             stmts.append(ir.Bind(spec.shift, shift_value))
             ptr_ty = ir.PtrType(ir.PrimType(spec.dtype), "global")
             base = tirx.ptr_byte_offset(base, spec.shift * (-nbytes), ty=ptr_ty)

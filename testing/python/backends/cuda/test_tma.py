@@ -30,6 +30,7 @@ from gemm_kernels import make  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 NO_TMA = {"tl.disable_tma_lower": True}
+TMA = {"tl.disable_tma_lower": False}  # TMA is opt-in (engine/pass_config.py)
 
 
 # ------------------------------------------------------------------------ box plans
@@ -131,7 +132,7 @@ def test_descriptor_dtypes():
 
 # ------------------------------------------------------------------ lowering decisions
 def _lower(func, configs=None, arch="sm_90a"):
-    return pipeline.lower(func, {"kind": "cuda", "arch": arch}, configs)
+    return pipeline.lower(func, {"kind": "cuda", "arch": arch}, TMA if configs is None else configs)
 
 
 def _tma_attr(func):
@@ -177,7 +178,8 @@ def test_tilelang_lower_shows_the_decision():
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
-    out = tilelang.lower(make(M=256, N=256, K=256, bK=64, stages=3), target=SM90A)
+    func = make(M=256, N=256, K=256, bK=64, stages=3)
+    out = tilelang.lower(func, target=SM90A, pass_configs=TMA)
     planned = str(out.stages["pipeline_planning"])
     assert '"tl.tma": ["loop k: A -> A_shared: TMA' in planned
     assert "tma_host_encode" in out.stages
@@ -228,7 +230,7 @@ def test_fallback_reason_is_recorded():
                 T.gemm(As, Bs, Cf)
             T.copy(Cf, C[by * 128, bx * 128])
 
-    f = _lower(main, {"tl.disable_wgmma": True, "tl.mma_split_pipeline": False})
+    f = _lower(main, {**TMA, "tl.disable_wgmma": True, "tl.mma_split_pipeline": False})
     notes = _tma_attr(f)
     assert notes and "cp.async (A -> As: no TMA box/swizzle" in notes[0], notes
     assert "tma_load" not in str(f) and "tl::cp_async_gs" in str(f)
@@ -256,11 +258,14 @@ def test_batched_copy_has_a_rank3_map():
     )
     from tilelang.testing.cuda_emulator import emulate
 
-    for aligned in (True, False):  # False: the base is one element past 16 bytes (shift 1)
-        a = np.random.default_rng(3).standard_normal((3, 200, 64)).astype(np.float16)
-        c = np.zeros_like(a)
-        emulate(f, a, c, aligned=aligned)
-        np.testing.assert_array_equal(c, a * np.float16(2))
+    a = np.random.default_rng(3).standard_normal((3, 200, 64)).astype(np.float16)
+    c = np.zeros_like(a)
+    emulate(f, a, c, aligned=True)
+    np.testing.assert_array_equal(c, a * np.float16(2))
+    # a base one element past 16 bytes is refused at the call (the H200 rejected the widened
+    # map with an illegal instruction), not read through a shifted map
+    with pytest.raises(Exception, match="16-byte aligned data pointer"):
+        emulate(f, a, np.zeros_like(a), aligned=False)
 
 
 # -------------------------------------------------------------------------- emulated
@@ -342,7 +347,7 @@ def test_sass_has_utmaldg_syncs_hgmma(bN):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
     func = make(M=1000, N=1000, K=1000, bM=128, bN=bN, bK=64, threads=256, stages=3)
-    art = pipeline.build(func, SM90A, compiler="nvcc")
+    art = pipeline.build(func, SM90A, TMA, compiler="nvcc")
     assert "const __grid_constant__ CUtensorMap A_tmap" in art.kernel_source
     assert "__tl_tensor_map_slot" in art.host_source
     assert "tma.h" in art.meta["extra_headers"]
@@ -367,7 +372,7 @@ def _gpu_run(func, M, N, K, dtype, ta, tb):
     a = torch.randn((K, M) if ta else (M, K), device="cuda", dtype=tdt)
     b = torch.randn((N, K) if tb else (K, N), device="cuda", dtype=tdt)
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
-    load_kernel(pipeline.build(func, {"kind": "cuda"}))(a, b, c)
+    load_kernel(pipeline.build(func, {"kind": "cuda"}, TMA))(a, b, c)
     torch.cuda.synchronize()
     ref = (a.T if ta else a).double() @ (b.T if tb else b).double()
     return c.double(), ref
@@ -420,7 +425,7 @@ def test_tma_repeated_calls_and_threads_gpu():
     func = make(M=M, N=N, K=K, bM=128, bN=128, bK=64, threads=256, stages=3)
     from tilelang.backends.cuda import load_kernel
 
-    kernel = load_kernel(pipeline.build(func, {"kind": "cuda"}))
+    kernel = load_kernel(pipeline.build(func, {"kind": "cuda"}, TMA))
     errors = []
 
     def work(seed):
@@ -497,18 +502,23 @@ def test_dynamic_row_length_keeps_synchronous_copies():
 @pytest.mark.cuda
 @pytest.mark.parametrize("offset", [1, 3, 8])
 def test_tma_base_off_16_bytes_gpu(offset):
-    """Tensors that start ``offset`` elements into an allocation (element-aligned only): the
-    map starts at the 16-byte boundary below and the kernel shifts its coordinates."""
+    """Tensors that start ``offset`` elements into an allocation: 16-byte aligned ones run,
+    others are refused with a clear error at the call (a widened map hit an illegal
+    instruction on the H200), never a crash."""
     import torch
 
     from tilelang.backends.cuda import load_kernel
 
     M, N, K = 264, 200, 328
     func = make(M=M, N=N, K=K, bM=128, bN=128, bK=64, threads=256, stages=3)
-    kernel = load_kernel(pipeline.build(func, {"kind": "cuda"}))
+    kernel = load_kernel(pipeline.build(func, {"kind": "cuda"}, TMA))
     a = torch.randn(M * K + offset, device="cuda", dtype=torch.float16)[offset:].view(M, K)
     b = torch.randn(K * N + offset, device="cuda", dtype=torch.float16)[offset:].view(K, N)
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    if (offset * 2) % 16:
+        with pytest.raises(Exception, match="16-byte aligned"):
+            kernel(a, b, c)
+        return
     kernel(a, b, c)
     torch.cuda.synchronize()
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-2, atol=5e-2)
