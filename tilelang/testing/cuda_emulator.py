@@ -446,6 +446,8 @@ class _Machine:
             return tf32_round(self.eval(args[0], mask))
         if fname == "printf":
             return self._printf(args, mask)
+        if fname == "__syncwarp":  # lanes run in lockstep here: a warp is always converged
+            return None
         if fname == "__trap":
             threads = np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0].tolist()
             raise DeviceTrap(f"__trap() in block {self.block_index}, threads {threads}")
