@@ -11,9 +11,9 @@ scales (bf16 out). int8: C (int32) against ``torch._int_mm``. CUDA events, media
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
+from matmul import time_ms  # CUDA events around each call, median (benchmark/matmul.py)
 
 import tilelang
 import tilelang.language as T
@@ -44,21 +44,6 @@ def gemm_8bit(M, N, K, bM, bN, bK, threads, stages, dtype, acc, out):
             T.copy(C_f, C[by * bM, bx * bN])
 
     return main
-
-
-def time_ms(fn, iters: int, warmup: int = 10) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main():

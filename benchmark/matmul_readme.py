@@ -13,9 +13,9 @@ process as torch.matmul; the table gives TFLOP/s and the ratio to torch.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
+from matmul import time_ms  # CUDA events around each call, median (benchmark/matmul.py)
 
 import tilelang
 import tilelang.language as T
@@ -45,21 +45,6 @@ def matmul(M, N, K, block_M, block_N, block_K, threads, num_stages, dtype, pass_
             T.copy(C_local, C[by * block_M, bx * block_N])
 
     return tilelang.compile(main, out_idx=[-1], target="cuda", pass_configs=pass_configs)
-
-
-def time_ms(fn, iters: int, warmup: int = 10) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def _config_value(text: str):
