@@ -36,13 +36,20 @@ class CpuArtifact:
         return self.lib_bytes
 
     def function(self):
-        """The kernel's packed function (the library is loaded once, when first needed)."""
+        """The kernel's packed function (the library is loaded once, when first needed).
+
+        With the library's bytes at hand (a cache entry, verified when read) it is loaded
+        from a private copy: the mapping of a shared cache file would fault (SIGBUS) if
+        another process truncated or rewrote that file in place."""
         if self.module is None:
-            if not self.lib_path or not os.path.exists(self.lib_path):
-                raise FileNotFoundError(
-                    f"the CPU kernel library {self.lib_path!r} is gone and was never loaded"
-                )
-            self.module = tvm_ffi.load_module(self.lib_path)
+            if self.lib_bytes is not None:
+                self.module = _load_private_copy(self.lib_bytes)
+            else:
+                if not self.lib_path or not os.path.exists(self.lib_path):
+                    raise FileNotFoundError(
+                        f"the CPU kernel library {self.lib_path!r} is gone and was never loaded"
+                    )
+                self.module = tvm_ffi.load_module(self.lib_path)
         return self.module[self.entry]
 
     def save(self, directory) -> Path:
@@ -116,6 +123,18 @@ _FORMAT_VERSION = 1
 _LIB_FILE = "kernel.so"
 _SOURCE_FILE = "kernel_source.py"
 _META_FILE = "meta.json"
+
+
+def _load_private_copy(data: bytes):
+    """``tvm_ffi.load_module`` of ``data`` written to a file of our own, unlinked once loaded
+    (the mapping keeps the unlinked file alive; nothing else can change it)."""
+    fd, tmp = tempfile.mkstemp(prefix="tilelang_cpu_", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return tvm_ffi.load_module(tmp)
+    finally:
+        os.unlink(tmp)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
