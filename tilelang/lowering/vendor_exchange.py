@@ -32,13 +32,14 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from .. import errors
+from .atomic_mem import NAMES as ATOMIC_MEM
 from .stmt import contains
 from .warp_intrinsics import EXCHANGES, REDUCTIONS, SHUFFLES, SYNC_WARP, VOTES
 
 _ASSUME = "prim.assume"
 _LDG = "__ldg"
 #: every name this pass looks at -> its T.* name
-_NAMES = {**EXCHANGES, SYNC_WARP: "sync_warp", _LDG: "__ldg"}
+_NAMES = {**EXCHANGES, SYNC_WARP: "sync_warp", _LDG: "__ldg", **ATOMIC_MEM}
 _HIP_SHUFFLES = {
     "__shfl_xor_sync": "__shfl_xor",
     "__shfl_down_sync": "__shfl_down",
@@ -140,6 +141,8 @@ def _rocm_call(name, call):
         return value
     if name == SYNC_WARP:
         return _tirx.call_extern("__builtin_amdgcn_wave_barrier", ty="void")
+    if name in ATOMIC_MEM:
+        raise _Refusal(tname, "no ROCm lowering yet")
     if name in VOTES:
         raise _Refusal(tname, "its 32-bit lane mask describes a CUDA warp, not a wavefront")
     return call  # __syncthreads_count/and/or and __ldg: HIP built-ins
@@ -148,6 +151,8 @@ def _rocm_call(name, call):
 def _metal_call(name, call):
     if name == _LDG:
         return call.args[1].args[0]  # __ldg(address_of(A[i])) -> A[i]
+    if name in ATOMIC_MEM:
+        raise _Refusal(_NAMES[name], "no Metal lowering yet")
     raise _Refusal(_NAMES[name], "no warp exchange lowering for Metal simdgroups yet")
 
 
