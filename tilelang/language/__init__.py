@@ -204,9 +204,10 @@ globals()["__ldg"] = _ldg  # T.__ldg(A[i]): a read-only-cache load
 # ---- end T.* surface block ----
 
 # ---- T.* surface, part 2 (issue 10 item 2): vectorized / memory-ordered atomics,
-# alloc_buffer, access_ptr, dp4a.
+# alloc_buffer, access_ptr, dp4a, reducers.
 # isort: split
 from .atomic_ext import atomic_addx2, atomic_addx4, atomic_load, atomic_store  # noqa: E402
 from .builtin_ext import access_ptr, alloc_buffer, dp4a  # noqa: E402
+from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update  # noqa: E402
 
 # ---- end T.* surface part 2 ----
