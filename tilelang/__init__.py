@@ -24,7 +24,7 @@ from .engine.driver import lower  # noqa: F401
 from .engine.pass_config import PassConfigKey  # noqa: F401
 from .env import env  # noqa: F401
 from .errors import CompileError, KernelArgumentError, TileLangError, TraceError  # noqa: F401
-from .jit import compile, jit  # noqa: F401
+from .jit import JITImpl, compile, jit  # noqa: F401
 from .jit.kernel import JITKernel  # noqa: F401
 from .jit.par_compile import par_compile  # noqa: F401
 from .layout import Fragment, Layout  # noqa: F401

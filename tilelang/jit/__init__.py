@@ -7,12 +7,12 @@ below it stores artifacts and knows nothing of kernels.
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import tvm_ffi
 
 from .. import cache as _disk
+from .impl import JITImpl  # noqa: F401
 from .kernel import JITKernel
 
 _MEMORY_CACHE: dict = {}
@@ -72,6 +72,22 @@ def _freeze(value):
     return value
 
 
+def _out_idx_of(func, out_idx):
+    attrs = getattr(func, "attrs", None)
+    if not attrs or "tilelang_out_idx" not in attrs:
+        return out_idx
+    declared = [int(i) for i in attrs["tilelang_out_idx"]]
+    if out_idx is None:
+        return declared
+    given = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    n = len(func.params)
+    if [i % n for i in given] != [i % n for i in declared]:
+        raise ValueError(
+            f"out_idx {out_idx} conflicts with the function's T.empty outputs {declared}"
+        )
+    return out_idx
+
+
 def compile(  # noqa: A001 - upstream name
     func,
     out_idx=None,
@@ -82,9 +98,14 @@ def compile(  # noqa: A001 - upstream name
     pass_configs=None,
     compile_flags=None,
 ):
-    """Compile a ``T.prim_func`` for ``target``; cached in memory by IR, target and options."""
+    """Compile a ``T.prim_func`` for ``target``; cached in memory by IR, target and options.
+
+    A function traced from an eager ``@tilelang.jit`` body names its ``T.empty`` outputs
+    in its ``tilelang_out_idx`` attribute; it is used when ``out_idx`` is not given.
+    """
     from ..backends.registry import resolve_target
 
+    out_idx = _out_idx_of(func, out_idx)
     resolved = resolve_target(target)
     key = (
         tvm_ffi.structural_hash(func),
@@ -110,29 +131,6 @@ def compile(  # noqa: A001 - upstream name
     return kernel
 
 
-class _JitFactory:
-    """``@tilelang.jit`` over a function returning a prim_func: call it with shapes, get a kernel."""
-
-    def __init__(self, fn, options):
-        self.fn = fn
-        self.options = options
-        self._kernels: dict = {}
-        functools.update_wrapper(self, fn)
-
-    def __call__(self, *args, **kwargs):
-        key = (_freeze(args), _freeze(kwargs))
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            func = self.fn(*args, **kwargs)
-            kernel = compile(func, **self.options)
-            self._kernels[key] = kernel
-        return kernel
-
-    def get_tir(self, *args, **kwargs):
-        """The traced TIRx function, without compiling it."""
-        return self.fn(*args, **kwargs)
-
-
 def jit(
     func=None,
     *,
@@ -144,8 +142,15 @@ def jit(
     pass_configs=None,
     debug_root_path=None,
     compile_flags=None,
+    mode="auto",
 ):
-    """Decorator: compile a kernel factory (or a prim_func) on first use, as upstream TileLang does."""
+    """Decorator: compile a kernel on first use, as upstream TileLang does.
+
+    Over a factory returning a ``@T.prim_func`` (lazy form) calls return the kernel; over
+    a kernel body (eager form: tensors annotated in the body, ``T.const``, ``T.empty``)
+    calls run it and return its outputs. ``mode`` ("auto", "lazy", "eager") forces the
+    form; upstream sets it as the ``mode`` attribute of the returned ``JITImpl``.
+    """
     options = dict(
         out_idx=out_idx,
         target=target,
@@ -156,7 +161,7 @@ def jit(
 
     def wrap(fn):
         if callable(fn) and not hasattr(fn, "params"):
-            return _JitFactory(fn, options)
+            return JITImpl(fn, options, mode=mode, debug_root_path=debug_root_path)
         return compile(fn, **options)  # a prim_func given directly
 
     return wrap if func is None else wrap(func)

@@ -30,6 +30,7 @@ from .allocate import (
     alloc_var,
 )
 from .debug import device_assert, print  # noqa: A004 - upstream names
+from .eager import const, empty
 from .entry import macro, prim_func
 from .kernel import (
     Kernel,

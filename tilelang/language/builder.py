@@ -93,6 +93,7 @@ class TraceState:
     ir_if_depth: int = 0
     kernels: list = field(default_factory=list)  # active T.Kernel frames
     uses_atomics: bool = False
+    stop_at_kernel: bool = False  # phase 1 of an eager @tilelang.jit (language/eager.py)
 
 
 _STATE: list[TraceState] = []

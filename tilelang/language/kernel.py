@@ -38,6 +38,10 @@ class KernelLaunchFrame:
 
     def __enter__(self):
         st = builder.state()
+        if st.stop_at_kernel:  # phase 1 of an eager @tilelang.jit ends at its first kernel
+            from .eager import StopAtKernel
+
+            raise StopAtKernel
         if st.kernels:
             raise errors.TraceError("T.Kernel frames cannot be nested")
         for axis, extent in zip(_AXES, self.blocks):

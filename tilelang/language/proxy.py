@@ -40,6 +40,27 @@ class TensorAnnotation:
         raise TypeError("write T.Tensor((M, N), dtype), not T.Tensor[...]")
 
 
+class _Subscriptable:
+    """A ``T.Tensor``-style annotation factory that also takes upstream's subscript form:
+    ``T.Tensor[(M, K), T.float16]`` is ``T.Tensor((M, K), T.float16)``."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        self.__name__ = fn.__name__
+        self.__qualname__ = fn.__qualname__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __getitem__(self, key):
+        return self._fn(*key) if isinstance(key, tuple) else self._fn(key)
+
+    def __repr__(self):
+        return f"T.{self.__name__}"
+
+
 def Tensor(shape, dtype="float32", data=None, strides=None, scope="global"):  # noqa: N802
     """Annotation of a tensor parameter: ``A: T.Tensor((M, K), "float16")``.
 
@@ -75,6 +96,11 @@ def Buffer(shape, dtype="float32", data=None, strides=None, scope="global"):  # 
 def StridedTensor(shape, strides, dtype="float32"):  # noqa: N802
     """A tensor parameter with explicit element strides (a non-contiguous view)."""
     return Tensor(shape, dtype, strides=strides)
+
+
+Tensor = _Subscriptable(Tensor)
+Buffer = _Subscriptable(Buffer)
+StridedTensor = _Subscriptable(StridedTensor)
 
 
 def dynamic(name: str, dtype: str = "int32"):

@@ -41,13 +41,13 @@ from ....layout import Fragment
 from ....layout import expr as E
 from ....layout.annotation import contiguous_vectors
 from ....lowering.cuda_context import LayoutInferContext
-from ....lowering.target_info import backend_of
 from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
     default_fragment,
     project_fragment,
     replicated_fragment,
     same_threads,
 )
+from ....lowering.target_info import backend_of
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
 
