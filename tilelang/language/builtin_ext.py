@@ -17,7 +17,7 @@ from __future__ import annotations
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
-from .. import errors
+from .. import dtypes, errors
 from ..lowering.region import is_tensor
 from . import allocate, builder
 
@@ -105,7 +105,6 @@ def _shifted(load, k):
 def dp4a(A, B, C):
     """``C[0] += A[0]*B[0] + ... + A[3]*B[3]`` in int32 over int8 ``A``, ``B`` (element starts,
     slices or tensors; the four values lie along the last axis)."""
-    from .. import dtypes
 
     builder.state()
     a, b, c = (_start(x, "dp4a", w) for x, w in ((A, "A"), (B, "B"), (C, "C")))
@@ -118,3 +117,28 @@ def dp4a(A, B, C):
         prod = dtypes.convert(_shifted(a, k), "int32") * dtypes.convert(_shifted(b, k), "int32")
         total = total + prod
     builder.store(c.source, list(c.indices), total)
+
+
+#: ``T.tfloat32``: tensor-float-32 operands. Stored as float32 (4 bytes, torch.float32), as
+#: upstream does; ``T.gemm`` on 32-bit float tiles runs the tf32 ``mma.m16n8k8`` on CUDA (a
+#: 10-bit mantissa product) and exact float32 arithmetic on CPU.
+tfloat32 = dtypes.dtype("float32")
+
+
+def tvm_storage_sync(scope="shared", *args):
+    """A barrier for ``scope``: ``"shared"`` / ``"shared.dyn"`` -> ``T.sync_threads()``,
+    ``"warp"`` -> ``T.sync_warp()``; any other scope is an error."""
+    from .misc import sync_threads
+    from .warp import sync_warp
+
+    if args:
+        raise errors.TraceError(
+            "T.tvm_storage_sync: barrier id / thread-count arguments are not supported"
+        )
+    if scope in ("shared", "shared.dyn"):
+        return sync_threads()
+    if scope == "warp":
+        return sync_warp()
+    raise errors.TraceError(
+        f"T.tvm_storage_sync: scope must be 'shared', 'shared.dyn' or 'warp', got {scope!r}"
+    )

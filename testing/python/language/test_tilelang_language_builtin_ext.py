@@ -183,3 +183,92 @@ def test_gpu_matches_cpu(rng):
     tilelang.compile(dp4a_kernel(19), target="cuda")(x.cuda(), y.cuda(), C)
     ref = (x.long() * y.long()).sum(1)
     assert torch.equal(C.cpu().long(), ref)
+
+
+# ----------------------------------------------------------------- T.tfloat32, T.tvm_storage_sync
+def tf32_gemm(M, N, K, bM=32, bN=32, bK=16):
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), T.tfloat32),
+        B: T.Tensor((K, N), T.tfloat32),
+        C: T.Tensor((M, N), T.float32),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            As = T.alloc_shared((bM, bK), T.tfloat32)
+            Bs = T.alloc_shared((bK, bN), T.tfloat32)
+            Cf = T.alloc_fragment((bM, bN), T.float32)
+            T.clear(Cf)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=2):
+                T.copy(A[by * bM, k * bK], As)
+                T.copy(B[k * bK, bx * bN], Bs)
+                T.gemm(As, Bs, Cf)
+            T.copy(Cf, C[by * bM, bx * bN])
+
+    return main
+
+
+def test_tfloat32_gemm_cpu(rng):
+    M, N, K = 45, 37, 50
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    C = torch.zeros(M, N)
+    fa, fb = torch.from_numpy(a).float(), torch.from_numpy(b).float()
+    tilelang.compile(tf32_gemm(M, N, K), target="cpu")(fa, fb, C)
+    ref = fa.double().numpy() @ fb.double().numpy()
+    np.testing.assert_allclose(C.double().numpy(), ref, rtol=1e-4, atol=1e-4)
+    assert T.tfloat32.as_torch() is torch.float32 and T.tfloat32.bits == 32
+
+
+def storage_sync_kernel(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=n):
+            tid = T.get_thread_binding(0)
+            S = T.alloc_shared((n,), "float32")
+            S[tid] = A[tid]
+            T.tvm_storage_sync("shared")
+            B[tid] = S[n - 1 - tid] + S[(tid + 1) % n]
+
+    return main
+
+
+def test_tvm_storage_sync(rng):
+    n = 48
+    a = rng.standard_normal(n)
+    B = torch.zeros(n)
+    tilelang.compile(storage_sync_kernel(n), target="cpu")(torch.from_numpy(a).float(), B)
+    ref = a[::-1] + np.roll(a, -1)
+    np.testing.assert_allclose(B.double().numpy(), ref, rtol=1e-6, atol=1e-6)
+
+    def bad_scope():
+        @T.prim_func
+        def main(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=8):
+                T.tvm_storage_sync("global")
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError, match="scope must be 'shared'"):
+        bad_scope()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("target", [SM80, SM90], ids=["sm_80", "sm_90a"])
+def test_nvcc_builds_tf32_and_sync(target):
+    art = cuda_pipeline.build(tf32_gemm(45, 37, 50), target, compiler="nvcc")
+    assert art.device_binary
+    assert "tf32" in art.kernel_source
+    art = cuda_pipeline.build(storage_sync_kernel(48), target, compiler="nvcc")
+    assert "__syncthreads" in art.kernel_source
+
+
+@pytest.mark.cuda
+def test_tfloat32_gemm_gpu(rng):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    M, N, K = 45, 37, 50
+    fa = torch.from_numpy(rng.standard_normal((M, K))).float()
+    fb = torch.from_numpy(rng.standard_normal((K, N))).float()
+    C = torch.zeros(M, N, device="cuda")
+    tilelang.compile(tf32_gemm(M, N, K), target="cuda")(fa.cuda(), fb.cuda(), C)
+    ref = fa.double() @ fb.double()
+    torch.testing.assert_close(C.cpu().double(), ref, rtol=1e-2, atol=5e-2)  # tf32 products
