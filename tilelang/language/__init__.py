@@ -208,7 +208,14 @@ globals()["__ldg"] = _ldg  # T.__ldg(A[i]): a read-only-cache load
 # alloc_buffer, access_ptr, dp4a, reducers.
 # isort: split
 from .atomic_ext import atomic_addx2, atomic_addx4, atomic_load, atomic_store  # noqa: E402
-from .builtin_ext import access_ptr, alloc_buffer, dp4a, tfloat32, tvm_storage_sync  # noqa: E402
+from .builtin_ext import (  # noqa: E402
+    access_ptr,
+    alloc_buffer,
+    dp4a,
+    tfloat32,
+    thread_binding,
+    tvm_storage_sync,
+)
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update  # noqa: E402
 
 # ---- end T.* surface part 2 ----

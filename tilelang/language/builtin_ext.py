@@ -142,3 +142,41 @@ def tvm_storage_sync(scope="shared", *args):
     raise errors.TraceError(
         f"T.tvm_storage_sync: scope must be 'shared', 'shared.dyn' or 'warp', got {scope!r}"
     )
+
+
+_AXES = {"threadIdx.x": 0, "threadIdx.y": 1, "threadIdx.z": 2}
+
+
+def thread_binding(start, stop=None, thread=None, *, annotations=None):
+    """Inside ``T.Kernel``: the thread index of axis ``thread`` (``"threadIdx.x"``, ``.y``,
+    ``.z``), as upstream's ``tx = T.thread_binding(0, threads, thread="threadIdx.x")``. The
+    range ``[start, stop)`` must cover the kernel's threads on that axis, starting at 0."""
+    from . import kernel
+
+    if thread is None and isinstance(stop, str):
+        start, stop, thread = 0, start, stop
+    elif stop is None:
+        start, stop = 0, start
+    if thread not in _AXES:
+        raise errors.TraceError(
+            f"T.thread_binding: thread must be one of {list(_AXES)}, got {thread!r}"
+        )
+    builder.state()
+    frame = kernel._current()
+    axis = _AXES[thread]
+    if axis >= len(frame.thread_vars):
+        raise errors.TraceError(
+            f"T.thread_binding: {thread} is not launched by the enclosing T.Kernel "
+            f"(threads={list(frame.threads)})"
+        )
+    begin = builder.static_value(builder.unwrap(start))
+    if begin != 0:
+        raise errors.TraceError(f"T.thread_binding: start must be 0, got {start}")
+    extent = builder.static_value(builder.unwrap(stop))
+    launched = builder.static_value(builder.unwrap(frame.threads[axis]))
+    if extent is not None and launched is not None and extent != launched:
+        raise errors.TraceError(
+            f"T.thread_binding: {thread} spans {extent} threads but the enclosing T.Kernel "
+            f"launches {launched} on that axis"
+        )
+    return frame.thread_vars[axis]

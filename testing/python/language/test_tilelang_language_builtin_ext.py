@@ -272,3 +272,59 @@ def test_tfloat32_gemm_gpu(rng):
     tilelang.compile(tf32_gemm(M, N, K), target="cuda")(fa.cuda(), fb.cuda(), C)
     ref = fa.double() @ fb.double()
     torch.testing.assert_close(C.cpu().double(), ref, rtol=1e-2, atol=5e-2)  # tf32 products
+
+
+# ----------------------------------------------------------------------------- T.thread_binding
+def binding_kernel(nx, ny):
+    @T.prim_func
+    def main(A: T.Tensor((ny, nx), "float32"), B: T.Tensor((ny, nx), "float32")):
+        with T.Kernel(1, threads=(nx, ny)):
+            tx = T.thread_binding(0, nx, thread="threadIdx.x")
+            ty = T.thread_binding(ny, "threadIdx.y")
+            B[ty, tx] = A[ty, tx] * 3 + tx - ty
+
+    return main
+
+
+def test_thread_binding(rng):
+    nx, ny = 24, 5
+    a = rng.standard_normal((ny, nx))
+    B = torch.zeros(ny, nx)
+    tilelang.compile(binding_kernel(nx, ny), target="cpu")(torch.from_numpy(a).float(), B)
+    ref = a * 3 + np.arange(nx)[None, :] - np.arange(ny)[:, None]
+    np.testing.assert_allclose(B.double().numpy(), ref, rtol=1e-5, atol=1e-5)
+
+    def wrong_extent():
+        @T.prim_func
+        def main(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=8):
+                tx = T.thread_binding(0, 16, thread="threadIdx.x")
+                A[tx] = 0.0
+
+        return main
+
+    def no_axis():
+        @T.prim_func
+        def main(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=8):
+                ty = T.thread_binding(0, 8, thread="threadIdx.y")
+                A[ty] = 0.0
+
+        return main
+
+    for make, words in [(wrong_extent, "spans 16 threads"), (no_axis, "not launched")]:
+        with pytest.raises(tilelang.TileLangError, match=words):
+            make()
+    if shutil.which("nvcc"):  # the CUDA backend launches one thread dimension
+        art = cuda_pipeline.build(binding_1d(96), SM80, compiler="nvcc")
+        assert "threadIdx.x" in art.kernel_source and art.device_binary
+
+
+def binding_1d(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=n):
+            tx = T.thread_binding(0, n, thread="threadIdx.x")
+            A[tx] = A[tx] + tx
+
+    return main
