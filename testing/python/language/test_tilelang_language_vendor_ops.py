@@ -137,3 +137,45 @@ def test_rocm_refuses_16bit_non_xor_shuffle(monkeypatch):
 def test_hipcc_builds_lowered_warp_ops(op):
     artifact = tilelang.lower(kernel(op), target="hip")
     assert "__global__" in artifact.stages["source"]
+
+
+def _new_surface_kernels():
+    from test_tilelang_language_atomic_ext import addx_kernel
+    from test_tilelang_language_builtin_ext import (
+        binding_1d,
+        dp4a_kernel,
+        ptr_kernel,
+        scale_kernel,
+        storage_sync_kernel,
+        tf32_gemm,
+    )
+    from test_tilelang_language_reducer import rows_kernel, two_loops_kernel
+
+    return {
+        "atomic_addx2": lambda: addx_kernel(37, 12, 2, "float32", 2),
+        "atomic_addx4": lambda: addx_kernel(37, 12, 4, "float32", 2),
+        "alloc_buffer": lambda: scale_kernel(37, 23),
+        "access_ptr": lambda: ptr_kernel(7, 13, 3),
+        "dp4a": lambda: dp4a_kernel(19),
+        "tfloat32": lambda: tf32_gemm(45, 37, 50),
+        "tvm_storage_sync": lambda: storage_sync_kernel(48),
+        "thread_binding": lambda: binding_1d(96),
+        "reducer": lambda: rows_kernel(13, 37, "max", init=1.0),
+        "reducer_int": lambda: two_loops_kernel(45, "int32"),
+    }
+
+
+@pytest.mark.parametrize("target", ["hip", "metal"])
+@pytest.mark.parametrize("name", sorted(_new_surface_kernels()))
+def test_new_surface_lowers_or_is_refused(name, target, monkeypatch):
+    """The other new T.* names: HIP / MSL source, or a CompileError naming the target."""
+    monkeypatch.setattr("tilelang.backends.rocm.build.find_toolchain", lambda: None)
+    kind = "rocm" if target == "hip" else "metal"
+    func = _new_surface_kernels()[name]()
+    try:
+        source = tilelang.lower(func, target=target).stages["source"]
+    except errors.CompileError as err:
+        assert f"is not supported on the {kind} target" in str(err), str(err)
+        return
+    assert ("__global__" if kind == "rocm" else "kernel void") in source
+    assert not _CUDA_ONLY.search(source)
