@@ -23,7 +23,9 @@ import torch.nn.functional as F
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
+import plotting  # noqa: E402
 from example_mha_fwd_bshd import flashattn  # noqa: E402
 
 import tilelang  # noqa: E402
@@ -52,7 +54,10 @@ def main():
         default=None,
         help="bMxbN/threads/stages configs, e.g. 128x128/256/2 (default: 128x128/256/2 128x64/128/2 64x64/128/1)",
     )
+    plotting.add_plot_argument(parser)
     args = parser.parse_args()
+    plotting.check(args.plot)
+    plot_rows = []
     configs = CONFIGS
     if args.configs:
         configs = []
@@ -90,8 +95,14 @@ def main():
                 err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
                 if not err < 1e-2:
                     print(f"{str(causal):>7} {label:>31}  wrong result (rel err {err:.3g})")
+                    plot_rows.append(
+                        {"group": f"causal={causal}", "label": label.strip(), "ratio": None}
+                    )
                     continue
                 t = bench(lambda: kernel(q, k, v), warmup=10, rep=args.iters, device="cuda")  # noqa: B023
+                plot_rows.append(
+                    {"group": f"causal={causal}", "label": label.strip(), "ratio": t_ref / t}
+                )
                 print(
                     f"{str(causal):>7} {label:>31} {t:9.3f} {flops / t / 1e9:9.1f} {t_ref:9.3f} {t_ref / t:6.2f}"
                 )
@@ -99,6 +110,13 @@ def main():
                 print(
                     f"{str(causal):>7} {label:>31}  failed: {type(err).__name__}: {str(err)[:120]}"
                 )
+                plot_rows.append(
+                    {"group": f"causal={causal}", "label": label.strip(), "ratio": None}
+                )
+    if plot_rows:
+        plotting.plot_ratios(
+            plot_rows, args.plot, title=f"FlashAttention fwd / torch SDPA, b={b} h={h} s={s} d={d}"
+        )
 
 
 if __name__ == "__main__":

@@ -44,23 +44,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmark"))
 
+import plotting  # noqa: E402
+
 import tilelang.language as T  # noqa: E402
 
 
 def _cfg(
-    bM, bN, bK, threads, stages, path="wgmma", raster=0, in_flight=True, after=False, split=True
+    bM, bN, bK, threads, stages, path="wgmma", raster=0, in_flight=True, after=False, split=True,
+    tma=True,
 ):  # fmt: skip
     name = f"{bM}x{bN}x{bK}/{threads}t/{stages}s"
     name += (f"+r{raster}" if raster else "") + ("-ovl" if not in_flight else "")
     name += ("+ca" if after else "") + ("-nosplit" if not split else "")
+    name += "-cpasync" if not tma else ""
     return dict(
         name=name, bM=bM, bN=bN, bK=bK, threads=threads, stages=stages, path=path,
-        raster=raster, in_flight=in_flight, after=after, split=split,
+        raster=raster, in_flight=in_flight, after=after, split=split, tma=tma,
     )  # fmt: skip
 
 
 #: ``+rP``: rasterized in panels of P tile rows; ``-ovl``: no wgmma group kept in flight;
-#: ``+ca``: the iteration's copies issued after the wgmma batch (tl.wgmma_copies_after).
+#: ``+ca``: the iteration's copies issued after the wgmma batch (tl.wgmma_copies_after);
+#: ``-cpasync``: cp.async copies instead of TMA on sm_90+ (tl.disable_tma_lower).
 CONFIGS = [
     _cfg(128, 256, 64, 256, 4),
     _cfg(128, 256, 64, 256, 4, raster=8),
@@ -111,6 +116,12 @@ EXTRA = [
     _cfg(128, 256, 64, 256, 2, path="mma"),
     _cfg(256, 128, 64, 256, 3, path="mma"),
     _cfg(128, 128, 64, 128, 3, path="mma", raster=8),
+    # wgmma with cp.async copies (the default before TMA pipelining), for comparison
+    _cfg(128, 256, 64, 256, 4, tma=False),
+    _cfg(128, 256, 64, 256, 3, tma=False),
+    _cfg(128, 128, 64, 256, 3, tma=False),
+    _cfg(128, 128, 64, 256, 3),
+    _cfg(128, 256, 64, 256, 3),
 ]
 
 
@@ -148,7 +159,7 @@ def arch_of_device() -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-def build(func, arch, in_flight=True, after=False, split=True):
+def build(func, arch, in_flight=True, after=False, split=True, tma=True):
     """A callable ``kern(a, b, c)`` and how it was built (``tilelang.compile`` with the
     configuration's code-generation choices as pass configs, so each is its own cache entry)."""
     import tilelang
@@ -157,6 +168,7 @@ def build(func, arch, in_flight=True, after=False, split=True):
         "tl.wgmma_in_flight": in_flight,
         "tl.wgmma_copies_after": after,
         "tl.mma_split_pipeline": split,
+        "tl.disable_tma_lower": not tma,
     }
     kernel = tilelang.compile(func, target={"kind": "cuda", "arch": arch}, pass_configs=configs)
     return kernel, "tilelang.compile"
@@ -196,7 +208,9 @@ def main():
     parser.add_argument("--configs", choices=["all", "wgmma", "mma", "extra"], default="all")
     parser.add_argument("--only", nargs="+", default=None, help="config names to run")
     parser.add_argument("--sustain", type=float, default=0.0, help="seconds per sustained run")
+    plotting.add_plot_argument(parser)
     args = parser.parse_args()
+    plotting.check(args.plot)
     arch = arch_of_device()
     print(f"device: {torch.cuda.get_device_name()} ({arch}), torch {torch.__version__}")
     pool = CONFIGS + EXTRA
@@ -226,7 +240,9 @@ def main():
                         size, size, size, cfg["bM"], cfg["bN"], cfg["bK"], cfg["threads"],
                         cfg["stages"], dtype, dtype, cfg["raster"],
                     )  # fmt: skip
-                    kern, how = build(func, target, cfg["in_flight"], cfg["after"], cfg["split"])
+                    kern, how = build(
+                        func, target, cfg["in_flight"], cfg["after"], cfg["split"], cfg["tma"]
+                    )
                     c.fill_(float("nan"))
                     kern(a, b, c)
                     check(c, a, b, size)
@@ -260,6 +276,16 @@ def main():
             f"{size:>6} {dtype:>9} {name:>24} {path:>14} {how:>16} {t:>9.3f} {tf:>9.1f} "
             f"{ratio:>6.2f}"
         )
+    plot_rows = [
+        {"group": f"{size} {dtype}", "label": f"{name} {path}", "ratio": ratio}
+        for size, dtype, name, path, how, t, tf, ratio in rows
+    ]
+    plot_rows += [
+        {"group": f"{size} {dtype} sustained", "label": name, "ratio": ratio}
+        for size, dtype, name, tf, mhz, watts, capped, ratio in sustained
+    ]
+    if plot_rows:
+        plotting.plot_ratios(plot_rows, args.plot, title="tilelang GEMM / torch.matmul (TFLOP/s)")
     if sustained:
         print(
             f"\nsustained ({args.sustain:.0f} s each; torch = mean of the windows before and after)"

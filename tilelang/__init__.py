@@ -25,8 +25,10 @@ from .engine.pass_config import PassConfigKey  # noqa: F401
 from .env import env  # noqa: F401
 from .errors import CompileError, KernelArgumentError, TileLangError, TraceError  # noqa: F401
 from .jit import JITImpl, compile, jit  # noqa: F401
+from .jit.autograd import autograd_function  # noqa: F401
 from .jit.kernel import JITKernel  # noqa: F401
 from .jit.par_compile import par_compile  # noqa: F401
+from .jit.torch_op import torch_op  # noqa: F401
 from .layout import Fragment, Layout  # noqa: F401
 from .math import cdiv, next_power_of_2  # noqa: F401
 from .profiler import Profiler, TensorSupplyType  # noqa: F401

@@ -7,6 +7,8 @@ import re
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
+from . import errors
+
 _ALIASES = {
     "float": "float32",
     "half": "float16",
@@ -54,6 +56,31 @@ class dtype(str):  # noqa: N801 - upstream spells it T.float16, a dtype object
         return as_torch(self)
 
 
+_KNOWN = re.compile(
+    r"(bool|u?int(1|4|8|16|32|64)|float(16|32|64)|bfloat16|float[468]_e\w+|handle|void)"
+    r"(x\d+)?"
+)
+
+
+class UnknownDTypeError(errors.TileLangError, TypeError):
+    """A dtype name tilelang does not know (``"float33"``)."""
+
+
+def _caller_where() -> str:
+    """``file:line`` of the innermost frame outside tilelang (the user's annotation)."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))  # the tilelang package
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not name.startswith(here) and not frame.f_code.co_filename.startswith("<"):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
 def canonical(name) -> str:
     """The canonical spelling of a dtype given as a string, a dtype object, a torch dtype or a PrimType."""
     if isinstance(name, ir.PrimType):
@@ -62,11 +89,32 @@ def canonical(name) -> str:
     if text.startswith("torch."):
         text = text[len("torch.") :]
     text = _ALIASES.get(text, text)
-    try:
-        ir.PrimType(text)
-    except Exception as err:  # noqa: BLE001 - report the user's spelling
-        raise TypeError(f"unknown dtype {name!r}") from err
+    valid = _KNOWN.fullmatch(text) is not None
+    if valid:
+        try:
+            ir.PrimType(text)
+        except Exception:  # noqa: BLE001 - report the user's spelling
+            valid = False
+    if not valid:
+        where = _caller_where()
+        raise UnknownDTypeError(
+            f"{where + ': ' if where else ''}unknown dtype {name!r} (expected a name such as "
+            "float16, bfloat16, float32, int8, int32, uint8, bool, float8_e4m3fn)"
+        )
     return text
+
+
+def scalar_value(value, dtype: str, what: str):
+    """``value`` converted to a ``dtype`` scalar expression for ``what`` (a store, T.fill's
+    value...); a TraceError naming ``what`` when it is not a number or scalar expression."""
+    out = convert(value, dtype)
+    if not (isinstance(out, ir.Expr) and ir.is_prim_expr(out)):
+        kind = "a tensor" if hasattr(getattr(out, "ty", None), "shape") else type(value).__name__
+        raise errors.TraceError(
+            f"{what}: expected a number or a scalar expression of type {dtype}, got {kind} "
+            f"{value!r}"
+        )
+    return out
 
 
 def scalar_name(name) -> str:

@@ -79,6 +79,19 @@ class AutotuneResult:
     kernel: Any = None
     from_disk: bool = False
     failures: dict = field(default_factory=dict)
+    trials: list = field(default_factory=list)  # one dict per config (see report.py)
+
+    def write_trials_csv(self, path) -> str:
+        """Write every trial (config, status, latency) as CSV to ``path``; returns it."""
+        from .report import write_trials_csv
+
+        return write_trials_csv(self, path)
+
+    def plot_trials(self, path, title: str = "") -> str:
+        """Draw the trials' latencies to the image ``path`` (needs matplotlib); returns it."""
+        from .report import plot_trials
+
+        return plot_trials(self, path, title=title)
 
 
 def save_record(path: Path, key: str, result: AutotuneResult, material: dict) -> None:

@@ -44,6 +44,7 @@ from ..cache import register_memory_cache
 from ..profiler import TensorSupplyType
 from .capture import get_autotune_inputs
 from .param import AutotuneResult, CompileArgs, ProfileArgs, load_record, save_record
+from .report import trial_rows
 
 logger = logging.getLogger("tilelang.autotuner")
 
@@ -449,6 +450,7 @@ class AutoTuner:
         compiled.sort(key=lambda item: item[0])
         best = None
         shared: dict = {}
+        latencies: dict[int, float] = {}
         for i, config, func, kernel in _progress(compiled, desc="Benchmarking configurations"):
             try:
                 latency = _run_with_timeout(
@@ -458,6 +460,7 @@ class AutoTuner:
                 failures[i] = f"benchmark: {type(err).__name__}: {err}"
                 continue
             logger.info("config %d %s: %.4f ms", i, config, latency)
+            latencies[i] = latency
             if best is None or latency < best[0]:
                 best = (latency, config, func, kernel)
         for i, reason in sorted(failures.items()):
@@ -479,6 +482,7 @@ class AutoTuner:
             func=func,
             kernel=kernel,
             failures=failures,
+            trials=trial_rows(configs, latencies, failures),
         )
 
 

@@ -77,6 +77,19 @@ class PassConfigKey(str, Enum):
     issued with the leading ones), ``"split"`` (the later ones each in their own group) or
     ``"auto"`` (default: ``"hoist"`` with ``num_stages >= 2``, else ``"split"``)."""
 
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    """CUDA sm_90+: keep cp.async for the copies of ``T.Pipelined`` loops instead of TMA
+    (``cp.async.bulk.tensor`` boxes of a host-encoded tensor map, completing on one mbarrier
+    per stage; ``backends/cuda/passes/tma_lowering.py``). Default: False (TMA wherever a
+    copy allows it; the function attribute ``tl.tma`` of ``tilelang.lower``'s output says
+    which copies use it and why the others do not)."""
+
+    TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
+    """Debug: check every element access the compiler cannot prove in bounds when the kernel
+    runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
+    then run one after another); CUDA: the thread prints that and executes ``__trap()``.
+    Default: False. (Accesses that are certainly out of bounds are compile errors anyway.)"""
+
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
     """Index bit width; tilelang indexes in 32 bits and rejects any other value."""
 
@@ -93,7 +106,6 @@ class PassConfigKey(str, Enum):
     TL_ENABLE_PTXAS_VERBOSE_OUTPUT = "tl.enable_ptxas_verbose_output"
     TL_EMIT_LINE_DIRECTIVES = "tl.emit_line_directives"
     TL_LAYOUT_COST_MODEL = "tl.layout_cost_model"
-    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
     TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
     TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
@@ -156,7 +168,7 @@ COPY_SCHEDULES = ("auto", "leading", "hoist", "split")
 def build_options(pass_configs) -> dict:
     """What the backends take from ``pass_configs`` (the CUDA one): ``fast_math`` (bool or None when
     unset), ``device_flags`` (list), ``disable_wgmma``, ``ldmatrix``, ``gemm_scalar``, ``wgmma_in_flight``,
-    ``wgmma_copies_after``, ``mma_split`` (bools) and ``copy_schedule`` (str).
+    ``wgmma_copies_after``, ``mma_split``, ``disable_tma`` (bools) and ``copy_schedule`` (str).
 
     Every code-generation choice lives here, so it is part of the kernel cache key (the whole
     ``pass_configs`` is); no module-level switch changes generated code.
@@ -205,4 +217,6 @@ def build_options(pass_configs) -> dict:
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "copy_schedule": schedule,
+        "disable_tma": flag(PassConfigKey.TL_DISABLE_TMA_LOWER, False),
+        "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
     }

@@ -14,6 +14,7 @@ import tvm_ffi
 from .. import cache as _disk
 from .impl import JITImpl  # noqa: F401
 from .kernel import JITKernel
+from .torch_op import torch_op  # noqa: F401
 
 _MEMORY_CACHE: dict = {}
 _LOCK = threading.Lock()

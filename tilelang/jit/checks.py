@@ -87,6 +87,88 @@ def problems(params: list[ParamInfo], args, kernel_name: str, device_kind: str) 
     return out
 
 
+def int_range(dtype: str) -> tuple[int, int] | None:
+    """The values an integer parameter of ``dtype`` holds (None for other dtypes)."""
+    if dtype.startswith("uint"):
+        bits = int(dtype[4:] or 32)
+        return 0, (1 << bits) - 1
+    if dtype.startswith("int"):
+        bits = int(dtype[3:] or 32)
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return None
+
+
+def scalar_ranges(params: list[ParamInfo], positions: list[int]) -> list[tuple]:
+    """``(argument position, name, dtype, lo, hi)`` of each integer scalar parameter among
+    ``positions`` (the parameters a call passes, in order): checked on every call, since the
+    compiled function would silently wrap a value that does not fit."""
+    out = []
+    for pos, i in enumerate(positions):
+        p = params[i]
+        bounds = None if p.is_tensor else int_range(p.dtype)
+        if bounds is not None:
+            out.append((pos, p.name, p.dtype, *bounds))
+    return out
+
+
+def dim_ranges(params: list[ParamInfo], positions: list[int]) -> list[tuple]:
+    """``(argument position, name, dim, var name, dtype, hi)`` of each symbolic dimension of a
+    tensor parameter among ``positions`` whose variable is narrower than 64 bits: a call
+    with a larger extent would wrap (a ``T.dynamic("n")`` is an int32)."""
+    out = []
+    for pos, i in enumerate(positions):
+        p = params[i]
+        if not p.is_tensor:
+            continue
+        for d, extent in enumerate(p.shape):
+            if isinstance(extent, ir.Var):
+                bounds = int_range(str(extent.ty))
+                if bounds is not None and bounds[1] < (1 << 63) - 1:
+                    out.append((pos, p.name, d, extent.name, str(extent.ty), bounds[1]))
+    return out
+
+
+def check_scalars(ranges, args) -> None:
+    """Raise KernelArgumentError for an integer scalar outside its parameter's dtype, or a
+    tensor extent larger than its symbolic dimension's dtype holds."""
+    for check in ranges:
+        if len(check) == 5:
+            pos, name, dtype, lo, hi = check
+            value = args[pos] if pos < len(args) else None
+            if isinstance(value, int) and not lo <= value <= hi:
+                raise errors.KernelArgumentError(
+                    f"argument {name!r}: {value} does not fit its dtype {dtype} "
+                    f"(range {lo} .. {hi}); declare the parameter with a wider type"
+                )
+            continue
+        pos, name, dim, var, dtype, hi = check
+        shape = getattr(args[pos], "shape", None) if pos < len(args) else None
+        if shape is not None and len(shape) > dim and shape[dim] > hi:
+            raise errors.KernelArgumentError(
+                f"argument {name!r}: dim {dim} is {var}={shape[dim]}, which does not fit "
+                f"{var}'s dtype {dtype} (at most {hi}); declare it T.dynamic({var!r}, 'int64')"
+            )
+
+
+def compact_empty(args):
+    """``args`` with every zero-size tensor given the compact strides TIRx expects (torch
+    gives a (5, 0) tensor strides (1, 1)); None when no argument needed it."""
+    changed, out = False, []
+    for a in args:
+        numel = getattr(a, "numel", None)
+        if _tensor_like(a) and callable(numel) and numel() == 0 and hasattr(a, "as_strided"):
+            strides, step = [], 1
+            for extent in reversed(list(a.shape)):
+                strides.append(step)
+                step *= int(extent)
+            strides.reverse()
+            if list(a.stride()) != strides:
+                a = a.as_strided(tuple(a.shape), tuple(strides))
+                changed = True
+        out.append(a)
+    return out if changed else None
+
+
 def raise_for(params, args, kernel_name, device_kind, cause=None):
     """Raise KernelArgumentError naming each argument that does not fit."""
     found = problems(params, args, kernel_name, device_kind)

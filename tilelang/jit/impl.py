@@ -201,6 +201,17 @@ class JITImpl:
             kernel = self._kernels[key] = self._compile_lazy(self._lazy_tir(args, kwargs, key))
         return kernel
 
+    def as_torch_op(self, *args, name=None, mutates_args="auto", **kwargs):
+        """The kernel :meth:`compile` returns for these arguments as a torch custom op
+        (``tilelang.torch_op``); ``name`` defaults to the function's name."""
+        from .torch_op import torch_op
+
+        return torch_op(
+            self.compile(*args, **kwargs),
+            name=name or getattr(self.fn, "__name__", None),
+            mutates_args=mutates_args,
+        )
+
     def get_kernel_source(self, *args, **kwargs) -> str:
         """The generated source of the kernel :meth:`compile` returns for these arguments."""
         return self.compile(*args, **kwargs).get_kernel_source()

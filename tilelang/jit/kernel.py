@@ -49,22 +49,41 @@ class JITKernel:
         self.params = read_params(func)
         self.out_idx = _normalize_out_idx(out_idx, len(self.params))
         self.backend = get_backend(self.target["kind"])
-        self.artifact = artifact or self.backend.build(
-            func,
-            target=self.target,
-            pass_configs=self.pass_configs,
-            compile_flags=self.compile_flags,
-        )
+        self.artifact = artifact or self._build(func)
         self._fn = None  # loaded on first call: compiling needs no GPU, running does
         self._fast = None  # bound on the first call with out_idx (see __call__)
         self._direct = None  # the loaded function, once called, when there is no out_idx
         self._outputs = OutputAllocator(self.params, self.out_idx, self.target["kind"])
         self._n_inputs = len(self.params) - len(self.out_idx)
+        # integer scalars are range-checked on every call (the FFI call would wrap them)
+        # and symbolic extents against their variable's dtype
+        in_idx = self._outputs.in_idx
+        self._scalar_ranges = checks.scalar_ranges(self.params, in_idx)
+        self._scalar_ranges += checks.dim_ranges(self.params, in_idx)
         self._name = (
             str(func.attrs["global_symbol"])
             if func.attrs and "global_symbol" in func.attrs
             else "kernel"
         )
+
+    def _build(self, func):
+        """The backend's build; a foundation error becomes a CompileError naming the kernel."""
+        from ..engine.pass_config import build_options
+
+        build_options(self.pass_configs)  # a bad option: ValueError naming the key
+        try:
+            return self.backend.build(
+                func,
+                target=self.target,
+                pass_configs=self.pass_configs,
+                compile_flags=self.compile_flags,
+            )
+        except errors.TileLangError:
+            raise
+        except Exception as err:  # noqa: BLE001 - TIRx/LLVM/nvcc internals
+            from ..language.diagnostics import compile_error
+
+            raise compile_error(err, func, self.target) from err
 
     # -- calling ------------------------------------------------------------
     @property
@@ -87,12 +106,14 @@ class JITKernel:
         :meth:`_fast_plan`); a CUDA call reads the device of the first tensor input (no
         scan over the arguments). Other calls take :meth:`_call`.
         """
+        if self._scalar_ranges:
+            checks.check_scalars(self._scalar_ranges, args)
         direct = self._direct
         if direct is not None:  # no out_idx: the raw call
             try:
                 direct(*args)
             except Exception as err:  # noqa: BLE001 - explained argument by argument
-                self._rejected(args, err)
+                self._rejected(args, err, direct)
             return None
         fast = self._fast
         if fast is not None:
@@ -111,7 +132,7 @@ class JITKernel:
                     try:
                         fn(*args, result)
                     except Exception as err:  # noqa: BLE001 - explained argument by argument
-                        self._rejected((*args, result), err)
+                        self._rejected((*args, result), err, fn)
                     return result
         return self._call(args)
 
@@ -125,7 +146,7 @@ class JITKernel:
             try:
                 fn(*args)
             except Exception as err:  # noqa: BLE001 - explained argument by argument
-                self._rejected(args, err)
+                self._rejected(args, err, fn)
             return None
         out = self._outputs
         if not out.ready:
@@ -159,20 +180,34 @@ class JITKernel:
         as_numpy = _NDARRAY in map(type, args)  # numpy in (any argument), numpy out
         inputs = [self._from_numpy(a) for a in args] if as_numpy else list(args)
         device = self._device_of(inputs)
-        outs = self._outputs.allocate(inputs, device)
+        try:
+            outs = self._outputs.allocate(inputs, device)
+        except errors.TileLangError:
+            raise
+        except Exception as err:  # noqa: BLE001 - inputs not tensors of the declared rank
+            in_params = [self.params[i] for i in self._outputs.in_idx]
+            checks.raise_for(in_params, inputs, self._name, self.target["kind"], cause=err)
         full = self._outputs.assemble(inputs, outs)
         try:
             fn(*full)
         except Exception as err:  # noqa: BLE001
-            self._rejected(full, err)
+            self._rejected(full, err, fn)
         if as_numpy:
             outs = [o.numpy() for o in outs]
         return outs[0] if len(outs) == 1 else outs
 
-    def _rejected(self, args, err):
-        """Explain a call the compiled function refused (called inside ``except``)."""
+    def _rejected(self, args, err, fn=None):
+        """Explain a call the compiled function refused (called inside ``except``); a call
+        with zero-size tensors is retried with the compact strides TIRx expects."""
         if isinstance(err, errors.TileLangError):
             raise err
+        retry = checks.compact_empty(args) if fn is not None else None
+        if retry is not None:
+            try:
+                fn(*retry)
+                return
+            except Exception as again:  # noqa: BLE001 - explained below
+                err = again
         checks.raise_for(self.params, list(args), self._name, self.target["kind"], cause=err)
 
     def _device_of(self, inputs):
@@ -189,6 +224,12 @@ class JITKernel:
 
             return torch.from_numpy(a)
         return a
+
+    def as_torch_op(self, name=None, mutates_args="auto"):
+        """This kernel as a ``torch.library`` custom op (see ``tilelang.jit.torch_op``)."""
+        from .torch_op import torch_op
+
+        return torch_op(self, name=name, mutates_args=mutates_args)
 
     # -- inspection -----------------------------------------------------------
     def get_kernel_source(self, kernel_only: bool = True) -> str:
@@ -211,6 +252,11 @@ class JITKernel:
     def export_library(self, path: str) -> None:
         import shutil
 
+        data = getattr(self.artifact, "library_bytes", None)
+        if data is not None:
+            with open(path, "wb") as handle:
+                handle.write(data())
+            return
         lib = getattr(self.artifact, "lib_path", None)
         if lib is None:
             raise errors.CompileError("this artifact has no shared library to export")

@@ -22,7 +22,6 @@ from ..dtypes import (
 from ..dtypes import bool_ as bool  # noqa: A004 - upstream name
 from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
 from .allocate import (
-    alloc_barrier,
     alloc_fragment,
     alloc_global,
     alloc_local,
@@ -32,7 +31,34 @@ from .allocate import (
 from .debug import device_assert, print  # noqa: A004 - upstream names
 from .eager import const, empty
 from .entry import macro, prim_func
+from .hopper import (
+    alloc_barrier,
+    barrier_arrive,
+    barrier_wait,
+    block_rank_in_cluster,
+    cluster_arrive,
+    cluster_arrive_relaxed,
+    cluster_sync,
+    cluster_wait,
+    dec_max_nreg,
+    fence_proxy_async,
+    inc_max_nreg,
+    mbarrier_arrive,
+    mbarrier_arrive_expect_tx,
+    mbarrier_expect_tx,
+    mbarrier_wait_parity,
+    named_barrier_arrive,
+    named_barrier_sync,
+    set_max_nreg,
+    wait_wgmma,
+    warpgroup_arrive,
+    warpgroup_commit_batch,
+    warpgroup_wait,
+    wgmma_gemm,
+    ws,
+)
 from .kernel import (
+    ClusterKernel,
     Kernel,
     KernelLaunchFrame,
     get_block_binding,

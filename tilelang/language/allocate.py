@@ -28,13 +28,19 @@ def _shape(shape):
 
 
 def _alloc(shape, dtype, scope):
-    builder.state()
+    if not builder.state().kernels and scope != "global":  # T.alloc_global: outside
+        raise errors.TraceError(
+            f"allocations ({scope}) must be inside a `with T.Kernel(...)` block: they live in "
+            "a block's memory"
+        )
     shape = _shape(shape)
     for extent in shape:
         value = builder.static_value(extent)
         if value is not None and value <= 0:
             raise errors.TraceError(f"allocation extent must be positive, got shape {shape}")
-    tensor = _T.alloc_tensor(ty_args=[_T.Tensor(shape, dtypes.canonical(dtype), scope=scope)])
+    tensor = _T.alloc_tensor(
+        ty_args=[_T.Tensor(shape, dtypes.canonical(dtype), scope=scope)], loc=builder.user_loc()
+    )
     return builder.unwrap(tensor)
 
 
@@ -81,7 +87,3 @@ def alloc_global(shape, dtype, scope="global"):
             )
     return _alloc(shape, dtype, "global")
 
-
-def alloc_barrier(arrive_count):
-    """Not supported by this backend set yet."""
-    raise errors.TraceError("T.alloc_barrier is not supported yet")

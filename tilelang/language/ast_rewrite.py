@@ -81,6 +81,7 @@ class _KernelRewriter(ast.NodeTransformer):
     def __init__(self):
         self._counter = itertools.count()
         self._depth = 0  # nesting of function definitions
+        self._frame_vars: list[str] = []  # per function: the variable holding frame_depth()
 
     def _fresh(self, stem: str) -> str:
         return f"__tl_{stem}{next(self._counter)}"
@@ -92,10 +93,36 @@ class _KernelRewriter(ast.NodeTransformer):
             if self._depth == 1:
                 node.decorator_list = []  # the decorator is applying itself now
                 _strip_annotations(node)
-            node.body = self._visit_body(node.body)
+            depth_var = self._fresh("fd")
+            self._frame_vars.append(depth_var)
+            body = self._visit_body(node.body)
+            self._frame_vars.pop()
+            start = ast.Assign(
+                targets=[ast.Name(depth_var, ast.Store())], value=_call("frame_depth")
+            )
+            node.body = [ast.fix_missing_locations(ast.copy_location(start, node)), *body]
         finally:
             self._depth -= 1
         return node
+
+    def visit_Return(self, node: ast.Return):
+        if not self._frame_vars:
+            return node
+        value = self.visit(node.value) if node.value is not None else ast.Constant(None)
+        node.value = ast.copy_location(
+            _call("return_", ast.Name(self._frame_vars[-1], ast.Load()), value), node
+        )
+        return ast.fix_missing_locations(node)
+
+    def visit_Match(self, node):
+        node.subject = ast.copy_location(
+            _call("match_subject", self.visit(node.subject)), node.subject
+        )
+        for case in node.cases:
+            if case.guard is not None:
+                case.guard = self.visit(case.guard)
+            case.body = self._visit_body(case.body)
+        return ast.fix_missing_locations(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -150,28 +177,68 @@ class _KernelRewriter(ast.NodeTransformer):
     # -- loops ---------------------------------------------------------------
     def visit_For(self, node: ast.For):
         names = ast.unparse(node.target)
+        assigned = _assigned_names(node.body)
+        probe = self._fresh("lp") if assigned else None
         it = node.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
             it.func = ast.copy_location(_tb("range_"), it.func)  # range: an IR serial loop
-        node.iter = ast.copy_location(
-            _call("for_", self.visit(node.iter), ast.Constant(names)), node.iter
-        )
+        args = [self.visit(node.iter), ast.Constant(names)]
+        if probe:
+            args.append(ast.Name(probe, ast.Load()))
+        node.iter = ast.copy_location(_call("for_", *args), node.iter)
         node.body = self._visit_body(node.body)
         node.orelse = self._visit_body(node.orelse) if node.orelse else []
-        return node
+        return self._guard_loop(node, assigned, probe)
 
     def visit_While(self, node: ast.While):
+        assigned = _assigned_names(node.body)
+        probe = self._fresh("lp") if assigned else None
         test = ast.Lambda(
             ast.arguments([], [], None, [], [], None, []),
             self.visit(node.test),
         )
+        args = [test, *([ast.Name(probe, ast.Load())] if probe else [])]
         loop = ast.For(
             target=ast.Name(self._fresh("w"), ast.Store()),
-            iter=_call("while_", test),
+            iter=_call("while_", *args),
             body=self._visit_body(node.body),
             orelse=self._visit_body(node.orelse) if node.orelse else [],
         )
-        return ast.fix_missing_locations(ast.copy_location(loop, node))
+        loop = ast.fix_missing_locations(ast.copy_location(loop, node))
+        return self._guard_loop(loop, assigned, probe)
+
+    def _guard_loop(self, loop, assigned, probe):
+        """``loop`` between a snapshot of the names its body assigns and the statements
+        that give those names their meaning after an IR loop (``LoopProbe.after``)."""
+        if not assigned:
+            return loop
+        before = self._fresh("pre")
+        make_probe = ast.Assign(targets=[ast.Name(probe, ast.Store())], value=_call("LoopProbe"))
+        after = _call(
+            "after",
+            ast.Tuple([ast.Constant(n) for n in assigned], ast.Load()),
+            ast.Name(before, ast.Load()),
+            _snapshot(assigned),
+        )
+        after.func = ast.Attribute(ast.Name(probe, ast.Load()), "after", ast.Load())
+        out = [
+            ast.Assign(targets=[ast.Name(before, ast.Store())], value=_snapshot(assigned)),
+            make_probe,
+            loop,
+            *self._apply_values(assigned, after),
+        ]
+        return [ast.fix_missing_locations(ast.copy_location(n, loop)) for n in out]
+
+    def _apply_values(self, names, call):
+        """``v = call`` then ``if v[k] is not KEEP: name_k = v[k]`` for each name."""
+        values = self._fresh("v")
+        out = [ast.Assign(targets=[ast.Name(values, ast.Store())], value=call)]
+        for k, name in enumerate(names):
+            item = ast.Subscript(ast.Name(values, ast.Load()), ast.Constant(k), ast.Load())
+            test = ast.Compare(item, [ast.IsNot()], [_tb("KEEP")])
+            assign = ast.Assign(targets=[ast.Name(name, ast.Store())], value=item)
+            out.append(ast.If(test=test, body=[assign], orelse=[]))
+        return out
 
     def _jump(self, node, method):
         guard = ast.If(test=_call(method), body=[node], orelse=[])
@@ -186,20 +253,41 @@ class _KernelRewriter(ast.NodeTransformer):
     # -- branches -----------------------------------------------------------
     def visit_If(self, node: ast.If):
         name = self._fresh("if")
+        assigned = _assigned_names([*node.body, *node.orelse])
         arms = [
-            self._arm(name, "then", self._visit_body(node.body), node),
+            self._arm(name, "then", self._visit_body(node.body), node, assigned, 0),
         ]
         if node.orelse:
-            arms.append(self._arm(name, "orelse", self._visit_body(node.orelse), node))
-        frame = ast.With(
-            items=[ast.withitem(_call("if_", self.visit(node.test)), ast.Name(name, ast.Store()))],
-            body=arms,
+            arms.append(self._arm(name, "orelse", self._visit_body(node.orelse), node, assigned, 1))
+        test = _call("if_", self.visit(node.test), ast.Constant(bool(assigned)))
+        frame = ast.With(items=[ast.withitem(test, ast.Name(name, ast.Store()))], body=arms)
+        frame = ast.fix_missing_locations(ast.copy_location(frame, node))
+        if not assigned:
+            return frame
+        # names the arms assign: merged (or made unusable) after an IR if
+        before = self._fresh("pre")
+        snap = ast.Assign(targets=[ast.Name(before, ast.Store())], value=_snapshot(assigned))
+        merge = ast.Call(
+            ast.Attribute(ast.Name(name, ast.Load()), "merge", ast.Load()),
+            [
+                ast.Tuple([ast.Constant(n) for n in assigned], ast.Load()),
+                ast.Name(before, ast.Load()),
+            ],
+            [],
         )
-        return ast.fix_missing_locations(ast.copy_location(frame, node))
+        out = [snap, frame, *self._apply_values(assigned, merge)]
+        return [ast.fix_missing_locations(ast.copy_location(n, node)) for n in out]
 
-    def _arm(self, frame_name, method, body, node):
+    def _arm(self, frame_name, method, body, node, assigned=(), index=0):
         taken = self._fresh("arm")
         ctx = ast.Call(ast.Attribute(ast.Name(frame_name, ast.Load()), method, ast.Load()), [], [])
+        if assigned:
+            record = ast.Call(
+                ast.Attribute(ast.Name(frame_name, ast.Load()), "record", ast.Load()),
+                [ast.Constant(index), _snapshot(assigned)],
+                [],
+            )
+            body = [*body, ast.Expr(record)]
         inner = ast.If(test=ast.Name(taken, ast.Load()), body=body, orelse=[])
         arm = ast.With(items=[ast.withitem(ctx, ast.Name(taken, ast.Store()))], body=[inner])
         return ast.fix_missing_locations(ast.copy_location(arm, node))
@@ -270,6 +358,62 @@ class _KernelRewriter(ast.NodeTransformer):
             )
             return ast.fix_missing_locations(ast.copy_location(store, node))
         return node
+
+
+def _snapshot(names) -> ast.Call:
+    """``__tb.snapshot(lambda: a, lambda: b, ...)``."""
+    thunks = [
+        ast.Lambda(ast.arguments([], [], None, [], [], None, []), ast.Name(n, ast.Load()))
+        for n in names
+    ]
+    return _call("snapshot", *thunks)
+
+
+class _AssignedNames(ast.NodeVisitor):
+    """Names a block of statements assigns (not inside nested functions or classes)."""
+
+    def __init__(self):
+        self.names: list[str] = []
+
+    def _add(self, target):
+        if isinstance(target, ast.Name):
+            if target.id not in self.names and not target.id.startswith("__tl_"):
+                self.names.append(target.id)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for elt in target.elts:
+                self._add(elt)
+        elif isinstance(target, ast.Starred):
+            self._add(target.value)
+
+    def visit_Assign(self, node):
+        for target in node.targets:
+            self._add(target)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node):
+        self._add(node.target)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self._add(node.target)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node):
+        self._add(node.target)
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):
+        pass
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+
+def _assigned_names(body) -> list[str]:
+    finder = _AssignedNames()
+    for stmt in body:
+        finder.visit(stmt)
+    return finder.names
 
 
 def rewrite_function(func) -> tuple[ast.Module, str, int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from dataclasses import dataclass, field
 from types import CodeType
 
@@ -31,6 +32,8 @@ from tvm_tirx.script.ir_builder import IRBuilder
 from tvm_tirx.script.ir_builder.base import AlreadyEmitted
 
 from .. import dtypes, errors
+from . import trace_guards
+from .trace_guards import KEEP, snapshot  # noqa: F401 - used by rewritten source
 
 _DEFERRED_CMP = (EqualOp, NotEqualOp)
 
@@ -96,27 +99,42 @@ class TraceState:
     stop_at_kernel: bool = False  # phase 1 of an eager @tilelang.jit (language/eager.py)
 
 
-_STATE: list[TraceState] = []
+class _ThreadStates(threading.local):
+    """The stack of traces of each thread (threads may trace kernels concurrently)."""
+
+    def __init__(self):
+        self.stack: list[TraceState] = []
+
+
+_STATES = _ThreadStates()
 
 
 def state() -> TraceState:
-    if not _STATE:
+    """The trace in progress on this thread (TraceError outside a kernel body)."""
+    stack = _STATES.stack
+    if not stack:
         raise errors.TraceError("this tilelang call is only valid inside a @T.prim_func body")
-    return _STATE[-1]
+    return stack[-1]
 
 
 @contextlib.contextmanager
 def tracing():
     """Scope of one kernel trace."""
-    _STATE.append(TraceState())
+    stack = _STATES.stack
+    stack.append(TraceState())
     try:
-        yield _STATE[-1]
+        yield stack[-1]
     finally:
-        _STATE.pop()
+        stack.pop()
+
+
+def tracing_now() -> bool:
+    """Whether this thread is tracing a kernel."""
+    return bool(_STATES.stack)
 
 
 def in_trace() -> bool:
-    return bool(_STATE) and IRBuilder.is_in_scope()
+    return bool(_STATES.stack) and IRBuilder.is_in_scope()
 
 
 def unwrap(value):
@@ -212,10 +230,32 @@ def _frame_for(begin, end, step, spec: LoopSpec):
     raise errors.TraceError(f"unknown loop kind {spec.kind!r}")
 
 
-def for_(iterable, names: str):
+class LoopProbe:
+    """Filled by :func:`for_`/:func:`while_`: whether the loop was an IR loop, and its line."""
+
+    def __init__(self):
+        self.is_ir = False
+        self.line = 0
+
+    def after(self, names, before, after):
+        """Values of ``names`` after the loop (see ``trace_guards.after_loop``)."""
+        if not self.is_ir:
+            return [KEEP] * len(names)
+        return trace_guards.after_loop(names, before, after, self.line, "run-time")
+
+
+def _mark_ir(probe) -> None:
+    if probe is not None:
+        probe.is_ir = True
+        frame = user_frame()
+        probe.line = frame.f_lineno if frame is not None else 0
+
+
+def for_(iterable, names: str, probe: LoopProbe | None = None):
     """Generator behind every rewritten ``for`` statement."""
     st = state()
     if isinstance(iterable, LoopSpec):
+        _mark_ir(probe)
         vars_ = []
         st.loops.append(_Loop(True, st.ir_if_depth))
         try:
@@ -245,11 +285,12 @@ def range_(start, stop=None, step=None):
     return LoopSpec([(start, stop, step)], "serial")
 
 
-def while_(test):
+def while_(test, probe: LoopProbe | None = None):
     """Generator behind every rewritten ``while`` statement."""
     st = state()
     cond = unwrap(test())
     if is_expr(cond) and static_value(cond) is None:
+        _mark_ir(probe)
         st.loops.append(_Loop(True, st.ir_if_depth))
         try:
             with _T.while_(cond):
@@ -309,6 +350,13 @@ class _StaticIf:
     def __init__(self, taken: bool):
         self.taken = taken
 
+    def record(self, arm: int, values) -> None:
+        """Values of the names the arms assign, at the end of arm ``arm`` (IR ifs only)."""
+
+    def merge(self, names, before):
+        """A Python ``if`` already gave every name its value."""
+        return [KEEP] * len(names)
+
     def __enter__(self):
         return self
 
@@ -328,6 +376,17 @@ class _IRIf:
     def __init__(self, cond):
         self.cond = cond
         self.frame = None
+        self.arms = [None, None]
+        frame = user_frame()
+        self.line = frame.f_lineno if frame is not None else 0
+
+    def record(self, arm: int, values) -> None:
+        """Values of the names the arms assign, at the end of arm ``arm``."""
+        self.arms[arm] = values
+
+    def merge(self, names, before):
+        """Values of ``names`` after the if (see ``trace_guards.merge_if``)."""
+        return trace_guards.merge_if(self.cond, names, before, *self.arms, self.line)
 
     def __enter__(self):
         self.frame = _T.if_(self.cond)
@@ -350,14 +409,56 @@ class _IRIf:
             yield True
 
 
-def if_(cond):
-    """Context behind every rewritten ``if`` statement."""
+def if_(cond, assigns: bool = False):
+    """Context behind every rewritten ``if`` statement.
+
+    ``assigns``: the arms assign Python names, whose values after the ``if`` may be
+    merged with the condition; a condition reading memory is then bound to a variable
+    first, so that stores in the arms cannot change it.
+    """
     cond = unwrap(cond)
     if is_expr(cond) and static_value(cond) is None:
         if cond.ty != ir.PrimType("bool"):
-            cond = cond != ir.const(0, cond.ty)
+            cond = unwrap(cond != ir.const(0, cond.ty))
+        if assigns and in_trace() and _reads_memory(cond):
+            var = ir.Var("cond", cond.ty)
+            _T.emit_(ir.Bind(var, cond, loc=user_loc()))
+            cond = var
         return _IRIf(cond)
     return _StaticIf(_py_truth(cond) if is_expr(cond) else bool(cond))
+
+
+def frame_depth() -> int:
+    """How many IR ifs and loops enclose the current point of the trace."""
+    if not tracing_now():
+        return 0
+    st = state()
+    return st.ir_if_depth + sum(1 for loop in st.loops if loop.is_ir)
+
+
+def return_(depth: int, value=None):
+    """Behind ``return value`` in kernel source: refused inside run-time control flow
+    opened since the function started (``depth``), where Python would leave the function
+    while tracing the first arm, dropping the rest."""
+    if frame_depth() > depth:
+        raise errors.TraceError(
+            "`return` inside an if/else or loop on a run-time value: the condition is only "
+            "known when the kernel runs, but Python would return while tracing. Compute the "
+            "result with T.if_then_else(cond, a, b), or assign it to a T.alloc_var in the "
+            "branches and return that after the if"
+        )
+    return value
+
+
+def match_subject(value):
+    """Behind ``match value:``: only a value known while tracing can be matched."""
+    value = unwrap(value)
+    if _is_runtime(value):
+        raise errors.TraceError(
+            f"`match` on a value only known when the kernel runs ({value}): Python compares "
+            "it while tracing. Write if/elif/else on the value instead (`if x == 0: ...`)"
+        )
+    return value
 
 
 # ---------------------------------------------------------------------------
@@ -447,7 +548,7 @@ def _reads_memory(expr) -> bool:
 def store(target, indices, value):
     """Emit ``target[indices] = value``, converting ``value`` to the element type."""
     dtype = str(target.ty.dtype)
-    value = dtypes.convert(value, dtype)
+    value = dtypes.scalar_value(value, dtype, f"storing into {target.name}")
     stmt = ir.TensorStore(target, list(indices), value, loc=user_loc())
     _T.emit_(stmt)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 import types
 
@@ -12,7 +13,7 @@ from tvm_tirx.script import tirx as _T
 from tvm_tirx.script.ir_builder import IRBuilder
 
 from .. import dtypes, errors
-from . import builder
+from . import builder, diagnostics
 from .ast_rewrite import BUILDER, rewrite_function
 from .proxy import TensorAnnotation
 from .scope_check import check_scopes
@@ -54,6 +55,22 @@ class _Rewritten:
         return fn
 
 
+def _def_line(func) -> str:
+    """``file:line`` of ``func``'s ``def`` statement (after its decorators)."""
+    import linecache
+
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return ""
+    line = code.co_firstlineno
+    for k in range(line, line + 50):
+        text = linecache.getline(code.co_filename, k).lstrip()
+        if text.startswith(("def ", "async def ")):
+            line = k
+            break
+    return f"{code.co_filename}:{line}"
+
+
 def _param_type(name, annotation, func):
     if isinstance(annotation, TensorAnnotation):
         return annotation.ir_type()
@@ -62,7 +79,7 @@ def _param_type(name, annotation, func):
     if isinstance(annotation, ir.PrimType):
         return annotation
     raise errors.TraceError(
-        f"parameter {name!r} of {func.__qualname__} needs an annotation T.Tensor(shape, dtype) "
+        f"{_def_line(func)}: parameter {name!r} of {func.__qualname__} needs an annotation T.Tensor(shape, dtype) "
         f"or a scalar dtype such as T.int32, got {annotation!r}"
     )
 
@@ -85,9 +102,10 @@ def _annotated_params(func, namespace) -> list[inspect.Parameter]:
             try:
                 p = p.replace(annotation=eval(p.annotation, namespace))  # noqa: S307
             except Exception as err:  # noqa: BLE001 - name the annotation and parameter
+                reason = re.sub(r"^\S+:\d+: ", "", str(err))
                 raise errors.TraceError(
-                    f"annotation {p.annotation!r} of parameter {p.name!r} of "
-                    f"{func.__qualname__} cannot be evaluated: {err}"
+                    f"{_def_line(func)}: annotation {p.annotation!r} of parameter {p.name!r} of "
+                    f"{func.__qualname__} cannot be evaluated: {reason}"
                 ) from err
         params.append(p)
     return params
@@ -110,12 +128,22 @@ def trace(func, name: str | None = None, outer_locals: dict | None = None) -> ir
             for p in params:
                 if p.annotation is inspect.Parameter.empty:
                     raise errors.TraceError(
-                        f"parameter {p.name!r} of {func.__qualname__} has no annotation"
+                        f"{_def_line(func)}: parameter {p.name!r} of {func.__qualname__} has "
+                        "no annotation: write T.Tensor(shape, dtype) or a scalar dtype"
                     )
                 args.append(_T.arg_(p.name, _param_type(p.name, p.annotation, func)))
-            fn(*args)
+            try:
+                fn(*args)
+            except errors.TileLangError:
+                raise
+            except Exception as err:  # noqa: BLE001 - Python/TIRx error in the user's body
+                # the original traceback stays: its frames include the user's line
+                raise diagnostics.trace_error(err).with_traceback(err.__traceback__) from err
     traced = ib.get()
     check_scopes(traced)
+    from ..transform.check_bounds import check_static_bounds
+
+    check_static_bounds(traced)
     return traced
 
 

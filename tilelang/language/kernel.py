@@ -29,6 +29,8 @@ class KernelLaunchFrame:
         threads = list(threads) if threads is not None else [1]
         if len(threads) > 3:
             raise errors.TraceError("T.Kernel takes at most 3 thread dimensions")
+        _check_launch(list(blocks), threads)
+        _check_cluster_dims(cluster_dims)
         self.blocks = list(blocks)
         self.threads = threads
         self.is_cpu = is_cpu
@@ -75,6 +77,79 @@ class KernelLaunchFrame:
 
 
 Kernel = KernelLaunchFrame
+
+# CUDA's launch limits (every architecture since sm_30); the language keeps CUDA's meaning
+# of a launch on every backend, so a kernel that compiles for the CPU also launches on a GPU.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = ((1 << 31) - 1, 65535, 65535)
+
+
+def _check_launch(blocks, threads) -> None:
+    """TraceError (at the user's ``T.Kernel`` line) for a launch no GPU accepts."""
+    total = 1
+    for axis, extent, limit in zip(_AXES, threads, MAX_BLOCK_DIMS):
+        value = builder.static_value(extent)
+        if value is None:
+            continue
+        if not isinstance(value, int) or value < 1:
+            raise errors.TraceError(
+                f"T.Kernel: threads {axis} must be a positive int, got {extent}"
+            )
+        if value > limit:
+            raise errors.TraceError(
+                f"T.Kernel: {value} threads in dimension {axis}, but a block has at most "
+                f"{limit} there (threads per block at most {MAX_THREADS_PER_BLOCK})"
+            )
+        total *= value
+    if total > MAX_THREADS_PER_BLOCK:
+        raise errors.TraceError(
+            f"T.Kernel: threads={tuple(threads) if len(threads) > 1 else threads[0]} is "
+            f"{total} threads per block, but a block has at most {MAX_THREADS_PER_BLOCK}; "
+            "use more blocks, or loop inside a thread"
+        )
+    for axis, extent, limit in zip(_AXES, blocks, MAX_GRID_DIMS):
+        value = builder.static_value(extent)
+        if value is None:
+            continue
+        if not isinstance(value, int) or value < 0:
+            raise errors.TraceError(
+                f"T.Kernel: grid dimension {axis} must be a non-negative int, got {extent}"
+            )
+        if value > limit:
+            raise errors.TraceError(
+                f"T.Kernel: {value} blocks in grid dimension {axis}, but a grid has at most "
+                f"{limit} there; put the largest extent first (grid x allows {MAX_GRID_DIMS[0]})"
+            )
+
+
+def _check_cluster_dims(cluster_dims):
+    """Clusters of one block are an ordinary launch; larger ones are refused (not run as
+    one-block clusters, which would change what ``T.block_rank_in_cluster`` returns)."""
+    if cluster_dims is None:
+        return
+    dims = [cluster_dims] if isinstance(cluster_dims, int) else list(cluster_dims)
+    if len(dims) > 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise errors.TraceError(
+            f"T.Kernel: cluster_dims must be up to 3 positive "
+            f"integers, got {cluster_dims!r}"
+        )
+    if any(d != 1 for d in dims):
+        raise errors.TraceError(
+            f"T.Kernel(cluster_dims={cluster_dims!r}): thread-block "
+            "cluster launches are not supported yet (T.cluster_* barriers and "
+            "T.block_rank_in_cluster work in the one-block clusters of an ordinary launch)"
+        )
+
+
+def ClusterKernel(*blocks, cluster_dims, threads=None, prelude=None):
+    """``T.Kernel`` with a thread-block cluster shape (upstream's spelling)."""
+    return KernelLaunchFrame(
+        *blocks,
+        threads=128 if threads is None else threads,
+        cluster_dims=cluster_dims,
+        prelude=prelude,
+    )
 
 
 def _current() -> KernelLaunchFrame:

@@ -34,7 +34,10 @@ class TensorAnnotation:
             layout = TileLayout(S[tuple(self.shape) : tuple(self.strides)])
         # Element alignment only, so that views such as a[1:] are accepted.
         align = max(1, dtypes.bits(self.dtype) // 8)
-        return _T.Tensor(self.shape, self.dtype, scope=self.scope, align=align, layout=layout)
+        from ..transform.wide_index import wide_shape
+
+        shape = wide_shape(self.shape)  # 2**31 elements or more: 64-bit extents and offsets
+        return _T.Tensor(shape, self.dtype, scope=self.scope, align=align, layout=layout)
 
     def __getitem__(self, key):  # T.Tensor[(M, N), "float16"] form
         raise TypeError("write T.Tensor((M, N), dtype), not T.Tensor[...]")

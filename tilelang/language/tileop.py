@@ -85,7 +85,7 @@ def fill(buffer, value, annotations=None):
     builder.state()
     _annotations(annotations, "T.fill")
     region = to_region(_operand(buffer), what="T.fill buffer")
-    value = dtypes.convert(value, str(region.source.ty.dtype))
+    value = dtypes.scalar_value(value, str(region.source.ty.dtype), "T.fill value")
     _emit(_fill.FILL.make(region, value, loc=builder.user_loc()))
 
 
@@ -232,7 +232,7 @@ def _atomic_op(kind, dst, value, memory_order=None):
         _copy.matched_axes(*views, builder.user_loc(), op=f"T.atomic_{kind}")  # early check
     else:
         dst_r = to_region(dst, what=f"T.atomic_{kind} dst")
-        operand = dtypes.convert(value, str(dst_r.source.ty.dtype))
+        operand = dtypes.scalar_value(value, str(dst_r.source.ty.dtype), f"T.atomic_{kind} value")
     _emit(
         _atomic.ATOMIC.make(
             dst_r,

@@ -55,6 +55,10 @@ class CudaLowerContext(LowerContext):
     launches: dict = field(default_factory=dict)  # "blockIdx.x"/... -> the launch's Var
     # code-generation choices from the pass configs (engine.pass_config.build_options)
     options: dict = field(default_factory=lambda: build_options(None))
+    # TMA (sm_90+, backends/cuda/passes/tma_lowering.py): tensor maps to encode on the
+    # host, and the pipelining decisions recorded as the ``tl.tma`` function attribute
+    tma_maps: list = field(default_factory=list)
+    tma_notes: list = field(default_factory=list)
 
     def get_layout(self, var):
         for k, v in self.layout_map.items():

@@ -12,6 +12,7 @@ from . import (  # noqa: F401 - each package registers its rules
     debug,
     fill,
     gemm,
+    hopper,
     rasterize,
     reduce,
     sync,

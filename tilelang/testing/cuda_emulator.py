@@ -33,6 +33,7 @@ from tvm_tirx import ir
 from tvm_tirx.ir.prim import expr as P
 
 from ..lowering.stmt import launch_of
+from . import cuda_emulator_tma as _tma
 from .cuda_emulator_warp import warp_extern
 
 
@@ -233,6 +234,7 @@ class _Machine:
         self.blocks = None if blocks is None else {tuple(b) for b in blocks}
         self.block_index: dict = {}
         self.param_handles = {param.__chandle__() for param in func.params}
+        self.barriers = _tma.Barriers(EmulationError)  # TMA pipelining (cuda_emulator_tma)
         for param, arr in zip(func.params, arrays):
             self._bind_global(param, arr)
 
@@ -387,6 +389,11 @@ class _Machine:
             return self._as(np.where(c, a, b), e.ty)
         if name in ("tirx.call_extern", "tirx.call_pure_extern"):
             return self._extern(str(e.args[0].value), e.args[1:], e, mask)
+        if name == _tma.ENCODE_OP:  # host-side tensor map encoding (TMA)
+            self.env[e.args[0].__chandle__()].encode(self, e, EmulationError)
+            return np.int32(0)
+        if name == "tirx.reinterpret" and _tma.is_address(e.args[0]):  # TMA base alignment
+            return _tma.address_value(self, e.args[0], mask)
         short = name.split(".")[-1]
         if short in _MATH:
             return self._as(_MATH[short](self.eval(e.args[0], mask)), e.ty)
@@ -418,6 +425,15 @@ class _Machine:
             return self._cp_async(fname, args, mask)
         if fname.startswith(("tl::cp_async_commit", "tl::cp_async_wait")):
             return None  # copies are done synchronously
+        if fname.startswith("tl::tma_load_"):
+            return _tma.tma_load(self, self.barriers, fname, args, mask, EmulationError)
+        if fname.startswith("tl::mbarrier_"):
+            op = fname[len("tl::mbarrier_") :]
+            if op == "init_fence":
+                return None
+            return getattr(self.barriers, op)(self, args, mask)
+        if fname.startswith(("tl::fence_proxy_async", "tl::set_max_nreg<")):
+            return None  # ordering / register budget only (hopper.h)
         if fname.startswith(("tl::copy_vec<", "tl::zero_vec<")):
             return self._copy_vec(fname, args, mask)
         if fname == "tl::is_aligned":
@@ -719,6 +735,8 @@ class _Machine:
             self._fresh(stmt.var)
         elif isinstance(value, ir.Call) and value.op.name == "tirx.decl_tensor":
             self._view(stmt.var, value)
+        elif isinstance(value, ir.Call) and value.op.name == "tirx.stack_alloca":
+            self.env[stmt.var.__chandle__()] = _tma.TensorMapState()  # a TMA tensor map
         else:
             self.env[stmt.var.__chandle__()] = self.eval(value, mask)
 

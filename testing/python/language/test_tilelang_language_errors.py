@@ -349,9 +349,9 @@ def test_value_bound_in_branch_used_after():
         def main(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
             with T.Kernel(1, threads=1):
                 if A[3] > 0:
-                    x = A[0]
+                    x = A[0]  # bound
                 else:
-                    x = A[1]  # bound
+                    x = A[1]
                 B[0] = x  # mismatch
 
         return main

@@ -170,4 +170,6 @@ def test_gpu_backends_agree_on_a_matmul(backend):
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
     ref = do_bench(lambda: a @ a, backend="event", return_mode="median")
     ms = do_bench(lambda: a @ a, backend=backend, return_mode="median")
-    assert ms > 0 and 0.3 * ref < ms < 3 * ref + 0.05
+    # .ci/gpu runs test shards side by side on one GPU: the host clock ("wall") also counts
+    # waits for other processes' kernels, so only the lower bound is tight
+    assert ms > 0 and 0.3 * ref < ms < 3 * ref + 5.0

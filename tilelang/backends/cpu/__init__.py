@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tvm_ffi
 
 from ..registry import register_backend
 from . import pipeline
@@ -17,10 +20,30 @@ from . import pipeline
 class CpuArtifact:
     """A built CPU kernel: the shared library, its entry point and its source views."""
 
-    lib_path: str
+    lib_path: str  # "" once the build's temporary directory is gone (see CpuBackend.build)
     entry: str
     kernel_source: str
     files: dict = field(default_factory=dict)
+    # the library's bytes and the loaded module: a kernel keeps working when the file it
+    # was loaded from is deleted (cache eviction, clear_cache, temp-dir cleanup)
+    lib_bytes: bytes | None = field(default=None, repr=False, compare=False)
+    module: object = field(default=None, repr=False, compare=False)
+
+    def library_bytes(self) -> bytes:
+        """The shared library's contents."""
+        if self.lib_bytes is None:
+            self.lib_bytes = Path(self.lib_path).read_bytes()
+        return self.lib_bytes
+
+    def function(self):
+        """The kernel's packed function (the library is loaded once, when first needed)."""
+        if self.module is None:
+            if not self.lib_path or not os.path.exists(self.lib_path):
+                raise FileNotFoundError(
+                    f"the CPU kernel library {self.lib_path!r} is gone and was never loaded"
+                )
+            self.module = tvm_ffi.load_module(self.lib_path)
+        return self.module[self.entry]
 
     def save(self, directory) -> Path:
         """Write the artifact as plain files into ``directory`` (created if missing).
@@ -32,7 +55,7 @@ class CpuArtifact:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         payload = {
-            _LIB_FILE: Path(self.lib_path).read_bytes(),
+            _LIB_FILE: self.library_bytes(),
             _SOURCE_FILE: self.kernel_source.encode(),
         }
         for name, data in payload.items():
@@ -82,7 +105,10 @@ class CpuArtifact:
                 raise ValueError(f"CPU artifact {str(path)!r}: file {name!r} fails its sha256")
             data[name] = blob
         lib_path = str(path / _LIB_FILE)
-        return cls(lib_path, meta["entry"], data[_SOURCE_FILE].decode(), {_LIB_FILE: lib_path})
+        artifact = cls(lib_path, meta["entry"], data[_SOURCE_FILE].decode(), {_LIB_FILE: lib_path})
+        artifact.lib_bytes = data[_LIB_FILE]
+        artifact.function()  # load now: the entry may be evicted before the first call
+        return artifact
 
 
 _ARTIFACT_KIND = "tilelang.cpu"
@@ -110,18 +136,30 @@ class CpuBackend:
     artifact_type = CpuArtifact  # save(dir) / load(dir): what the disk cache stores
 
     def build(self, func, *, target, pass_configs=None, compile_flags=None, out_dir=None):
-        lib_path, lowered = pipeline.build(func, pass_configs, out_dir=out_dir)
+        """Compile ``func``; the library is loaded now and, without ``out_dir``, its
+        temporary directory removed (the artifact keeps the bytes for the disk cache)."""
         entry = (
             str(func.attrs["global_symbol"])
             if func.attrs and "global_symbol" in func.attrs
             else "main"
         )
-        return CpuArtifact(lib_path, entry, lowered.script(), {"kernel.so": lib_path})
+        keep = out_dir is not None
+        work = out_dir if keep else tempfile.mkdtemp(prefix="tilelang_cpu_")
+        try:
+            lib_path, lowered = pipeline.build(func, pass_configs, out_dir=work)
+            artifact = CpuArtifact(lib_path, entry, lowered.script(), {"kernel.so": lib_path})
+            artifact.library_bytes()
+            artifact.function()
+        finally:
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+        if not keep:
+            artifact.lib_path, artifact.files = "", {}
+        return artifact
 
     def load(self, artifact: CpuArtifact):
-        if not os.path.exists(artifact.lib_path):
-            raise FileNotFoundError(artifact.lib_path)
-        return pipeline.load(artifact.lib_path, artifact.entry)
+        """The packed function of a built or cached artifact."""
+        return artifact.function()
 
 
 register_backend("cpu", CpuBackend())

@@ -130,12 +130,23 @@ def lower_blocks(body, parallel: bool):
         body = body.body
     if not blocks:
         return body
-    flat = ir.Var("block", "int32")
+    # the flat block counter is 64-bit when a grid extent is, or the grid may exceed int32
+    total = 1
+    for _, extent in blocks:
+        total = total * extent.value if isinstance(extent, ir.IntImm) and total else None
+    wide = any(str(e.ty) == "int64" for _, e in blocks) or (total or 0) >= 2**31
+    wide = wide or (total is None and len(blocks) > 1)
+    ty = "int64" if wide else "int32"
+    flat = ir.Var("block", ty)
     binds, stride = [], None
     for var, extent in blocks:
+        extent = extent.astype(ty) if str(extent.ty) != ty else extent
         index = flat if stride is None else flat // stride
-        binds.append(ir.Bind(var, index % extent if len(blocks) > 1 else index))
+        value = index % extent if len(blocks) > 1 else index
+        if str(value.ty) != str(var.ty):
+            value = value.astype(var.ty)
+        binds.append(ir.Bind(var, value))
         stride = extent if stride is None else stride * extent
     kind = ir.ForKind.PARALLEL if parallel else ir.ForKind.DEFAULT
     stmts = binds + (list(body.seq) if isinstance(body, ir.SeqStmt) else [body])
-    return ir.For(flat, ir.const(0, "int32"), stride, ir.const(1, "int32"), kind, ir.SeqStmt(stmts))
+    return ir.For(flat, ir.const(0, ty), stride, ir.const(1, ty), kind, ir.SeqStmt(stmts))

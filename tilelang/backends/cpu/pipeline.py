@@ -28,6 +28,7 @@ from ...ops.debug.op import uses_device_assert
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
+from ...transform.wide_index import widen_indices
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 from .warp_ops import lower_warp_ops
@@ -86,7 +87,9 @@ def lower(func, pass_configs=None):
 
 
 def _lower_kernel(func, pass_configs):
-    parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body))
+    checked = build_options(pass_configs).get("bounds_check", False)
+    # a failed assertion inside a parallel task would be lost: checked kernels run serially
+    parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body) or checked)
     stages = [
         ("lower_warp_ops", on_body(lower_warp_ops)),
         ("lower_atomic_mem", on_body(lower_atomic_mem)),  # T.atomic_load/store: plain
@@ -95,12 +98,21 @@ def _lower_kernel(func, pass_configs):
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
         ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),
         ("legalize_half_math", on_body(legalize_half_math)),
+        *([("bounds_check", on_body(_bounds_checks))] if checked else []),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
         ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),
+        ("widen_indices", on_body(widen_indices)),
     ]
     global_layouts = collect_global_layouts(func.body)
     with no_vectors_for(global_layouts):
         return run_stages(func, stages, pass_configs)
+
+
+def _bounds_checks(body):
+    """``tl.enable_bounds_check``: an assertion before every access not proven in bounds."""
+    from ...transform.check_bounds import cpu_check, insert_bounds_checks
+
+    return insert_bounds_checks(body, cpu_check, "cpu")
 
 
 def build(func, pass_configs=None, out_dir=None):

@@ -52,6 +52,8 @@ _DIRECT_ARG_TYPES = {
     "float32": ("float", "v_float64"),
     "float64": ("double", "v_float64"),
 }
+# FunctionInfo.arg_extra_tags value of a grid-constant tensor map (TIRx ArgExtraTags::kTensorMap).
+_TENSOR_MAP_TAG = 1
 _PACKED_CALL_RE = re.compile(
     r"TVMFFIFunctionCall\((\w+)_packed, \(TVMFFIAny\*\) (\w+), (\d+), &(\w+)\)"
 )
@@ -266,8 +268,11 @@ def _direct_launch_unsupported(info: dict[str, Any] | None) -> str | None:
     for dtype in info["arg_types"]:
         if dtype not in _DIRECT_ARG_TYPES:
             return f"parameter type {dtype!r}"
-    if any(info["arg_extra_tags"]):
-        return f"parameter tags {info['arg_extra_tags']} (e.g. grid-constant tensor maps)"
+    tags = info["arg_extra_tags"]
+    for i, tag in enumerate(tags):
+        # 1: a grid-constant CUtensorMap passed by value (TMA): its handle points to the map
+        if tag not in (0, _TENSOR_MAP_TAG) or (tag and info["arg_types"][i] != "handle"):
+            return f"parameter tags {tags}"
     for tag in info["launch_param_tags"]:
         if tag not in _LAUNCH_DIMS:
             return f"launch tag {tag!r}"
@@ -280,7 +285,12 @@ def _direct_kernel_code(index: int, name: str, info: dict[str, Any]) -> str:
     arg_types = info["arg_types"]
     tags = info["launch_param_tags"]
     locals_, params = [], []
+    extra = info.get("arg_extra_tags") or [0] * len(arg_types)
     for i, dtype in enumerate(arg_types):
+        if i < len(extra) and extra[i] == _TENSOR_MAP_TAG:
+            # cuLaunchKernel copies the parameter's bytes from the pointer: the map itself
+            params.append(f"args[{i}].v_ptr")
+            continue
         ctype, field_name = _DIRECT_ARG_TYPES[dtype]
         locals_.append(f"      {ctype} a{i} = ({ctype})args[{i}].{field_name};\n")
         params.append(f"&a{i}")

@@ -35,6 +35,8 @@ HEADER_ORDER = (
     "atomic.h",
     "threadblock_swizzle.h",
     "wgmma.h",  # sm_90a wgmma wrappers used by tilelang/ops/gemm_wgmma.py (guarded per arch)
+    "tma.h",  # sm_90 TMA loads and mbarriers (backends/cuda/passes/tma_lowering.py)
+    "hopper.h",  # explicit Hopper API: mbarrier arrive/expect_tx, setmaxnreg, clusters
 )
 _LOCAL_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_]+\.h)"\s*$')
 
@@ -255,7 +257,9 @@ def _slim_prelude(code: str) -> str:
 
 def _with_headers(code: str, request: list[str] | str) -> tuple[str, list[str]]:
     """Paste the requested device headers in front of generated ``code``."""
-    code = _slim_prelude(code)
+    from .hopper_source import with_register_cap
+
+    code = with_register_cap(_slim_prelude(code))
     names = select_headers(code) if request == "auto" else list(request)
     if not names:
         return code, []

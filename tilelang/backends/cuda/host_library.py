@@ -22,13 +22,17 @@ from typing import Any
 
 from .direct_launch import _apply_direct_launch, _DirectLaunch
 from .errors import CudaBuildError
+from .tensor_map import HOST_HELPERS
 
 HOST_LIBRARY_FILE = "host.so"  # also the artifact's file name (see build.py)
 
 # The C host code generator spells float16 pointers `half*`, a type C does not have.
-_HOST_TYPES_HEADER = """#include <stdint.h>
+_HOST_TYPES_HEADER = (
+    """#include <stdint.h>
 typedef uint16_t half;
 """
+    + HOST_HELPERS
+)
 
 
 def _pack_imports_to_c(module: Any, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:

@@ -38,6 +38,8 @@ from .passes.lower_parallel import lower_parallel
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
+from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
+from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
 
 
 @dataclass
@@ -65,6 +67,12 @@ def stage_rasterize_blocks(func, state):
     """``T.use_swizzle``: blocks renumbered in panels for L2 reuse (before anything reads
     blockIdx). Assumes a traced kernel; guarantees no ``tl.use_swizzle`` remains."""
     return rasterize_blocks(func)
+
+
+def stage_check_ws_scopes(func, state):
+    """``T.ws`` scopes hold only per-thread code (``passes/warp_specialize.py``)."""
+    check_ws_scopes(func.body)
+    return func
 
 
 def stage_layout_inference(func, state):
@@ -105,8 +113,13 @@ def stage_layout_inference(func, state):
 
 def stage_pipeline_planning(func, state):
     """``T.Pipelined`` loops: multi-buffered shared tiles, cp.async prologue/steady state,
-    gemm phases (tile level, needs the layouts). See ``passes/pipeline_planning.py``."""
-    return plan_pipelines(func, state.ctx)
+    gemm phases (tile level, needs the layouts). See ``passes/pipeline_planning.py``.
+    On sm_90+ the copies become TMA boxes where they can (``passes/tma_lowering.py``); the
+    decisions are recorded as ``tl.tma``."""
+    func = plan_pipelines(func, state.ctx)
+    if state.ctx.tma_notes:
+        func = func.with_attr(ATTR_TMA, list(state.ctx.tma_notes))
+    return func
 
 
 def stage_apply_shared_layouts(func, state):
@@ -143,8 +156,20 @@ def stage_hoist_allocs(func, state):
 
 
 def stage_insert_sync(func, state):
-    """``__syncthreads`` wherever shared memory is handed from some threads to others."""
-    return func.with_body(insert_sync(func.body, state.thread_var))
+    """``__syncthreads`` wherever shared memory is handed from some threads to others
+    (warp-specialized ``T.ws`` branches chained first: ``passes/warp_specialize.py``)."""
+    body = merge_ws_branches(func.body, state.thread_var)
+    return func.with_body(insert_sync(body, state.thread_var))
+
+
+def stage_bounds_check(func, state):
+    """``tl.enable_bounds_check``: ``printf`` + ``__trap()`` before every element access not
+    proven in bounds (``tilelang/transform/check_bounds.py``)."""
+    if not state.options.get("bounds_check"):
+        return func
+    from ...transform.check_bounds import cuda_check, insert_bounds_checks
+
+    return func.with_body(insert_bounds_checks(func.body, cuda_check, "cuda"))
 
 
 def stage_plan_shared_memory(func, state):
@@ -169,9 +194,28 @@ def stage_apply_global_layouts(func, state):
     return func.with_body(apply_global_layouts(func.body, state.global_layouts))
 
 
+def stage_widen_indices(func, state):
+    """Indices of tensors with 2**31 elements or more computed in int64
+    (``tilelang/transform/wide_index.py``)."""
+    from ...transform.wide_index import widen_indices
+
+    return func.with_body(widen_indices(func.body))
+
+
+def stage_tma_host_encode(func, state):
+    """The tensor maps of TMA copies are encoded on the host in front of the launch
+    (``tensor_map.host_encode_stmts``); the kernel receives them as grid-constant
+    parameters. Last: the stages before work on the launch region alone."""
+    if not state.ctx.tma_maps:
+        return func
+    stmts = host_encode_stmts(state.ctx.tma_maps)
+    return func.with_body(ir.SeqStmt([*stmts, func.body]))
+
+
 #: The CUDA pipeline, in order.
 STAGES = [
     ("rasterize_blocks", stage_rasterize_blocks),
+    ("check_ws_scopes", stage_check_ws_scopes),
     ("layout_inference", stage_layout_inference),
     ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", stage_apply_shared_layouts),
@@ -180,11 +224,14 @@ STAGES = [
     ("lower_fragments", stage_lower_fragments),
     ("hoist_allocs", stage_hoist_allocs),
     ("insert_sync", stage_insert_sync),
+    ("bounds_check", stage_bounds_check),
     ("plan_shared_memory", stage_plan_shared_memory),
     ("strip_schedule_hints", stage_strip_schedule_hints),
     ("apply_global_layouts", stage_apply_global_layouts),
     ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume
     ("lower_atomic_mem", stage_atomic_mem),  # T.atomic_load/store (lowering/atomic_mem.py)
+    ("widen_indices", stage_widen_indices),
+    ("tma_host_encode", stage_tma_host_encode),
 ]
 
 
@@ -221,6 +268,7 @@ def build(func, target=None, pass_configs=None, compile_flags=None, compiler=Non
     compiler = compiler or ("nvrtc" if _nvrtc_available() else "nvcc")
     return build_cuda(
         lowered,
+        pipeline=register_pipeline() if uses_tensor_maps(lowered) else "default",
         arch=target.get("arch", "sm_90a"),
         compiler=compiler,
         compile_flags=[*(compile_flags or ()), *options["device_flags"]],

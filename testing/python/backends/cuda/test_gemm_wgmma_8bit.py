@@ -212,5 +212,7 @@ def test_gpu_against_torch(dtype, acc, out, shape):
         b = torch.randint(lo, hi, (N, K), device="cuda", dtype=tdt)
     c = kernel(a, b)
     ref = a.double() @ b.double().T
-    tol = 1e-2 if out == "bfloat16" else 1e-5
+    # Hopper's fp8 wgmma accumulates with fewer mantissa bits than float32 (about 14, as
+    # DeepSeek-V3's report measured): errors of ~1e-3 of the result's scale are the hardware's
+    tol = 1e-2 if dtype.startswith("float8") else 1e-5
     torch.testing.assert_close(c.double(), ref, rtol=tol, atol=tol * ref.abs().max().item())

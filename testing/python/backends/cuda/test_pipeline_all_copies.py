@@ -37,8 +37,8 @@ MODES = ("leading", "hoist", "split", "auto")
 
 @pytest.fixture
 def schedule(request):
-    """The pass configs selecting copy schedule ``request.param``."""
-    return {"tl.pipeline_copy_schedule": request.param}
+    """The pass configs selecting copy schedule ``request.param`` (cp.async: no TMA)."""
+    return {"tl.pipeline_copy_schedule": request.param, "tl.disable_tma_lower": True}
 
 
 def _fa_tir(bm, bn, threads, stages, causal, batch=1, heads=1, seq=256, dim=64):

@@ -15,7 +15,11 @@ def _planned(stages):
     from tilelang.engine.pass_config import build_options
 
     func = make(M=256, N=256, K=256, stages=stages)
-    configs = {"tl.disable_wgmma": True, "tl.mma_split_pipeline": False}
+    configs = {
+        "tl.disable_wgmma": True,
+        "tl.mma_split_pipeline": False,
+        "tl.disable_tma_lower": True,
+    }
     state = CudaLowering("sm_90", build_options(configs))
     names = [name for name, _ in STAGES]
     for _, stage in STAGES[: names.index("pipeline_planning") + 1]:

@@ -54,7 +54,10 @@ class _State:
 # asynchronous copies that never overlap another async copy of the same tile op.
 # (tl::wgmma_m64n*: wgmma.mma_async only reads its shared A/B tiles, via the descriptors.)
 _READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n")
-_ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs",)
+_ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs", "tl::tma_load_")
+# mbarrier operations (TMA pipelining, passes/tma_lowering.py) synchronise by themselves:
+# their barrier words are no data for the barrier analysis.
+_SYNC_OBJECT_EXTERNS = ("tl::mbarrier_",)
 # Synchronous vector copies (transform/vectorize.py): the first operand is written, the
 # rest are read.
 _WRITE_FIRST_EXTERNS = ("tl::copy_vec", "tl::zero_vec")
@@ -85,7 +88,9 @@ def _accesses(stmt):
         if getattr(x.op, "name", "") not in ("tirx.call_extern", "tirx.call_intrin"):
             return None
         name = _extern_name(x)
-        if name.startswith(_READ_ONLY_EXTERNS):
+        if name.startswith(_SYNC_OBJECT_EXTERNS):
+            pass
+        elif name.startswith(_READ_ONLY_EXTERNS):
             for arg in x.args[1:]:
                 reads.update(_shared_vars(arg))
         elif name.startswith(_WRITE_FIRST_EXTERNS) and len(x.args) >= 2:

@@ -102,6 +102,7 @@ from ....ops.copy.op import COPY, matched_axes
 from ....ops.registry import pipeline_rule_for
 from .insert_sync import ATTR_ASYNC_STAGES
 from .pipeline_copies import _later_copies, _plan_split_copies
+from .tma_lowering import tma_loop
 
 VEC_BYTES = 16
 
@@ -367,6 +368,14 @@ class _Planner(StmtMutator):
 
         if later:
             return _plan_split_copies(loop, ctx, stages, rest, copies, later, mapping, issue, fence)
+        # sm_90+: TMA boxes completing on mbarriers (passes/tma_lowering.py), except where
+        # the mma.sync split schedule (tuned for cp.async) applies
+        if wgmma or stages < 2 or self._phase_plan(rest, tiles, stages) is None:
+            tma = tma_loop(
+                self, loop, ctx, stages, copies, rest, mapping, in_flight, fence, _restage
+            )
+            if tma is not None:
+                return tma
         body_rest = _restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
         if stages == 1:
             new_body = [*issue(k, ir.const(0, "int32")), cp_async_commit(), cp_async_wait(0)]

@@ -120,6 +120,14 @@ def _wrap(path, stmts):
     return body
 
 
+def _alloc_loc(stmt):
+    """Source location of an allocation (on the Bind, or on its ``alloc_tensor`` call)."""
+    loc = getattr(stmt, "loc", None)
+    if errors.where(loc):
+        return loc
+    return getattr(getattr(stmt, "value", None), "loc", None)
+
+
 def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | None = None):
     """Place every shared tile of ``body`` in one ``shared.dyn`` buffer (module docstring).
 
@@ -128,23 +136,28 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
     """
     path, stmts = _split(body)
     tiles = []  # (var, index of its alloc)
+    alloc_locs = {}  # var handle -> the allocation's source location
     for s in stmts:
         var = alloc_of(s)
         if var is not None and is_shared(var):
             tiles.append(var)
+            alloc_locs[var.__chandle__()] = _alloc_loc(s)
     nested = []
+    nested_locs = []
 
     def find(node):
         var = alloc_of(node) if isinstance(node, ir.Bind) else None
         if var is not None and is_shared(var) and not any(var.same_as(t) for t in tiles):
             nested.append(var)
+            nested_locs.append(_alloc_loc(node))
 
     import tvm_ffi
 
     tvm_ffi.structural_walk(_wrap([], stmts), [(ir.Bind, find)])
     if nested:
         raise errors.compile_error(
-            f"shared tiles must be allocated at the kernel's top level: {[v.name for v in nested]}"
+            f"shared tiles must be allocated at the kernel's top level: {[v.name for v in nested]}",
+            nested_locs[0],
         )
     plan = {} if plan is None else plan
     if not tiles:
@@ -179,8 +192,11 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
     limit = smem_limit(arch)
     if total > limit:
         names = ", ".join(f"{v.name} ({sz} B)" for v, _, sz, _, _ in placed)
+        largest = max(placed, key=lambda p: p[2])[0]
         raise errors.compile_error(
-            f"shared memory: {total} bytes needed but {arch} allows {limit}: {names}"
+            f"shared memory: {total} bytes needed but {arch} allows {limit} per block: {names} "
+            f"(largest: {largest.name}); use smaller tiles or fewer pipeline stages",
+            alloc_locs.get(largest.__chandle__()),
         )
     smem = new_tensor("smem", [total], "uint8", "shared.dyn")
     views = {v.__chandle__(): decl_view(storage[v.__chandle__()], smem, o) for v, o, *_ in placed}

@@ -1,0 +1,38 @@
+"""Source fix-ups the explicit Hopper API needs in generated CUDA code.
+
+``setmaxnreg`` takes effect only when the kernel has a register cap at entry: a kernel
+whose body calls ``tl::set_max_nreg`` (``T.set_max_nreg``) gets
+``__launch_bounds__(threads, 1)`` instead of TIRx's ``__launch_bounds__(threads)``
+(otherwise ptxas ignores the instruction with warning C7508).
+"""
+
+from __future__ import annotations
+
+import re
+
+_KERNEL_RE = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)\(')
+
+
+def _kernels_calling(code: str, helper: str) -> set[str]:
+    """Names of the kernels whose definition (up to the next kernel) mentions ``helper``."""
+    starts = [(m.start(), m.group(2)) for m in _KERNEL_RE.finditer(code)]
+    names = set()
+    for i, (pos, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(code)
+        if helper in code[pos:end]:
+            names.add(name)
+    return names
+
+
+def with_register_cap(code: str) -> str:
+    """``code`` with ``__launch_bounds__(n, 1)`` on every kernel that calls setmaxnreg."""
+    if "tl::set_max_nreg<" not in code:
+        return code
+    names = _kernels_calling(code, "tl::set_max_nreg<")
+
+    def repl(m):
+        if m.group(2) not in names:
+            return m.group(0)
+        return f'extern "C" __global__ void __launch_bounds__({m.group(1)}, 1) {m.group(2)}('
+
+    return _KERNEL_RE.sub(repl, code)

@@ -1,0 +1,212 @@
+"""TMA and mbarrier support of the CUDA emulator (:mod:`tilelang.testing.cuda_emulator`).
+
+Models what ``backends/cuda/passes/tma_lowering.py`` emits:
+
+* host side: ``map = stack_alloca("tensormap")`` and ``tensormap_encode_tiled(map, ptr,
+  dims..., byte strides..., box..., element strides...)`` record the map's parameters,
+  checked like ``cuTensorMapEncodeTiled`` does (16-byte aligned strides, box extents in
+  1..256, the inner box within the swizzle span);
+* ``tl::tma_load_<R>d(smem, &map, bar, coords...)``: the box is copied at once, elements
+  outside the tensor zero-filled, written compactly (innermost fastest) through the
+  swizzle (``tensor_map.hw_swizzle`` on shared-pool byte addresses), and its bytes are
+  counted on ``bar``;
+* mbarriers: ``tl::mbarrier_init`` / ``_arrive_expect_tx`` / ``_wait`` (and hopper.h's
+  ``_arrive`` / ``_expect_tx``) track arrivals,
+  pending transaction bytes and completed phases; a wait whose phase cannot have completed
+  (it would spin forever on a GPU) raises :class:`EmulationError`, as does a load counted
+  on a barrier that expects fewer bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm_tirx import ir
+
+from ..backends.cuda.tensor_map import MAX_BOX, hw_swizzle
+from ..layout.swizzle import SwizzleMode
+
+ENCODE_OP = "tirx.cuda.tensormap_encode_tiled"
+
+
+class TensorMapState:
+    """The parameters of one encoded tensor map (innermost first, like the driver's)."""
+
+    def __init__(self):
+        self.encoded = False
+
+    def encode(self, machine, call, error):
+        attrs = call.attrs
+        rank = int(attrs.rank)
+        args = list(call.args)
+        self.buf, flat = machine._pointer(args[1], True)
+        self.base = int(np.asarray(flat).flat[0])
+        vals = [int(machine.scalar(a)) for a in args[2:]]
+        self.dims = vals[:rank]
+        self.strides = vals[rank : 2 * rank - 1]
+        self.box = vals[2 * rank - 1 : 3 * rank - 1]
+        self.elem_strides = vals[3 * rank - 1 : 4 * rank - 1]
+        self.swizzle = SwizzleMode(int(attrs.swizzle))
+        self.itemsize = self.buf.data.dtype.itemsize
+        if any(s % 16 for s in self.strides):
+            raise error(
+                f"tensor map of {self.buf.name}: byte strides {self.strides} not 16-aligned"
+            )
+        if any(not 1 <= b <= MAX_BOX for b in self.box):
+            raise error(f"tensor map of {self.buf.name}: box {self.box} outside 1..{MAX_BOX}")
+        inner = self.box[0] * self.itemsize
+        if inner % 16 or (
+            self.swizzle is not SwizzleMode.NONE and inner > self.swizzle.swizzle_byte_size()
+        ):
+            raise error(f"tensor map of {self.buf.name}: inner box of {inner} bytes")
+        if any(e != 1 for e in self.elem_strides):
+            raise error("the emulator models element strides of 1 only")
+        self.encoded = True
+
+    def box_values(self, coords):
+        """The box at ``coords`` (innermost first) as a flat array, innermost fastest."""
+        grids = np.meshgrid(*[np.arange(b) for b in reversed(self.box)], indexing="ij")
+        idx = [g.reshape(-1) for g in reversed(grids)]  # innermost first
+        inside = np.ones(idx[0].shape, bool)
+        flat = np.full(idx[0].shape, self.base, np.int64)
+        elem_strides = [1] + [s // self.itemsize for s in self.strides]
+        for d, (i, c) in enumerate(zip(idx, coords)):
+            g = i + c
+            inside &= (g >= 0) & (g < self.dims[d])
+            flat += np.where(inside, g, 0) * elem_strides[d]
+        out = np.zeros(flat.shape, self.buf.data.dtype)
+        out[inside] = self.buf.data[flat[inside]]
+        return out
+
+
+def is_address(e) -> bool:
+    """Whether ``e`` is ``address_of(tensor[...])``."""
+    return isinstance(e, ir.Call) and e.op.name == "tirx.address_of"
+
+
+def address_value(machine, e, mask):
+    """A byte address for ``address_of(tensor[...])`` (the host's alignment test of a TMA
+    map's base): the element offset in bytes, plus one element when the emulator runs with
+    ``aligned=False`` (tensors that start off a 16-byte boundary)."""
+    b, flat = machine._pointer(e, mask)
+    size = b.data.dtype.itemsize
+    extra = 0 if machine.aligned or size >= 16 else size
+    return (np.asarray(flat, np.int64) * size + extra).astype(np.uint64)
+
+
+def _pool_offset(arr) -> int:
+    """Byte offset of ``arr`` in the array its memory belongs to (the shared-memory pool)."""
+    root = arr
+    while root.base is not None and isinstance(root.base, np.ndarray):
+        root = root.base
+    return arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+
+
+class Barriers:
+    """mbarrier states keyed by (buffer name, element)."""
+
+    def __init__(self, error):
+        self.error = error
+        self.state = {}
+
+    def _key(self, machine, ptr, mask):
+        b, flat = machine._pointer(ptr, mask)
+        active = np.broadcast_to(mask, (machine.lanes,))
+        return [(b.name, int(flat[t])) for t in np.nonzero(active)[0]]
+
+    def init(self, machine, args, mask):
+        count = int(machine.scalar(args[1]))
+        for key in self._key(machine, args[0], mask):
+            self.state[key] = {"count": count, "arrived": 0, "tx": 0, "phase": 0}
+
+    def _get(self, key):
+        if key not in self.state:
+            raise self.error(f"mbarrier {key[0]}[{key[1]}] used before mbarrier_init")
+        return self.state[key]
+
+    def _maybe_complete(self, s):
+        if s["arrived"] >= s["count"] and s["tx"] == 0:
+            s["phase"] += 1
+            s["arrived"] = 0
+
+    def arrive_expect_tx(self, machine, args, mask):
+        nbytes = int(machine.scalar(args[1]))
+        for key in self._key(machine, args[0], mask):
+            s = self._get(key)
+            s["tx"] += nbytes
+            s["arrived"] += 1
+            self._maybe_complete(s)
+
+    def arrive(self, machine, args, mask):
+        """``tl::mbarrier_arrive(bar)`` (hopper.h): one arrival per active thread."""
+        for key in self._key(machine, args[0], mask):
+            s = self._get(key)
+            s["arrived"] += 1
+            self._maybe_complete(s)
+
+    def expect_tx(self, machine, args, mask):
+        """``tl::mbarrier_expect_tx(bar, n)`` (hopper.h): n more pending bytes, no arrival."""
+        nbytes = int(machine.scalar(args[1]))
+        for key in self._key(machine, args[0], mask):
+            self._get(key)["tx"] += nbytes
+
+    def complete_tx(self, key, nbytes):
+        s = self._get(key)
+        s["tx"] -= nbytes
+        if s["tx"] < 0:
+            raise self.error(f"mbarrier {key[0]}[{key[1]}] received more bytes than expected")
+        self._maybe_complete(s)
+
+    def wait(self, machine, args, mask):
+        parity = np.broadcast_to(np.asarray(machine.eval(args[1], mask)), (machine.lanes,))
+        active = np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]
+        keys = self._key(machine, args[0], mask)
+        for t, key in zip(active, keys):
+            s = self._get(key)
+            # try_wait.parity(p) returns once the phase of parity p has completed: the
+            # current (incomplete) phase has the other parity
+            if s["phase"] % 2 == int(parity[t]) % 2:
+                raise self.error(
+                    f"mbarrier_wait on {key[0]}[{key[1]}] with parity {int(parity[t])} would "
+                    f"never return (phase {s['phase']}, {s['tx']} bytes pending) in block "
+                    f"{machine.block_index}, thread {t}"
+                )
+
+
+def tma_load(machine, barriers, fname, args, mask, error):
+    """``tl::tma_load_<R>d(smem, &map, bar, coords...)`` for every active thread."""
+    rank = int(fname[len("tl::tma_load_")])
+    mref = args[1]
+    if not (isinstance(mref, ir.Call) and mref.op.name == "tirx.address_of"):
+        raise error(f"{fname}: the tensor map operand is not address_of(map)")
+    tmap = machine.env.get(mref.args[0].__chandle__())
+    if not isinstance(tmap, TensorMapState) or not tmap.encoded:
+        raise error(f"{fname}: tensor map {mref.args[0].name} is not encoded")
+    if len(tmap.dims) != rank:
+        raise error(f"{fname} with a rank-{len(tmap.dims)} tensor map")
+    sb, sflat = machine._pointer(args[0], mask)
+    keys = barriers._key(machine, args[2], mask)
+    coords = [
+        np.broadcast_to(np.asarray(machine.eval(c, mask)), (machine.lanes,)) for c in args[3:]
+    ]
+    active = np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]
+    size = tmap.itemsize
+    if sb.data.dtype.itemsize != size:
+        raise error(f"{fname}: shared {sb.name} and the tensor map differ in element size")
+    pool = _pool_offset(sb.data)
+    for t, key in zip(active, keys):
+        values = tmap.box_values([int(c[t]) for c in coords])
+        start = pool + int(sflat[t]) * size
+        align = 128 if tmap.swizzle is SwizzleMode.NONE else tmap.swizzle.smem_alignment()
+        if start % 128:
+            raise error(f"{fname}: shared destination at byte {start} is not 128-byte aligned")
+        if tmap.swizzle is not SwizzleMode.NONE and start % align:
+            raise error(f"{fname}: swizzled destination at byte {start} not {align}-aligned")
+        addr = hw_swizzle(start + np.arange(values.size, dtype=np.int64) * size, tmap.swizzle)
+        elem = (addr - pool) // size
+        if elem.min() < 0 or elem.max() >= sb.data.size:
+            raise error(f"{fname}: box written past {sb.name}")
+        sb.data[elem] = values
+        barriers.complete_tx(key, values.size * size)
+
+
+__all__ = ["ENCODE_OP", "Barriers", "TensorMapState", "address_value", "is_address", "tma_load"]
