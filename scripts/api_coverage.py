@@ -116,7 +116,33 @@ def upstream_names(python: str, modules: list[str]) -> dict:
     for line in proc.stdout.splitlines():
         if line.startswith("@@JSON@@"):
             return json.loads(line[len("@@JSON@@") :])
+    if len(modules) > 1:  # one module crashed the interpreter: list each on its own
+        out = {}
+        for modname in modules:
+            try:
+                out.update(upstream_names(python, [modname]))
+            except SystemExit as failure:
+                out[modname] = {"crashed": str(failure).splitlines()[-1][:200]}
+        return out
     raise SystemExit(f"upstream listing failed ({python}):\n{proc.stdout}\n{proc.stderr}")
+
+
+def recorded_upstream(path: Path, modname: str, why: str) -> dict:
+    """The upstream names of ``modname`` as the last generated report recorded them (its
+    table's "upstream kind" column), for a module upstream's interpreter cannot import now."""
+    text = path.read_text() if path.exists() else ""
+    section = text.split(f"\n## `{modname}`\n", 1)
+    summary = [ln for ln in text.splitlines() if ln.startswith(f"| `{modname}` |")]
+    if len(section) < 2 or not summary:
+        return {"error": f"upstream interpreter crashed ({why}) and no earlier listing"}
+    names = {}
+    for line in section[1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].startswith("`"):
+            names[cells[0].strip("`")] = cells[1]
+    incidental = int(summary[0].strip("|").split("|")[5].strip() or 0)
+    print(f"note: upstream {modname} crashed ({why}); reusing its recorded listing")
+    return {"names": names, "incidental": [""] * incidental}
 
 
 def _kind(obj) -> str:
@@ -246,8 +272,12 @@ def main() -> int:
     args = parser.parse_args()
     if not Path(args.upstream_python).exists():
         raise SystemExit(f"no upstream interpreter at {args.upstream_python} (--upstream-python)")
-    report = build_report(upstream_names(args.upstream_python, MODULES)) + "\n"
     path = Path(args.output)
+    upstream = upstream_names(args.upstream_python, MODULES)
+    for modname, info in list(upstream.items()):
+        if "crashed" in info:
+            upstream[modname] = recorded_upstream(path, modname, info["crashed"])
+    report = build_report(upstream) + "\n"
     if args.check:
         current = path.read_text() if path.exists() else ""
         if current != report:

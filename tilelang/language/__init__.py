@@ -229,3 +229,19 @@ from .warp import (
 globals().update(_VECTOR_TYPES)  # T.float32x4, T.float16x2, T.float8_e4m3fnx2, ...
 globals()["__ldg"] = _ldg  # T.__ldg(A[i]): a read-only-cache load
 # ---- end T.* surface block ----
+
+# ---- T.* surface, part 2 (issue 10 item 2): vectorized / memory-ordered atomics,
+# alloc_buffer, access_ptr, dp4a, reducers.
+# isort: split
+from .atomic_ext import atomic_addx2, atomic_addx4, atomic_load, atomic_store  # noqa: E402
+from .builtin_ext import (  # noqa: E402
+    access_ptr,
+    alloc_buffer,
+    dp4a,
+    tfloat32,
+    thread_binding,
+    tvm_storage_sync,
+)
+from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update  # noqa: E402
+
+# ---- end T.* surface part 2 ----

@@ -49,7 +49,7 @@ def make_tensor(ptr, shape, dtype="float32", strides=None):
             "kernel (a T.ptr parameter or an element of a T.Tensor(..., T.ptr) table), not a "
             "Python int"
         )
-    if not builder.is_expr(address):
+    if not (builder.is_expr(address) or isinstance(getattr(address, "ty", None), ir.PtrType)):
         raise errors.TraceError(
             f"T.make_tensor: expected a T.ptr address, got {type(address).__name__} {address!r}"
         )

@@ -19,6 +19,7 @@ from tvm_tirx import tirx as _tirx
 
 from ...engine.instrument import on_body, run_stages
 from ...engine.pass_config import build_options
+from ...lowering.atomic_mem import lower_cpu as lower_atomic_mem
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StripScheduleHints, contains
@@ -91,6 +92,7 @@ def _lower_kernel(func, pass_configs):
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body) or checked)
     stages = [
         ("lower_warp_ops", on_body(lower_warp_ops)),
+        ("lower_atomic_mem", on_body(lower_atomic_mem)),  # T.atomic_load/store: plain
         ("lower_threads", on_body(lower_threads)),
         ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),

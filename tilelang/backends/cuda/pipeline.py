@@ -21,6 +21,7 @@ from ... import errors
 from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
 from ...layout import expr as E
+from ...lowering.atomic_mem import stage_cuda as stage_atomic_mem
 from ...lowering.cuda_context import CudaLowerContext
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
@@ -228,6 +229,7 @@ STAGES = [
     ("strip_schedule_hints", stage_strip_schedule_hints),
     ("apply_global_layouts", stage_apply_global_layouts),
     ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume
+    ("lower_atomic_mem", stage_atomic_mem),  # T.atomic_load/store (lowering/atomic_mem.py)
     ("widen_indices", stage_widen_indices),
     ("tma_host_encode", stage_tma_host_encode),
 ]

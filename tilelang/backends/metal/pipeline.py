@@ -27,6 +27,7 @@ from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StmtMutator
+from ...lowering.vendor_exchange import stage_metal_exchanges
 from ...ops import lowering_for, tile_op_of
 from ...transform.apply_global_layouts import collect_global_layouts
 from ..cuda import pipeline as cuda_pipeline
@@ -128,6 +129,7 @@ STAGES = [
     ("static_threadgroup_memory", stage_static_threadgroup_memory),
     ("strip_schedule_hints", cuda_pipeline.stage_strip_schedule_hints),
     ("apply_global_layouts", cuda_pipeline.stage_apply_global_layouts),
+    ("lower_exchanges", stage_metal_exchanges),  # warp ops, T.assume (vendor_exchange.py)
 ]
 
 

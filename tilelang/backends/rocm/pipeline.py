@@ -23,6 +23,7 @@ from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StmtMutator
+from ...lowering.vendor_exchange import stage_rocm_exchanges
 from ...ops import lowering_for, tile_op_of
 from ...transform.apply_global_layouts import collect_global_layouts
 from ..cuda import pipeline as cuda_pipeline
@@ -87,6 +88,7 @@ STAGES = [
     ("strip_schedule_hints", cuda_pipeline.stage_strip_schedule_hints),
     ("apply_global_layouts", cuda_pipeline.stage_apply_global_layouts),
     ("check_fp8_arithmetic", stage_check_fp8_arithmetic),
+    ("lower_exchanges", stage_rocm_exchanges),  # warp ops, T.assume (vendor_exchange.py)
 ]
 
 
