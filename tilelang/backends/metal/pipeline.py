@@ -27,11 +27,11 @@ from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StmtMutator
-from ...lowering.vendor_exchange import stage_metal_exchanges
 from ...ops import lowering_for, tile_op_of
 from ...transform.apply_global_layouts import collect_global_layouts
 from ..cuda import pipeline as cuda_pipeline
 from ..cuda.pipeline import CudaLowering
+from ..vendor_exchange import stage_metal_exchanges
 from . import rules  # noqa: F401 - registers the Metal op rules
 from .passes import static_threadgroup_memory
 

@@ -23,11 +23,11 @@ from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StmtMutator
-from ...lowering.vendor_exchange import stage_rocm_exchanges
 from ...ops import lowering_for, tile_op_of
 from ...transform.apply_global_layouts import collect_global_layouts
 from ..cuda import pipeline as cuda_pipeline
 from ..cuda.pipeline import CudaLowering
+from ..vendor_exchange import stage_rocm_exchanges
 from . import rules  # noqa: F401 - registers the ROCm op rules
 from .checks import fold_fnuz_constants, refuse_fnuz_arithmetic, refuse_ocp_small_floats
 

@@ -32,9 +32,9 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from .. import errors
-from .atomic_mem import NAMES as ATOMIC_MEM
-from .stmt import contains
-from .warp_intrinsics import EXCHANGES, REDUCTIONS, SHUFFLES, SYNC_WARP, VOTES
+from ..lowering.atomic_mem import NAMES as ATOMIC_MEM
+from ..lowering.stmt import contains
+from ..lowering.warp_intrinsics import EXCHANGES, REDUCTIONS, SHUFFLES, SYNC_WARP, VOTES
 
 _ASSUME = "prim.assume"
 _LDG = "__ldg"
@@ -158,7 +158,7 @@ def _metal_call(name, call):
 
 def lower_rocm_exchanges(body):
     """``body`` for the HIP printer (module docstring, ROCm part)."""
-    from ..backends.cuda.passes.lower_assume import lower_assume
+    from .cuda.passes.lower_assume import lower_assume
 
     body = _rewrite(body, "rocm", _rocm_call)
     return lower_assume(body)
