@@ -25,10 +25,10 @@ from ...lowering.atomic_mem import stage_cuda as stage_atomic_mem
 from ...lowering.cuda_context import CudaLowerContext
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
-from ...lowering.stmt import StmtMutator, StripScheduleHints, launch_of, launches_of
+from ...lowering.stmt import StripScheduleHints, launch_of, launches_of
 from ...lowering.thread_utils import is_fragment, new_tensor
-from ...ops import lowering_for, tile_op_of
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
+from ...transform.lower_tile_ops import LowerTileOps
 from .passes.apply_shared_layouts import apply_shared_layouts
 from .passes.insert_sync import insert_sync
 from .passes.layout_inference import infer_layouts, strip_layout_annotations
@@ -137,7 +137,7 @@ def stage_lower_parallel(func, state):
 
 def stage_lower_tile_ops(func, state):
     """Each tile op replaced by its ``(op, "cuda")`` rule's thread-level code."""
-    return func.with_body(_LowerTileOpsCuda("cuda")(func.body, state.ctx))
+    return func.with_body(LowerTileOps("cuda")(func.body, state.ctx))
 
 
 def stage_lower_fragments(func, state):
@@ -277,17 +277,6 @@ def build(func, target=None, pass_configs=None, compile_flags=None, compiler=Non
 
 
 # ------------------------------------------------------------------------------ helpers
-class _LowerTileOpsCuda(StmtMutator):
-    """Replace tile ops by their CUDA rules."""
-
-    def visit_Evaluate(self, stmt, ctx):
-        found = tile_op_of(stmt)
-        if found is None:
-            return stmt
-        op, call = found
-        return lowering_for(op, "cuda", call)(op.view(call), ctx)
-
-
 def _rebuild(body, new_inner):
     """``body`` with its innermost launch's body replaced."""
     while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:

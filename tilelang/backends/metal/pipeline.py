@@ -26,9 +26,9 @@ from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
-from ...lowering.stmt import StmtMutator
-from ...ops import lowering_for, tile_op_of
+from ...ops import tile_op_of
 from ...transform.apply_global_layouts import collect_global_layouts
+from ...transform.lower_tile_ops import LowerTileOps
 from ..cuda import pipeline as cuda_pipeline
 from ..cuda.pipeline import CudaLowering
 from ..vendor_exchange import stage_metal_exchanges
@@ -39,15 +39,6 @@ ARCH = "metal"
 THREADGROUP_MEMORY = 32 * 1024
 UNSUPPORTED_DTYPES = ("float64", "bfloat16", "float8_e4m3fn", "float8_e5m2",
                       "float8_e4m3fnuz", "float8_e5m2fnuz")  # fmt: skip
-
-
-class _LowerTileOpsMetal(StmtMutator):
-    def visit_Evaluate(self, stmt, ctx):
-        found = tile_op_of(stmt)
-        if found is None:
-            return stmt
-        op, call = found
-        return lowering_for(op, "metal", call)(op.view(call), ctx)
 
 
 def _dtype_error(dtype, what, loc):
@@ -99,7 +90,7 @@ def stage_layout_inference(func, state):
 
 def stage_lower_tile_ops(func, state):
     """Each tile op replaced by its ``(op, "metal")`` rule's thread-level code."""
-    return func.with_body(_LowerTileOpsMetal("metal")(func.body, state.ctx))
+    return func.with_body(LowerTileOps("metal")(func.body, state.ctx))
 
 
 def stage_static_threadgroup_memory(func, state):

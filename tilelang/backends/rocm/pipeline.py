@@ -22,9 +22,8 @@ from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
-from ...lowering.stmt import StmtMutator
-from ...ops import lowering_for, tile_op_of
 from ...transform.apply_global_layouts import collect_global_layouts
+from ...transform.lower_tile_ops import LowerTileOps
 from ..cuda import pipeline as cuda_pipeline
 from ..cuda.pipeline import CudaLowering
 from ..vendor_exchange import stage_rocm_exchanges
@@ -36,17 +35,6 @@ ARCHES = ("gfx90a", "gfx940", "gfx941", "gfx942")
 DEFAULT_ARCH = "gfx90a"
 
 
-class _LowerTileOpsRocm(StmtMutator):
-    """Replace tile ops by their ROCm rules."""
-
-    def visit_Evaluate(self, stmt, ctx):
-        found = tile_op_of(stmt)
-        if found is None:
-            return stmt
-        op, call = found
-        return lowering_for(op, "rocm", call)(op.view(call), ctx)
-
-
 def stage_layout_inference(func, state):
     """CUDA's layout inference with the ROCm rules; the lowering context says ``rocm``."""
     func = cuda_pipeline.stage_layout_inference(func, state)
@@ -56,7 +44,7 @@ def stage_layout_inference(func, state):
 
 def stage_lower_tile_ops(func, state):
     """Each tile op replaced by its ``(op, "rocm")`` rule's thread-level code."""
-    return func.with_body(_LowerTileOpsRocm("rocm")(func.body, state.ctx))
+    return func.with_body(LowerTileOps("rocm")(func.body, state.ctx))
 
 
 def stage_check_dtypes(func, state):
