@@ -1,7 +1,7 @@
 """FlashAttention forward: the upstream-style example kernel vs torch SDPA on the same inputs.
 
     python benchmark/flash_attention.py [--batch 4] [--heads 16] [--seq 4096] [--dim 128]
-        [--variants leading hoist split auto]
+        [--variants leading hoist split auto] [--pass-configs KEY=VALUE ...]
 
 CUDA events, median of ``--iters`` runs after warm-up; TFLOP/s counts 4*b*h*s*s*d (half of it
 for causal) and the ratio is ours over torch's time inverted (higher is better).
@@ -54,8 +54,19 @@ def main():
         default=None,
         help="bMxbN/threads/stages configs, e.g. 128x128/256/2 (default: 128x128/256/2 128x64/128/2 64x64/128/1)",
     )
+    parser.add_argument(
+        "--pass-configs",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra pass configs for every kernel, e.g. tl.disable_tma_lower=false",
+    )
     plotting.add_plot_argument(parser)
     args = parser.parse_args()
+    extra = {}
+    for kv in args.pass_configs:
+        key, value = kv.split("=", 1)
+        extra[key] = {"true": True, "false": False}.get(value.lower(), value)
     plotting.check(args.plot)
     plot_rows = []
     configs = CONFIGS
@@ -89,7 +100,7 @@ def main():
                     tir,
                     out_idx=[3],
                     target="cuda",
-                    pass_configs={"tl.pipeline_copy_schedule": variant},
+                    pass_configs={"tl.pipeline_copy_schedule": variant, **extra},
                 )
                 out = kernel(q, k, v)
                 err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()

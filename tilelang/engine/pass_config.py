@@ -80,14 +80,23 @@ class PassConfigKey(str, Enum):
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     """CUDA sm_90+: keep cp.async for the copies of ``T.Pipelined`` loops instead of TMA
     (``cp.async.bulk.tensor`` boxes of a host-encoded tensor map, completing on one mbarrier
-    per stage; ``backends/cuda/passes/tma_lowering.py``). ``False`` turns TMA on wherever a
-    copy allows it (the function attribute ``tl.tma`` of ``tilelang.lower``'s output says
-    which copies use it and why the others do not). Unset, tilelang keeps cp.async (upstream's
-    default is TMA on): without warp specialization every thread waits on the stage's
-    mbarrier, and the README GEMM measured 0.66-0.71x torch.matmul with TMA against
-    0.74-0.76x with cp.async at 8192³ on the H200 (benchmark/RESULTS.md, session 4). A TMA
+    per stage; ``backends/cuda/passes/tma_lowering.py``). Unset (the default), a loop uses
+    TMA when it is also warp-specialized (``tl.disable_warp_specialized``): a producer
+    warpgroup issues the boxes while the block's threads compute (the README GEMM measured
+    0.98-1.02x torch.matmul at 8192³ on the H200, against 0.74-0.76x with cp.async); other
+    loops keep cp.async, because TMA with every thread waiting on the stage's mbarrier
+    measured slower than cp.async (0.66-0.71x). ``False`` turns TMA on wherever a copy
+    allows it, ``True`` turns it off. The function attribute ``tl.tma`` of
+    ``tilelang.lower``'s output says which copies use it and why the others do not. A TMA
     kernel refuses, with a clear error at the call, a tensor whose data pointer is not
     16-byte aligned."""
+
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    """CUDA sm_90a, with TMA loads: a ``T.Pipelined`` loop whose copies all use TMA runs
+    them in a producer warpgroup added to the block (one elected thread issues the boxes),
+    while the block's own threads only compute, handing stages back through "empty"
+    mbarriers (``backends/cuda/passes/warp_specialize_auto.py``). ``True`` keeps every thread
+    on both jobs (the TMA schedule of ``tma_lowering.py``). Default: False."""
 
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
@@ -105,7 +114,6 @@ class PassConfigKey(str, Enum):
     TL_DISABLE_BUFFER_INIT_CHECK = "tl.disable_buffer_init_check"
     TL_DISABLE_DATA_RACE_CHECK = "tl.disable_data_race_check"
     TL_DISABLE_PRELOWER_SEMANTIC_CHECK = "tl.disable_prelower_semantic_check"
-    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
     TL_ENABLE_AUTO_WARP_SPECIALIZATION = "tl.enable_auto_warp_specialization"
     TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
     TL_ENABLE_PTXAS_VERBOSE_OUTPUT = "tl.enable_ptxas_verbose_output"
@@ -222,8 +230,13 @@ def build_options(pass_configs) -> dict:
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "copy_schedule": schedule,
-        # unset: no TMA (measured slower than cp.async without warp specialization, see the
-        # key's docstring); an explicit False turns it on
-        "disable_tma": flag(PassConfigKey.TL_DISABLE_TMA_LOWER, True),
+        # None (unset): TMA where the loop is also warp-specialized, else cp.async (TMA
+        # without a producer warpgroup measured slower, see the key's docstring)
+        "disable_tma": (
+            None
+            if configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER.value) is None
+            else flag(PassConfigKey.TL_DISABLE_TMA_LOWER, False)
+        ),
+        "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
     }

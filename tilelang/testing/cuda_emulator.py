@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -34,6 +35,7 @@ from tvm_tirx.ir.prim import expr as P
 
 from ..lowering.stmt import launch_of
 from . import cuda_emulator_tma as _tma
+from . import cuda_emulator_ws as _ws
 from .cuda_emulator_warp import warp_extern
 
 
@@ -191,6 +193,25 @@ def wgmma_a_coords(warp, lane, i):
     return 16 * warp + g + 8 * ((i // 2) % 2), 2 * t + i % 2 + 8 * (i // 4)
 
 
+def whole_warpgroups(mask, lanes: int, fname: str) -> list:
+    """Indices of the warpgroups whose 128 threads are all in ``mask``; EmulationError when
+    a warpgroup is only partly active (a warpgroup instruction reached by part of it).
+    Warpgroups with no active thread (e.g. a warp-specialized producer) are left out."""
+    active = np.broadcast_to(mask, (lanes,))
+    if lanes % 128:
+        raise EmulationError(f"{fname}: the block is not a whole number of warpgroups")
+    out = []
+    for w in range(lanes // 128):
+        part = active[128 * w : 128 * w + 128]
+        if part.all():
+            out.append(w)
+        elif part.any():
+            raise EmulationError(f"{fname}: reached by part of a warpgroup")
+    if not out:
+        raise EmulationError(f"{fname}: reached by no whole warpgroup")
+    return out
+
+
 def wgmma_a_tiles(raw, off, dtype):
     """The ``(warpgroups, 64, 16)`` float64 A tiles of an RS-form wgmma, from the bytes
     ``raw[t, off[t] : off[t] + 16]`` (elements ``a0..a7``) of every thread ``t``."""
@@ -235,6 +256,7 @@ class _Machine:
         self.block_index: dict = {}
         self.param_handles = {param.__chandle__() for param in func.params}
         self.barriers = _tma.Barriers(EmulationError)  # TMA pipelining (cuda_emulator_tma)
+        self.task = threading.local()  # the concurrent branch running (cuda_emulator_ws)
         for param, arr in zip(func.params, arrays):
             self._bind_global(param, arr)
 
@@ -446,8 +468,8 @@ class _Machine:
             return tf32_round(self.eval(args[0], mask))
         if fname == "printf":
             return self._printf(args, mask)
-        if fname == "__syncwarp":  # lanes run in lockstep here: a warp is always converged
-            return None
+        if fname in ("__syncwarp", "tl::named_barrier_sync", "tl::named_barrier_arrive"):
+            return None  # lanes run in lockstep here (a warp, a named barrier's threads)
         if fname == "__trap":
             threads = np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0].tolist()
             raise DeviceTrap(f"__trap() in block {self.block_index}, threads {threads}")
@@ -673,9 +695,7 @@ class _Machine:
         is A[:func:`wgmma_a_coords`]. Returns float64 ``(warpgroups, 64, 16)``; every thread
         of a warpgroup must be active and every element written (NaN when not).
         """
-        active = np.broadcast_to(mask, (self.lanes,))
-        if self.lanes % 128 or not active.all():
-            raise EmulationError(f"{fname}: reached by part of a warpgroup")
+        whole_warpgroups(mask, self.lanes, fname)
         raw, off = self._local_bytes(ptr, mask, 16, fname)
         return wgmma_a_tiles(raw, off, dtype)
 
@@ -754,6 +774,11 @@ class _Machine:
             self.run(stmt.body, mask)
 
     def _run_If(self, stmt, mask):
+        if stmt.else_case is not None:
+            parts = _ws.branches(self, stmt, mask)
+            if parts is not None:  # warp-specialized branches: run them interleaved
+                _ws.Tasks(self, EmulationError).run(parts)
+                return
         c = np.broadcast_to(self.eval(stmt.condition, mask), (self.lanes,))
         then = np.logical_and(mask, c)
         if then.any():
@@ -823,4 +848,4 @@ def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
     return arrays
 
 
-__all__ = ["DeviceTrap", "EmulationError", "emulate", "np_dtype"]
+__all__ = ["DeviceTrap", "EmulationError", "emulate", "np_dtype", "whole_warpgroups"]

@@ -107,6 +107,7 @@ class Barriers:
     def __init__(self, error):
         self.error = error
         self.state = {}
+        self.version = 0  # bumped by every change (cuda_emulator_ws detects deadlocks by it)
 
     def _key(self, machine, ptr, mask):
         b, flat = machine._pointer(ptr, mask)
@@ -124,6 +125,7 @@ class Barriers:
         return self.state[key]
 
     def _maybe_complete(self, s):
+        self.version += 1
         if s["arrived"] >= s["count"] and s["tx"] == 0:
             s["phase"] += 1
             s["arrived"] = 0
@@ -148,6 +150,7 @@ class Barriers:
         nbytes = int(machine.scalar(args[1]))
         for key in self._key(machine, args[0], mask):
             self._get(key)["tx"] += nbytes
+        self.version += 1
 
     def complete_tx(self, key, nbytes):
         s = self._get(key)
@@ -161,15 +164,29 @@ class Barriers:
         active = np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]
         keys = self._key(machine, args[0], mask)
         for t, key in zip(active, keys):
-            s = self._get(key)
-            # try_wait.parity(p) returns once the phase of parity p has completed: the
-            # current (incomplete) phase has the other parity
-            if s["phase"] % 2 == int(parity[t]) % 2:
-                raise self.error(
+            self._get(key)
+            want = int(parity[t]) % 2
+
+            def ready(key=key, want=want):
+                # try_wait.parity(p) returns once the phase of parity p has completed: the
+                # current (incomplete) phase has the other parity
+                return self.state[key]["phase"] % 2 != want
+
+            def describe(key=key, t=t):
+                s = self.state[key]
+                return (
                     f"mbarrier_wait on {key[0]}[{key[1]}] with parity {int(parity[t])} would "
                     f"never return (phase {s['phase']}, {s['tx']} bytes pending) in block "
                     f"{machine.block_index}, thread {t}"
                 )
+
+            if ready():
+                continue
+            task = getattr(machine.task, "current", None)
+            if task is None:
+                raise self.error(describe())
+            tasks, index = task
+            tasks.block(index, ready, describe)
 
 
 def tma_load(machine, barriers, fname, args, mask, error):

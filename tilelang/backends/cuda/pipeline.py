@@ -39,6 +39,7 @@ from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
 from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
+from .passes.warp_specialize_auto import consumer_barriers
 from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
 
 
@@ -114,8 +115,9 @@ def stage_layout_inference(func, state):
 def stage_pipeline_planning(func, state):
     """``T.Pipelined`` loops: multi-buffered shared tiles, cp.async prologue/steady state,
     gemm phases (tile level, needs the layouts). See ``passes/pipeline_planning.py``.
-    On sm_90+ the copies become TMA boxes where they can (``passes/tma_lowering.py``); the
-    decisions are recorded as ``tl.tma``."""
+    On sm_90+ the kernel's one top-level pipelined loop whose copies all fit TMA boxes is
+    warp-specialized (a producer warpgroup appended to the block: ``passes/
+    warp_specialize_auto.py``); the decisions are recorded as ``tl.tma``."""
     func = plan_pipelines(func, state.ctx)
     if state.ctx.tma_notes:
         func = func.with_attr(ATTR_TMA, list(state.ctx.tma_notes))
@@ -157,8 +159,12 @@ def stage_hoist_allocs(func, state):
 
 def stage_insert_sync(func, state):
     """``__syncthreads`` wherever shared memory is handed from some threads to others
-    (warp-specialized ``T.ws`` branches chained first: ``passes/warp_specialize.py``)."""
+    (warp-specialized ``T.ws`` branches chained first: ``passes/warp_specialize.py``; the
+    consumer branch of an automatically specialized kernel gets its own analysis with
+    ``bar.sync 1, threads``: ``passes/warp_specialize_auto.py``)."""
     body = merge_ws_branches(func.body, state.thread_var)
+    # automatic warp specialization: the consumer branch synchronises on a named barrier
+    body, _ = consumer_barriers(body, state.thread_var, insert_sync)
     return func.with_body(insert_sync(body, state.thread_var))
 
 
@@ -250,10 +256,20 @@ def lower(func, target=None, pass_configs=None):
     if options["disable_wgmma"] and arch.endswith("a"):
         arch = arch[:-1]  # instruction selection without wgmma; the build keeps the real arch
 
-    def lower_one(part):
-        state = CudaLowering(arch, options, collect_global_layouts(part.body))
-        with no_vectors_for(state.global_layouts):
-            return run_stages(part, STAGES, pass_configs, state=state)
+    def lower_one(part, opts=options):
+        state = CudaLowering(arch, opts, collect_global_layouts(part.body))
+        try:
+            with no_vectors_for(state.global_layouts):
+                return run_stages(part, STAGES, pass_configs, state=state)
+        except errors.CompileError as err:
+            # a warp-specialized kernel keeps every shared tile alive at once (producer and
+            # consumers run concurrently): when that does not fit, and TMA was not asked
+            # for explicitly, the kernel is lowered again without the producer warpgroup
+            if not (_specialized(state) and opts["disable_tma"] is None):
+                raise
+            if "shared memory:" not in str(err) or "bytes needed" not in str(err):
+                raise
+            return lower_one(part, {**opts, "warp_specialize": False})
 
     return lower_each_kernel(func, lower_one)
 
@@ -292,6 +308,12 @@ def _rebuild(body, new_inner):
         body.result_vars,
         body.loc,
     )
+
+
+def _specialized(state) -> bool:
+    """Whether the pipeline_planning stage warp-specialized the kernel."""
+    notes = state.ctx.tma_notes if state.ctx is not None else []
+    return any("warp-specialized (" in n for n in notes)
 
 
 def _thread_info(func):

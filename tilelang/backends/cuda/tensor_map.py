@@ -405,7 +405,7 @@ def host_encode_stmts(specs) -> list:
                             f"{spec.tensor.name}: TMA needs a 16-byte aligned data pointer; "
                             "pass an aligned tensor (e.g. .contiguous() of a fresh "
                             "allocation) or build without TMA (pass config "
-                            "tl.disable_tma_lower=True, the default)"
+                            "tl.disable_tma_lower=True)"
                         )
                     ],
                 )

@@ -218,6 +218,8 @@ class WgmmaMachine(_emu._Machine):
         acc_buf, acc_flat = op["acc"]
         for w in range(self.lanes // 128):
             lanes = slice(128 * w, 128 * w + 128)
+            if not op["mask"][lanes].any():
+                continue  # a warpgroup not issuing (a warp-specialized producer)
             if not op["mask"][lanes].all():
                 raise _emu.EmulationError("wgmma issued by part of a warpgroup")
             da, db = op["desc_a"][lanes], op["desc_b"][lanes]

@@ -148,8 +148,7 @@ class RSMachine(WgmmaMachine):
             raw, off = self._local_bytes(args[0], mask, 16, fname)
             op["a_regs"] = (raw, off.copy())
             op["a_issued"] = _emu.wgmma_a_tiles(raw, off, op["dtype"])
-            if not (self.lanes % 128 == 0 and op["mask"].all()):
-                raise _emu.EmulationError(f"{fname}: reached by part of a warpgroup")
+            _emu.whole_warpgroups(op["mask"], self.lanes, fname)
         else:
             op["ta"], op["tb"] = int(m.group(3)), int(m.group(4))
             op["desc_a"] = np.broadcast_to(self.eval(args[0], mask), (self.lanes,)).copy()
@@ -170,7 +169,7 @@ class RSMachine(WgmmaMachine):
             a_tiles = _emu.wgmma_a_tiles(raw, off, op["dtype"])
             if not np.array_equal(a_tiles, op["a_issued"], equal_nan=True):
                 raise _emu.EmulationError("register A was rewritten while its wgmma was in flight")
-        for w in range(self.lanes // 128):
+        for w in _emu.whole_warpgroups(op["mask"], self.lanes, "wgmma"):
             lanes = slice(128 * w, 128 * w + 128)
             db = op["desc_b"][lanes]
             if len(set(db.tolist())) != 1:

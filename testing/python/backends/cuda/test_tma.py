@@ -30,7 +30,8 @@ from gemm_kernels import make  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 NO_TMA = {"tl.disable_tma_lower": True}
-TMA = {"tl.disable_tma_lower": False}  # TMA is opt-in (engine/pass_config.py)
+TMA = {"tl.disable_tma_lower": False}  # TMA wherever possible (engine/pass_config.py)
+TMA_NO_WS = {**TMA, "tl.disable_warp_specialized": True}  # every thread loads and computes
 
 
 # ------------------------------------------------------------------------ box plans
@@ -149,8 +150,11 @@ def _encode_args(func, tensor):
 
 def test_readme_gemm_uses_tma_with_encoded_maps():
     """128x128x64, 256 threads, 3 stages: A one 128B-swizzled box, B two 64-column panels;
-    tensor maps over the whole tensors (tails zero-filled), elected-thread issue, mbarriers."""
-    f = _lower(make(M=1000, N=1000, K=1000, bM=128, bN=128, bK=64, threads=256, stages=3))
+    tensor maps over the whole tensors (tails zero-filled), elected-thread issue, mbarriers
+    (the schedule without warp specialization)."""
+    f = _lower(
+        make(M=1000, N=1000, K=1000, bM=128, bN=128, bK=64, threads=256, stages=3), TMA_NO_WS
+    )
     notes = _tma_attr(f)
     assert any("A -> A_shared: TMA, 1 box(es) of 128x64, swizzle SWIZZLE_128B" in n for n in notes)
     assert any("B -> B_shared: TMA, 2 box(es) of 64x64, swizzle SWIZZLE_128B" in n for n in notes)
@@ -269,10 +273,10 @@ def test_batched_copy_has_a_rank3_map():
 
 
 # -------------------------------------------------------------------------- emulated
-def _emulate_gemm(func, M, N, K, ta, tb, dtype="float16"):
+def _emulate_gemm(func, M, N, K, ta, tb, dtype="float16", configs=None):
     from test_gemm_wgmma_emulation import emulate_wgmma
 
-    lowered = _lower(func)
+    lowered = _lower(func, configs)
     assert "tl::tma_load_2d" in str(lowered)
     rng = np.random.default_rng(5)
     np_dt = np.float16 if dtype == "float16" else __import__("ml_dtypes").bfloat16
@@ -285,30 +289,65 @@ def _emulate_gemm(func, M, N, K, ta, tb, dtype="float16"):
 
 
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
-def test_emulated_gemm_with_tails(ta, tb):
-    """Tails in M, N and K: the boxes past the tensors' ends are zero-filled."""
+@pytest.mark.parametrize("ws", [True, False])
+def test_emulated_gemm_with_tails(ta, tb, ws):
+    """Tails in M, N and K: the boxes past the tensors' ends are zero-filled (with and
+    without warp specialization: the emulator interleaves producer and consumers)."""
     M, N, K = 136, 72, 200
     func = make(M=M, N=N, K=K, bM=128, bN=64, bK=64, threads=128, stages=3, ta=ta, tb=tb)
-    c, want = _emulate_gemm(func, M, N, K, ta, tb)
+    c, want = _emulate_gemm(func, M, N, K, ta, tb, configs=None if ws else TMA_NO_WS)
     np.testing.assert_array_equal(c, want)
 
 
-def test_wrong_phase_parity_is_caught(monkeypatch):
-    """The mbarrier model fails a wait on a phase that cannot complete (a GPU would hang)."""
-    from tilelang.backends.cuda.passes import tma_lowering
+@pytest.mark.parametrize("threads,stages", [(256, 3), (128, 2), (384, 4)])
+def test_readme_gemm_is_warp_specialized(threads, stages):
+    """The kernel's one pipelined loop, all copies TMA: a producer warpgroup (threads
+    T..T+127, one elected thread issuing) and the block's T threads consuming; full/empty
+    mbarrier rings; setmaxnreg from 384 threads up; emulated with tails it is exact."""
+    M, N, K = 200, 136, 328
+    bM = 64 * (threads // 128)
+    func = make(M=M, N=N, K=K, bM=bM, bN=64, bK=64, threads=threads, stages=stages)
+    f = _lower(func)
+    text = str(f)
+    assert any("warp-specialized" in n for n in _tma_attr(f)), _tma_attr(f)
+    assert f'T.launch_thread("threadIdx.x", {threads + 128})' in text
+    assert f"if tx < {threads}:" in text and f"if tx == {threads}:" in text
+    assert f'"tl::mbarrier_init", T.address_of(tma_empty_k[0]), T.uint32({threads})' in text
+    regs = "tl::set_max_nreg<" in text
+    assert regs == (threads + 128 >= 384)
+    assert "__syncthreads" not in text.split(f"if tx < {threads}:")[1]  # named barriers only
+    c, want = _emulate_gemm(func, M, N, K, False, False)
+    np.testing.assert_array_equal(c, want)
+
+
+def test_disable_warp_specialized_keeps_one_role():
+    """``tl.disable_warp_specialized`` keeps the block size and every thread's two jobs."""
+    f = _lower(make(M=256, N=256, K=256, bM=128, bN=128, bK=64, threads=256, stages=3), TMA_NO_WS)
+    text = str(f)
+    assert 'T.launch_thread("threadIdx.x", 256)' in text and "tma_empty" not in text
+
+
+@pytest.mark.parametrize("ws", [False, True])
+def test_wrong_phase_parity_is_caught(monkeypatch, ws):
+    """The mbarrier model fails a wait on a phase that cannot complete (a GPU would hang):
+    without warp specialization at the wait; with it, once no branch can complete it."""
+    from tilelang.backends.cuda.passes import tma_lowering, warp_specialize_auto
     from tilelang.testing.cuda_emulator import EmulationError
 
-    real = tma_lowering._call
+    module = warp_specialize_auto if ws else tma_lowering
+    real = module._call
+    flips = []
 
     def flipped(name, *args):
-        if name == "tl::mbarrier_wait":
+        if name == "tl::mbarrier_wait" and not flips:  # the first wait built: the consumer's
+            flips.append(name)
             args = (args[0], 1 - args[1])
         return real(name, *args)
 
-    monkeypatch.setattr(tma_lowering, "_call", flipped)
+    monkeypatch.setattr(module, "_call", flipped)
     func = make(M=128, N=128, K=256, bM=128, bN=128, bK=64, threads=128, stages=2)
     with pytest.raises(EmulationError, match="never return"):
-        _emulate_gemm(func, 128, 128, 256, False, False)
+        _emulate_gemm(func, 128, 128, 256, False, False, configs=None if ws else TMA_NO_WS)
 
 
 # ---------------------------------------------------------------------------- SASS
@@ -552,7 +591,7 @@ def test_two_kernel_blocks_each_encode_their_maps():
 
     f = _lower(_two_kernels())
     text = str(f)
-    assert text.count("tensormap_encode_tiled(") == 2 and text.count("tl::tma_load_2d") >= 4
+    assert text.count("tensormap_encode_tiled(") == 2 and text.count("tl::tma_load_2d") >= 2
     a = np.random.default_rng(4).standard_normal((200, 64)).astype(np.float16)
     b, c = np.zeros_like(a), np.zeros_like(a)
     w = np.zeros_like(a)

@@ -292,6 +292,11 @@ class _Planner(StmtMutator):
         self.tx = getattr(pctx, "thread_var", None)
         self.threads = int(pctx.threads)
         self.replaced = {}  # old tensor Var -> multi-buffered Var
+        # automatic warp specialization (passes/warp_specialize_auto.py): the loop it may
+        # apply to, the scalars its producer may not read, and the parts once planned
+        self.ws_loop = None
+        self.ws_forbidden = set()
+        self.ws_parts = None
 
     def visit_RegionStmt(self, stmt, ctx):
         launch = launch_of(stmt)
@@ -571,10 +576,19 @@ class _ReplaceAllocs(StmtMutator):
 
 def plan_pipelines(func, ctx):
     """Software-pipeline every matching ``T.Pipelined`` loop of ``func`` (see module doc)."""
+    from . import warp_specialize_auto as ws
+
     planner = _Planner(ctx, func.body)
+    if ctx.options.get("warp_specialize") and int(ctx.threads) % 128 == 0:
+        planner.ws_loop = ws.candidate_loop(func.body)
+        planner.ws_forbidden = ws.consumer_scalars(func.body)
     body = planner(func.body, LowerContext("cuda", threads=int(ctx.threads)))
     if planner.replaced:
         body = _ReplaceAllocs(planner.replaced)(body)
+    if planner.ws_parts is not None:
+        parts = planner.ws_parts
+        regs = ws.register_split(parts.threads) if ctx.arch == "sm_90a" else None
+        body = ws.split_kernel(body, parts, regs)
     return func.with_body(body)
 
 

@@ -45,7 +45,7 @@ from ..tensor_map import TmaCopy, plan_tma_copy
 def tma_supported(arch: str, options: dict) -> bool:
     """Whether TMA lowering is on for ``arch`` (sm_90 and later) and the pass configs."""
     m = re.match(r"sm_(\d+)", arch or "")
-    return bool(m) and int(m.group(1)) >= 90 and not options.get("disable_tma", False)
+    return bool(m) and int(m.group(1)) >= 90 and options.get("disable_tma") is not True
 
 
 def _call(name, *args):
@@ -91,6 +91,23 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
     pctx = planner.pctx
     if not tma_supported(pctx.arch, pctx.options) or planner.tx is None:
         return None
+    # warp specialization for loops whose gemms are wgmma (``fence`` is non-empty exactly
+    # then): an mma.sync body reading a transposed tile with ldmatrix gave wrong rows on the
+    # H200 when specialized (right in the emulator; not understood yet), so it keeps cp.async
+    ws_wanted = (
+        getattr(planner, "ws_loop", None) is not None
+        and planner.ws_loop.same_as(loop.var)
+        and bool(fence)
+    )
+    auto = pctx.options.get("disable_tma") is None  # TMA only with warp specialization
+    if auto and not ws_wanted:
+        pctx.tma_notes.append(
+            f"loop {loop.var.name}: cp.async (TMA only where the loop is warp-specialized: "
+            "one pipelined loop at the kernel's top level, wgmma gemms, threads a multiple of "
+            "128; tl.disable_tma_lower=False forces TMA)"
+        )
+        return None
+    n_maps, n_notes = len(pctx.tma_maps), len(pctx.tma_notes)
     tma = plan_tma_copies(copies, pctx, loop.var.name)
     if tma is None:
         return None
@@ -100,11 +117,32 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
     k, begin, end = loop.var, loop.begin, loop.end
     rel = k - begin
     tx = planner.tx
+    total = sum(t.bytes for t in tma)
+    if ws_wanted:
+        from .warp_specialize_auto import ws_loop
+
+        body_rest = restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
+        parts = ws_loop(
+            planner, loop, stages, tma, mapping, total, body_rest, in_flight, fence, _issue_copy
+        )
+        if parts is not None:
+            planner.ws_parts = parts
+            return parts.consumer
+        note = (
+            f"loop {loop.var.name}: not warp-specialized (the copies read values the loop's "
+            "threads compute)"
+        )
+        if auto:  # back to cp.async: forget the maps planned for this loop
+            del pctx.tma_maps[n_maps:]
+            del pctx.tma_notes[n_notes:]
+            pctx.tma_notes.append(note + "; cp.async")
+            return None
+        pctx.tma_notes.append(note)
+
     bar = new_tensor(f"tma_bar_{loop.var.name}", [stages], "uint64", "shared.dyn")
     from .pipeline_planning import make_alloc
 
     pctx.extra_allocs.append(make_alloc(bar))
-    total = sum(t.bytes for t in tma)
 
     def bar_ptr(stage):
         return tirx.address_of(ir.TensorLoad(bar, [_i32(stage)]))

@@ -1,0 +1,338 @@
+"""Automatic warp specialization (CUDA sm_90a): a TMA-pipelined loop split into a producer
+warpgroup and the block's own threads as consumers.
+
+Called by :mod:`.pipeline_planning` (through ``tma_lowering.tma_loop``) for the kernel's one
+``T.Pipelined`` loop when every copy of it uses TMA, and applied to the whole kernel by
+:func:`split_kernel`. With ``T`` the block's threads (``threads=`` of ``T.Kernel``), ``S``
+stages, ``rel = k - begin`` and two mbarrier rings, ``full[S]`` (arrival count 1: the
+producer's ``arrive.expect_tx``, completed by the TMA bytes) and ``empty[S]`` (arrival count
+``T``: every consumer thread hands the stage back)::
+
+    launch T + 128 threads
+    [binds before the loop]                        (every thread: block indices, allocations)
+    __syncthreads(); if tx == 0: init full[s] (1), empty[s] (T); fence; __syncthreads()
+    if tx < T:                                     consumers: the user's program
+        setmaxnreg.inc R_c                         (T + 128 >= 384 only)
+        [statements before the loop]
+        [fence.proxy.async]                        (with wgmma: operands written before)
+        for k: wait(full[rel % S], (rel / S) & 1)
+               body (reads stage rel % S)
+               arrive(empty[rel % S])                          (body's reads are done)
+           or, with one wgmma group kept in flight (pipeline_planning):
+               body (wgmma ...; wgmma.wait_group 1)
+               if rel > 0: arrive(empty[(rel - 1) % S])        (iteration k-1's wgmma done)
+        [wgmma.wait_group 0]; [statements after the loop]
+    else:                                          the producer warpgroup
+        setmaxnreg.dec R_p
+        if tx == T: for k: wait(empty[rel % S], ((rel / S) & 1) ^ 1)
+                           arrive.expect_tx(full[rel % S], bytes); TMA boxes -> stage rel % S
+
+Stage ``s`` serves iterations ``s, s + S, ...``: the n-th completion of ``full[s]`` is the
+load of iteration ``s + n S`` (the producer issues it only after ``empty[s]`` completed its
+(n-1)-th phase, i.e. after every consumer released iteration ``s + (n-1) S``), hence the
+parities; a fresh mbarrier reports the phase before its first as complete, so the
+producer's first ``S`` waits return at once. Barriers among the consumers are named
+barriers over ``T`` threads (:func:`consumer_barriers`): ``__syncthreads`` would wait for
+the producer, which never reaches it.
+
+Conditions (else the loop keeps the non-specialized TMA schedule, or cp.async when TMA was
+not asked for explicitly): it is the kernel's only pipelined loop and a top-level statement
+of the kernel body; its gemms are wgmma (an mma.sync body reading a transposed tile with
+ldmatrix gave wrong rows on the H200 when specialized, while the emulator agreed with
+numpy: not understood yet); ``T`` is a multiple of 128;
+the producer's copies depend only on block indices, parameters and binds before the loop
+that read no tensor. The pass config ``tl.disable_warp_specialized`` turns it off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm_ffi
+from tvm_tirx import ir, tirx
+
+from ....lowering.stmt import launch_of, launches_of, substitute
+from ....lowering.thread_utils import is_sync, new_tensor
+
+#: Marker call opening the consumer branch (found by :func:`consumer_barriers`).
+CONSUMER_MARKER = "tl::ws_auto_consumer"
+#: Named barrier id the consumers synchronise on (0 is ``__syncthreads``).
+CONSUMER_BARRIER_ID = 1
+PRODUCER_THREADS = 128
+
+
+@dataclass
+class WsParts:
+    """What the planner hands :func:`split_kernel` for the specialized loop."""
+
+    init: list  # mbarrier initialisation (run by thread 0 of the whole block)
+    producer: ir.Stmt
+    consumer: ir.Stmt  # replaces the loop in the kernel body
+    threads: int
+
+
+def _call(name, *args):
+    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
+
+
+def _u32(x):
+    return ir.const(int(x), "uint32")
+
+
+def candidate_loop(body):
+    """The loop Var of the kernel's only ``T.Pipelined`` loop when it is a top-level statement
+    of the innermost launch body, else None."""
+    _, inner = launches_of(body)
+    stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    pipelined = []
+
+    def visit(f):
+        if "num_stages" in (f.annotations or {}):
+            pipelined.append(f)
+
+    tvm_ffi.structural_walk(body, [(ir.For, visit)])
+    if len(pipelined) != 1:
+        return None
+    loop = pipelined[0]
+    if not any(isinstance(s, ir.For) and s.same_as(loop) for s in stmts):
+        return None
+    return loop.var
+
+
+def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fence, issue_copy):
+    """The :class:`WsParts` of ``loop`` (module doc), or None when the producer would need a
+    value only the consumers compute."""
+    pctx = planner.pctx
+    threads = int(planner.threads)
+    tx = planner.tx
+    k, begin, end = loop.var, loop.begin, loop.end
+    rel = k - begin
+    name = loop.var.name
+    full = new_tensor(f"tma_full_{name}", [stages], "uint64", "shared.dyn")
+    empty = new_tensor(f"tma_empty_{name}", [stages], "uint64", "shared.dyn")
+    from .pipeline_planning import _with_loop, make_alloc
+
+    def ptr(bar, stage):
+        index = ir.const(stage, "int32") if isinstance(stage, int) else stage
+        return tirx.address_of(ir.TensorLoad(bar, [index]))
+
+    init = []
+    for s in range(stages):
+        init.append(_call("tl::mbarrier_init", ptr(full, s), _u32(1)))
+        init.append(_call("tl::mbarrier_init", ptr(empty, s), _u32(threads)))
+    init.append(_call("tl::mbarrier_init_fence"))
+
+    stage = rel % stages
+    phase = ir.prim.floordiv(rel, stages) % 2
+    load = [
+        _call(
+            "tl::mbarrier_wait", ptr(empty, stage), ir.prim.BitwiseXor(phase, ir.const(1, "int32"))
+        ),
+        _call("tl::mbarrier_arrive_expect_tx", ptr(full, stage), _u32(total)),
+    ]
+    for t in tma:
+        load += issue_copy(t, mapping[t.dst.tensor], stage, k, k, ptr(full, stage))
+    # the producer's own loop variable (a Var is bound by one loop only)
+    kp = ir.Var(f"{name}_load", k.ty)
+    load = [substitute(x, {k: kp}) for x in load]
+    producer_loop = _with_loop(loop, load)
+    producer_loop = ir.For(
+        kp,
+        begin,
+        end,
+        loop.step,
+        producer_loop.kind,
+        producer_loop.body,
+        producer_loop.annotations,
+        loop.loc,
+    )
+    if not _only_free(producer_loop, planner.ws_forbidden):
+        return None
+    # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
+    # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
+    # before the wgmmas) is needed once, before the loop, not in every iteration
+    consumer = [_call("tl::mbarrier_wait", ptr(full, stage), phase), body_rest]
+    after = []
+    if in_flight is not None:
+        rule, reader = in_flight
+        prev = ptr(empty, (rel + stages - 1) % stages)
+        consumer.append(ir.If(rel > 0, _call("tl::mbarrier_arrive", prev), None))
+        after = rule.drain(pctx, reader)
+    else:
+        consumer.append(_call("tl::mbarrier_arrive", ptr(empty, stage)))
+    pctx.extra_allocs += [make_alloc(full), make_alloc(empty)]
+    producer = ir.If(tx == threads, producer_loop, None)
+    consumer_stmt = ir.SeqStmt([*fence, _with_loop(loop, consumer), *after])
+    pctx.tma_notes.append(
+        f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
+        f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"
+    )
+    return WsParts(init, producer, consumer_stmt, threads)
+
+
+def _only_free(node, forbidden) -> bool:
+    """Whether ``node`` reads none of the ``forbidden`` Var handles outside its own binds
+    and loops."""
+    bound = set()
+
+    def bind(b):
+        bound.add(b.var.__chandle__())
+
+    def loop(f):
+        bound.add(f.var.__chandle__())
+
+    tvm_ffi.structural_walk(node, [(ir.Bind, bind), (ir.For, loop)])
+    bad = []
+
+    def var(v):
+        h = v.__chandle__()
+        if h in forbidden and h not in bound:
+            bad.append(v)
+
+    tvm_ffi.structural_walk(node, [(ir.Var, var)])
+    return not bad
+
+
+def consumer_scalars(body):
+    """Handles of the scalar Vars the producer may not read: those bound in the kernel body
+    (binds, loops) except the binds before its first other statement whose values read no
+    tensor (block-index arithmetic such as ``T.use_swizzle``'s)."""
+    _, inner = launches_of(body)
+    stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    ok = set()
+    for s in stmts:
+        if not isinstance(s, ir.Bind):
+            break
+        loads = []
+        tvm_ffi.structural_walk(s.value, [(ir.TensorLoad, loads.append)])
+        if not loads:
+            ok.add(s.var.__chandle__())
+    inner_bound = set()
+
+    def bind(b):
+        inner_bound.add(b.var.__chandle__())
+
+    def loop(f):
+        inner_bound.add(f.var.__chandle__())
+
+    tvm_ffi.structural_walk(inner, [(ir.Bind, bind), (ir.For, loop)])
+    return inner_bound - ok
+
+
+def split_kernel(body, parts: WsParts, regs):
+    """``body`` (the kernel after planning, ``parts.consumer`` in place of the loop) as the
+    producer/consumer split of the module doc; the thread launch grows by 128 threads."""
+    threads = parts.threads
+    launches, inner = launches_of(body)
+    tx = next(var for tag, _, var in launches if tag == "threadIdx.x")
+    stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    lead = []
+    for s in stmts:
+        if not isinstance(s, ir.Bind):
+            break
+        lead.append(s)
+    rest = stmts[len(lead) :]
+    sync = _call("__syncthreads")
+    init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), sync]
+    consumer = [_call(CONSUMER_MARKER)]
+    producer = []
+    if regs is not None:
+        consumer.append(_call(f"tl::set_max_nreg<{regs[0]}, 1>"))
+        producer.append(_call(f"tl::set_max_nreg<{regs[1]}, 0>"))
+    consumer += rest
+    producer.append(parts.producer)
+    split = ir.If(tx < threads, ir.SeqStmt(consumer), ir.SeqStmt(producer))
+    new_inner = ir.SeqStmt([*lead, *init, split])
+    return _rebuild_launch(body, new_inner, threads + PRODUCER_THREADS)
+
+
+def register_split(threads: int):
+    """(consumer, producer) register counts for ``setmaxnreg``, or None when the block is
+    small enough that every thread may already hold the maximum (``threads + 128 < 384``)."""
+    total = threads + PRODUCER_THREADS
+    if total < 384:
+        return None
+    producer = 40 if threads <= 256 else 24
+    consumer = min(240, (65536 - PRODUCER_THREADS * producer) // threads // 8 * 8)
+    return consumer, producer
+
+
+def _rebuild_launch(body, new_inner, new_threads):
+    while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
+        body = body.seq[0]
+    launch = launch_of(body)
+    if launch is None:
+        return new_inner
+    args = list(body.args)
+    if launch[0] == "threadIdx.x" and new_threads is not None:
+        args[1] = ir.const(new_threads, str(args[1].ty) if hasattr(args[1], "ty") else "int32")
+    return ir.RegionStmt(
+        body.op,
+        args,
+        body.body_params,
+        body.attrs,
+        _rebuild_launch(body.body, new_inner, new_threads),
+        body.result_vars,
+        body.loc,
+    )
+
+
+# ------------------------------------------------------------------- after tile lowering
+def _is_marker(stmt) -> bool:
+    v = stmt.value if isinstance(stmt, ir.Evaluate) else None
+    return (
+        isinstance(v, ir.Call)
+        and getattr(v.op, "name", "") == "tirx.call_extern"
+        and str(v.args[0].value) == CONSUMER_MARKER
+    )
+
+
+def _first(stmt):
+    while isinstance(stmt, ir.SeqStmt) and len(stmt.seq):
+        stmt = stmt.seq[0]
+    return stmt
+
+
+def consumer_barriers(body, thread_var, insert_sync):
+    """``body`` with the consumer branch synchronised on its own: ``insert_sync`` run over
+    the branch alone, its ``__syncthreads`` (inserted or emitted by tile-op rules) turned
+    into ``bar.sync 1, T``, and the marker removed. Bodies without the split are returned
+    unchanged (``None`` as the second value), else the thread count ``T``."""
+    launches, inner = launches_of(body)
+    stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    at = [
+        i
+        for i, s in enumerate(stmts)
+        if isinstance(s, ir.If) and s.else_case is not None and _is_marker(_first(s.then_case))
+    ]
+    if not at:
+        return body, None
+    split = stmts[at[0]]
+    threads = int(split.condition.b.value)
+    branch = insert_sync(_drop_marker(split.then_case), thread_var)
+    named = _call("tl::named_barrier_sync", _u32(CONSUMER_BARRIER_ID), _u32(threads))
+
+    def sync(e):
+        return named if is_sync(e) else e
+
+    branch = tvm_ffi.structural_map(branch, [(ir.Evaluate, sync)])
+    stmts[at[0]] = ir.If(split.condition, branch, split.else_case, split.loc)
+    return _rebuild_launch(body, ir.SeqStmt(stmts), None), threads
+
+
+def _drop_marker(stmt):
+    seq = list(stmt.seq) if isinstance(stmt, ir.SeqStmt) else [stmt]
+    seq = [s for s in seq if not _is_marker(s)]
+    return seq[0] if len(seq) == 1 else ir.SeqStmt(seq)
+
+
+__all__ = [
+    "CONSUMER_MARKER",
+    "WsParts",
+    "candidate_loop",
+    "consumer_barriers",
+    "consumer_scalars",
+    "register_split",
+    "split_kernel",
+    "ws_loop",
+]
