@@ -509,7 +509,9 @@ def test_tiles_aligned_to_swizzle_period():
 
     lowered = pipeline.lower(main, {"kind": "cuda", "arch": "sm_90a"})
     plan = {k: list(v) for k, v in lowered.attrs["tl.shared_memory"].items()}
-    assert plan["X"][0] == 0 and plan["A_s_mb"][0] % 1024 == 0 and plan["B_s_mb"][0] % 1024 == 0
+    # X (or the pipeline's mbarriers) first, the wgmma tiles still on 1024-byte boundaries
+    assert min(o for o, _ in plan.values()) == 0 and "X" in plan
+    assert plan["A_s_mb"][0] % 1024 == 0 and plan["B_s_mb"][0] % 1024 == 0
     rng = np.random.default_rng(4)
     a = rng.integers(-3, 4, size=(256, 128)).astype(np.float16)
     b = rng.integers(-3, 4, size=(128, 256)).astype(np.float16)
