@@ -19,11 +19,13 @@ cp.async, done at once, device ``printf`` to stdout and ``__trap``, raised as
 call per warp, by the PTX ISA fragment tables; all 32 lanes of a warp, or none, must be
 active; bfloat16 through ``ml_dtypes``); anything else
 (other ``tl::`` helpers) raises :class:`EmulationError` naming it.
-Lockstep execution hides missing barriers; ``insert_sync`` is tested separately.
+Lockstep execution hides missing barriers; ``race_check=True`` finds them instead
+(``cuda_emulator_race``: two warps touching a shared byte with no barrier between).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -34,6 +36,7 @@ from tvm_tirx.ir.prim import expr as P
 
 from ..lowering.stmt import launch_of
 from . import cuda_emulator_tma as _tma
+from .cuda_emulator_race import RaceChecker
 from .cuda_emulator_warp import warp_extern
 
 
@@ -221,13 +224,15 @@ def np_dtype(dtype) -> type:
 class _Buf:
     """A tensor's storage: flat ``data`` (shared/global) or ``(threads, n)`` (local)."""
 
-    def __init__(self, name, data, shape, local):
+    def __init__(self, name, data, shape, local, shared=False):
         self.name, self.data, self.shape, self.local = name, data, shape, local
+        self.shared = shared
 
 
 class _Machine:
-    def __init__(self, func, arrays, blocks=None, aligned=True, write_once=False):
+    def __init__(self, func, arrays, blocks=None, aligned=True, write_once=False, race=False):
         self.func, self.env, self.bufs = func, {}, {}
+        self.race = RaceChecker(EmulationError) if race else None
         self.aligned = aligned  # what tl::is_aligned answers (False: scalar fallbacks run)
         self.write_once = write_once
         self.lanes = 1
@@ -257,7 +262,8 @@ class _Machine:
             data.fill(np.nan)
         else:
             data.fill(np.iinfo(dtype).max if dtype is not np.bool_ else 0)
-        self.bufs[var.__chandle__()] = _Buf(var.name, data, var.ty.shape, local)
+        shared = str(var.ty.scope).startswith("shared")
+        self.bufs[var.__chandle__()] = _Buf(var.name, data, var.ty.shape, local, shared)
 
     def _view(self, var, call):
         """A ``decl_tensor`` view: of a scratch buffer (the shared-memory pool, at a byte
@@ -280,7 +286,7 @@ class _Machine:
             raise EmulationError(f"{var.name} does not fit in {base.name} at byte {offset}")
         if _floating(dtype) and base_var.__chandle__() not in self.param_handles:
             view.fill(np.nan)
-        self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local)
+        self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local, base.shared)
 
     def buf(self, var) -> _Buf:
         b = self.bufs.get(var.__chandle__())
@@ -309,6 +315,16 @@ class _Machine:
             flat = flat * size + i
         return np.where(active, flat, 0), active
 
+    def _track(self, b, flat, active, kind, what, nbytes=None, in_bytes=False):
+        """Report a shared access to the race checker (``race_check``); ``flat``: element
+        (or, ``in_bytes``, byte) offsets per thread, ``active``: the threads accessing."""
+        if self.race is None or not b.shared:
+            return
+        rows = np.nonzero(np.broadcast_to(active, (self.lanes,)))[0]
+        size = b.data.dtype.itemsize
+        starts = flat[rows] if in_bytes else flat[rows] * size
+        self.race.access(b, starts, nbytes or size, rows, kind, what)
+
     # ------------------------------------------------------------------ expressions
     def scalar(self, e):
         v = self.eval(e, True)
@@ -332,6 +348,7 @@ class _Machine:
         if isinstance(e, ir.TensorLoad):
             b = self.buf(e.source)
             flat, active = self.flat(b, e.indices, mask, "load from")
+            self._track(b, flat, active, "read", "a load")
             if b.local:
                 return b.data[np.arange(self.lanes), flat]
             return b.data[flat]
@@ -431,6 +448,8 @@ class _Machine:
             op = fname[len("tl::mbarrier_") :]
             if op == "init_fence":
                 return None
+            if "wait" in op and self.race is not None:
+                self.race.barrier()
             return getattr(self.barriers, op)(self, args, mask)
         if fname.startswith(("tl::fence_proxy_async", "tl::set_max_nreg<")):
             return None  # ordering / register budget only (hopper.h)
@@ -478,6 +497,7 @@ class _Machine:
             pred = active & np.broadcast_to(self.eval(args[2], mask), (self.lanes,))
         gb, gflat = self._pointer(args[1], pred)
         n = nbytes // sb.data.dtype.itemsize
+        self._track(sb, sflat, active, "write", fname, nbytes)
         for t in np.nonzero(active)[0]:
             dst = slice(int(sflat[t]), int(sflat[t]) + n)
             if sflat[t] + n > sb.data.size:
@@ -547,6 +567,8 @@ class _Machine:
             if sb.data.dtype.itemsize * n != nbytes:
                 raise EmulationError(f"{fname}: {sb.name} and {db.name} differ in element size")
             values = sb.data[where(sb, sflat, "reads")].astype(db.data.dtype)
+            self._track(sb, sflat, active, "read", fname, nbytes)
+        self._track(db, dflat, active, "write", fname, nbytes)
         if self.write_once and not db.local:
             self._check_once(db, dflat[rows])
         db.data[where(db, dflat, "writes")] = values
@@ -600,6 +622,9 @@ class _Machine:
         smem = sb.data.view(np.uint8)
         saddr = sflat * sb.data.dtype.itemsize
         raw, doff = self._local_bytes(args[1], mask, 4 * nmat, fname)
+        rows_read = np.zeros(self.lanes, bool)
+        rows_read[warps.reshape(-1)[(np.arange(warps.size) % 32) < 8 * nmat]] = True
+        self._track(sb, saddr, rows_read, "read", fname, 16, in_bytes=True)
         for lanes in warps:
             rows = np.zeros((nmat, 8, 16), np.uint8)
             for q in range(nmat):
@@ -711,6 +736,8 @@ class _Machine:
         n = int(self.scalar(extent))
         if tag.startswith("threadIdx"):
             self.lanes = n
+            if self.race is not None:
+                self.race.new_block(self.block_index)
             self.env[var.__chandle__()] = np.arange(n, dtype=np.int32)
             self.run(stmt.body, np.ones(n, bool))
             return
@@ -771,6 +798,8 @@ class _Machine:
                     raise EmulationError(
                         f"__syncthreads reached by only part of block {self.block_index}"
                     )
+                if self.race is not None:
+                    self.race.barrier()
                 return
         if isinstance(v, ir.IntImm):
             return
@@ -790,6 +819,7 @@ class _Machine:
             rows = np.nonzero(active)[0]
             b.data[rows, flat[rows]] = value[rows]
             return
+        self._track(b, flat, active, "write", "a store")
         addr, val = flat[active], value[active]
         if self.write_once and str(stmt.dest.ty.scope) == "global":
             self._check_once(b, addr)
@@ -806,7 +836,7 @@ class _Machine:
         b.data[addr] = val
 
 
-def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
+def emulate(func, *arrays, blocks=None, aligned=True, write_once=False, race_check=None):
     """Run the lowered CUDA ``func`` on numpy ``arrays`` (modified in place; also returned).
 
     ``blocks``: optional list of (bx[, by[, bz]]) block indices to run (default: all).
@@ -814,11 +844,16 @@ def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
     16-byte aligned); False runs the scalar fallbacks of vectorized code.
     ``write_once``: also fail when two threads store the same global element in one
     statement, even with equal values (replicated loops must write once).
+    ``race_check``: also fail when two warps access a shared byte, one of them writing,
+    with no barrier between (``cuda_emulator_race``; lockstep hides such races). Default:
+    on when the environment sets ``TILELANG_EMULATOR_RACE_CHECK=1``.
     """
+    if race_check is None:
+        race_check = os.environ.get("TILELANG_EMULATOR_RACE_CHECK", "0") == "1"
     arrays = [np.ascontiguousarray(a) for a in arrays]
     if len(arrays) != len(func.params):
         raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
-    m = _Machine(func, arrays, blocks, aligned, write_once)
+    m = _Machine(func, arrays, blocks, aligned, write_once, race_check)
     m.run(func.body, True)
     return arrays
 
