@@ -38,7 +38,7 @@ def _normalize_out_idx(out_idx, n):
 def _register_traced_op(ctx):
     """(Run by dynamo at trace time.) Sets ``_traced_op`` of the traced call's kernel."""
     kernel = ctx.get_local("self")._i_will_not_complain_if_bc_breaks_VariableTracker().value
-    if getattr(kernel, "_traced_op", None) is None:
+    if kernel._traced_op is None:
         try:
             kernel._traced_op = kernel.as_torch_op()
         except errors.TileLangError as err:
@@ -72,6 +72,7 @@ class JITKernel:
         self._fn = None  # loaded on first call: compiling needs no GPU, running does
         self._fast = None  # bound on the first call with out_idx (see __call__)
         self._direct = None  # the loaded function, once called, when there is no out_idx
+        self._traced_op = None  # the torch op that torch.compile traces (see _traced_call)
         self._outputs = OutputAllocator(self.params, self.out_idx, self.target["kind"])
         self._n_inputs = len(self.params) - len(self.out_idx)
         # integer scalars are range-checked on every call (the FFI call would wrap them)
@@ -162,8 +163,11 @@ class JITKernel:
         runs as its ``torch.library`` op (:meth:`as_torch_op`), registered at trace time."""
         from torch._dynamo.comptime import comptime
 
-        comptime(_register_traced_op)  # runs now, at trace time, not in the graph
-        return self._traced_op(*args)
+        comptime(_register_traced_op)  # dynamo runs it now, at trace time (eagerly: no-op)
+        op = self._traced_op
+        if op is None:  # traced without dynamo (torch.export non-strict): register now
+            op = self._traced_op = self.as_torch_op()
+        return op(*args)
 
     def _call(self, args):
         """Every call: outputs allocated per ``OutputAllocator``, numpy in and out."""

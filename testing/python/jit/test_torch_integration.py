@@ -133,6 +133,23 @@ def test_plain_kernel_call_inside_fullgraph_compile(randn):
     torch.testing.assert_close(kernel(x, w).double(), x.double() @ w.double(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_plain_kernel_call_in_torch_export(randn, strict):
+    """torch.export, strict (dynamo) or not (no dynamo: the op is registered at the call)."""
+    M, N, K = 21, 10, 17
+    kernel = _gemm_bias(M, N, K)
+
+    class Model(torch.nn.Module):
+        def forward(self, x, w):
+            return kernel(x.sin(), w) * 2
+
+    x, w = randn(M, K), randn(K, N)
+    program = torch.export.export(Model(), (x, w), strict=strict)
+    x, w = randn(M, K), randn(K, N)
+    want = (x.double().sin() @ w.double()) * 2
+    torch.testing.assert_close(program.module()(x, w).double(), want, rtol=1e-5, atol=1e-6)
+
+
 def test_plain_kernel_mutating_an_argument_inside_fullgraph_compile(randn):
     M, N = 40, 11
     kernel = scale_and_stash(M, N)
