@@ -13,6 +13,13 @@ from .workspaces import workspace_launcher
 
 _NDARRAY = np.ndarray
 
+try:  # True while torch.compile traces a call (dynamo folds it; 0.25 us eagerly)
+    from torch.compiler import is_compiling as _is_compiling
+except ImportError:  # pragma: no cover - torch is a dependency
+
+    def _is_compiling():
+        return False
+
 
 def _normalize_out_idx(out_idx, n):
     if out_idx is None:
@@ -26,6 +33,18 @@ def _normalize_out_idx(out_idx, n):
             raise errors.KernelArgumentError(f"out_idx {i} is out of range for {n} parameters")
         result.append(j)
     return result
+
+
+def _register_traced_op(ctx):
+    """(Run by dynamo at trace time.) Sets ``_traced_op`` of the traced call's kernel."""
+    kernel = ctx.get_local("self")._i_will_not_complain_if_bc_breaks_VariableTracker().value
+    if kernel._traced_op is None:
+        try:
+            kernel._traced_op = kernel.as_torch_op()
+        except errors.TileLangError as err:
+            raise errors.KernelArgumentError(
+                f"{kernel._name} cannot run inside torch.compile: {err}"
+            ) from err
 
 
 class JITKernel:
@@ -53,6 +72,7 @@ class JITKernel:
         self._fn = None  # loaded on first call: compiling needs no GPU, running does
         self._fast = None  # bound on the first call with out_idx (see __call__)
         self._direct = None  # the loaded function, once called, when there is no out_idx
+        self._traced_op = None  # the torch op that torch.compile traces (see _traced_call)
         self._outputs = OutputAllocator(self.params, self.out_idx, self.target["kind"])
         self._n_inputs = len(self.params) - len(self.out_idx)
         # integer scalars are range-checked on every call (the FFI call would wrap them)
@@ -106,6 +126,8 @@ class JITKernel:
         :meth:`_fast_plan`); a CUDA call reads the device of the first tensor input (no
         scan over the arguments). Other calls take :meth:`_call`.
         """
+        if _is_compiling():  # traced by torch.compile: through the kernel's custom op
+            return self._traced_call(args)
         if self._scalar_ranges:
             checks.check_scalars(self._scalar_ranges, args)
         direct = self._direct
@@ -135,6 +157,17 @@ class JITKernel:
                         self._rejected((*args, result), err, fn)
                     return result
         return self._call(args)
+
+    def _traced_call(self, args):
+        """A call that ``torch.compile`` traces (``fullgraph=True`` included): the kernel
+        runs as its ``torch.library`` op (:meth:`as_torch_op`), registered at trace time."""
+        from torch._dynamo.comptime import comptime
+
+        comptime(_register_traced_op)  # dynamo runs it now, at trace time (eagerly: no-op)
+        op = self._traced_op
+        if op is None:  # traced without dynamo (torch.export non-strict): register now
+            op = self._traced_op = self.as_torch_op()
+        return op(*args)
 
     def _call(self, args):
         """Every call: outputs allocated per ``OutputAllocator``, numpy in and out."""

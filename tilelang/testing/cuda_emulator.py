@@ -19,11 +19,13 @@ cp.async, done at once, device ``printf`` to stdout and ``__trap``, raised as
 call per warp, by the PTX ISA fragment tables; all 32 lanes of a warp, or none, must be
 active; bfloat16 through ``ml_dtypes``); anything else
 (other ``tl::`` helpers) raises :class:`EmulationError` naming it.
-Lockstep execution hides missing barriers; ``insert_sync`` is tested separately.
+Lockstep execution hides missing barriers; ``race_check=True`` finds them instead
+(``cuda_emulator_race``: two warps touching a shared byte with no barrier between).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
@@ -36,6 +38,14 @@ from tvm_tirx.ir.prim import expr as P
 from ..lowering.stmt import launch_of
 from . import cuda_emulator_tma as _tma
 from . import cuda_emulator_ws as _ws
+from .cuda_emulator_mma import (  # noqa: F401 - re-exported (tests use them from here)
+    MMA_SHAPES,
+    _is_tf32,
+    tf32_round,
+    wgmma_a_coords,
+    wgmma_a_tiles,
+)
+from .cuda_emulator_race import RaceChecker
 from .cuda_emulator_warp import warp_extern
 
 
@@ -130,69 +140,6 @@ ATOMICS = {
 }
 
 
-def tf32_round(x):
-    """``cvt.rna.tf32.f32``: nearest, ties away from zero, low 13 mantissa bits cleared."""
-    arr = np.asarray(x, np.float32)
-    bits = arr.view(np.uint32).astype(np.uint64)
-    finite = np.isfinite(arr)
-    rounded = ((bits + 0x1000) & ~np.uint64(0x1FFF)).astype(np.uint32)
-    return np.where(finite, rounded.view(np.float32), arr)
-
-
-def _is_tf32(x):
-    f = np.asarray(x, np.float32)
-    return ~np.isfinite(f) | ((f.view(np.uint32) & 0x1FFF) == 0)
-
-
-# mma wrapper of mma.h -> (K, operand dtype, accumulator dtype, A table, B table, A regs,
-# B regs). Tables (PTX ISA "Matrix Fragments for mma.m16n8k*"): element i of a lane's
-# A (B) registers -> (row, col) of the 16 x K A (K x 8 B) tile, g = lane // 4, t = lane % 4.
-MMA_SHAPES = {
-    "tl::mma_m16n8k32_s8s8s32": (
-        32,
-        np.int8,
-        np.int32,
-        lambda g, t, i: (g + 8 * ((i // 4) % 2), 4 * t + i % 4 + 16 * (i // 8)),
-        lambda g, t, i: (4 * t + i % 4 + 16 * (i // 4), g),
-        16,
-        8,
-    ),
-    "tl::mma_m16n8k8_tf32tf32f32": (
-        8,
-        np.float32,
-        np.float32,
-        lambda g, t, i: (g + 8 * (i % 2), t + 4 * (i // 2)),
-        lambda g, t, i: (t + 4 * i, g),
-        4,
-        2,
-    ),
-    "tl::mma_m16n8k16_f16f16f32": (
-        16,
-        np.float16,
-        np.float32,
-        lambda g, t, i: (g + 8 * ((i // 2) % 2), 2 * t + i % 2 + 8 * (i // 4)),
-        lambda g, t, i: (2 * t + i % 2 + 8 * (i // 2), g),
-        8,
-        4,
-    ),
-}
-# bf16 x bf16 -> f32: the fragment tables of f16
-MMA_SHAPES["tl::mma_m16n8k16_bf16bf16f32"] = (
-    MMA_SHAPES["tl::mma_m16n8k16_f16f16f32"][:1]
-    + (ml_dtypes.bfloat16,)
-    + MMA_SHAPES["tl::mma_m16n8k16_f16f16f32"][2:]
-)
-
-
-def wgmma_a_coords(warp, lane, i):
-    """(row, col) in the 64 x 16 A tile of element ``a_i`` (i < 8) of a register A of
-    ``wgmma.mma_async.m64nNk16`` (16-bit A) held by ``lane`` of warp ``warp`` (0-3) of a
-    warpgroup: PTX ISA "Matrix Fragments for wgmma.m64nNk16", multiplicand A in registers
-    (row ``16 warp + lane / 4 (+ 8)``, column ``2 (lane % 4) + i % 2 (+ 8)``)."""
-    g, t = lane // 4, lane % 4
-    return 16 * warp + g + 8 * ((i // 2) % 2), 2 * t + i % 2 + 8 * (i // 4)
-
-
 def whole_warpgroups(mask, lanes: int, fname: str) -> list:
     """Indices of the warpgroups whose 128 threads are all in ``mask``; EmulationError when
     a warpgroup is only partly active (a warpgroup instruction reached by part of it).
@@ -209,19 +156,6 @@ def whole_warpgroups(mask, lanes: int, fname: str) -> list:
             raise EmulationError(f"{fname}: reached by part of a warpgroup")
     if not out:
         raise EmulationError(f"{fname}: reached by no whole warpgroup")
-    return out
-
-
-def wgmma_a_tiles(raw, off, dtype):
-    """The ``(warpgroups, 64, 16)`` float64 A tiles of an RS-form wgmma, from the bytes
-    ``raw[t, off[t] : off[t] + 16]`` (elements ``a0..a7``) of every thread ``t``."""
-    lanes = raw.shape[0]
-    t = np.arange(lanes)[:, None]
-    vals = np.ascontiguousarray(raw[t, np.asarray(off)[:, None] + np.arange(16)[None, :]])
-    vals = vals.view(dtype).astype(np.float64)  # (lanes, 8)
-    rows, cols = wgmma_a_coords((t % 128) // 32, t % 32, np.arange(8)[None, :])
-    out = np.full((lanes // 128, 64, 16), np.nan)
-    out[np.broadcast_to(t // 128, rows.shape), rows, cols] = vals
     return out
 
 
@@ -242,13 +176,15 @@ def np_dtype(dtype) -> type:
 class _Buf:
     """A tensor's storage: flat ``data`` (shared/global) or ``(threads, n)`` (local)."""
 
-    def __init__(self, name, data, shape, local):
+    def __init__(self, name, data, shape, local, shared=False):
         self.name, self.data, self.shape, self.local = name, data, shape, local
+        self.shared = shared
 
 
 class _Machine:
-    def __init__(self, func, arrays, blocks=None, aligned=True, write_once=False):
+    def __init__(self, func, arrays, blocks=None, aligned=True, write_once=False, race=False):
         self.func, self.env, self.bufs = func, {}, {}
+        self.race = RaceChecker(EmulationError) if race else None
         self.aligned = aligned  # what tl::is_aligned answers (False: scalar fallbacks run)
         self.write_once = write_once
         self.lanes = 1
@@ -279,7 +215,8 @@ class _Machine:
             data.fill(np.nan)
         else:
             data.fill(np.iinfo(dtype).max if dtype is not np.bool_ else 0)
-        self.bufs[var.__chandle__()] = _Buf(var.name, data, var.ty.shape, local)
+        shared = str(var.ty.scope).startswith("shared")
+        self.bufs[var.__chandle__()] = _Buf(var.name, data, var.ty.shape, local, shared)
 
     def _view(self, var, call):
         """A ``decl_tensor`` view: of a scratch buffer (the shared-memory pool, at a byte
@@ -302,7 +239,7 @@ class _Machine:
             raise EmulationError(f"{var.name} does not fit in {base.name} at byte {offset}")
         if _floating(dtype) and base_var.__chandle__() not in self.param_handles:
             view.fill(np.nan)
-        self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local)
+        self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local, base.shared)
 
     def buf(self, var) -> _Buf:
         b = self.bufs.get(var.__chandle__())
@@ -331,6 +268,16 @@ class _Machine:
             flat = flat * size + i
         return np.where(active, flat, 0), active
 
+    def _track(self, b, flat, active, kind, what, nbytes=None, in_bytes=False):
+        """Report a shared access to the race checker (``race_check``); ``flat``: element
+        (or, ``in_bytes``, byte) offsets per thread, ``active``: the threads accessing."""
+        if self.race is None or not b.shared:
+            return
+        rows = np.nonzero(np.broadcast_to(active, (self.lanes,)))[0]
+        size = b.data.dtype.itemsize
+        starts = flat[rows] if in_bytes else flat[rows] * size
+        self.race.access(b, starts, nbytes or size, rows, kind, what)
+
     # ------------------------------------------------------------------ expressions
     def scalar(self, e):
         v = self.eval(e, True)
@@ -354,6 +301,7 @@ class _Machine:
         if isinstance(e, ir.TensorLoad):
             b = self.buf(e.source)
             flat, active = self.flat(b, e.indices, mask, "load from")
+            self._track(b, flat, active, "read", "a load")
             if b.local:
                 return b.data[np.arange(self.lanes), flat]
             return b.data[flat]
@@ -453,6 +401,8 @@ class _Machine:
             op = fname[len("tl::mbarrier_") :]
             if op == "init_fence":
                 return None
+            if "wait" in op and self.race is not None:
+                self.race.barrier()
             return getattr(self.barriers, op)(self, args, mask)
         if fname.startswith(("tl::fence_proxy_async", "tl::set_max_nreg<")):
             return None  # ordering / register budget only (hopper.h)
@@ -500,6 +450,7 @@ class _Machine:
             pred = active & np.broadcast_to(self.eval(args[2], mask), (self.lanes,))
         gb, gflat = self._pointer(args[1], pred)
         n = nbytes // sb.data.dtype.itemsize
+        self._track(sb, sflat, active, "write", fname, nbytes)
         for t in np.nonzero(active)[0]:
             dst = slice(int(sflat[t]), int(sflat[t]) + n)
             if sflat[t] + n > sb.data.size:
@@ -569,6 +520,8 @@ class _Machine:
             if sb.data.dtype.itemsize * n != nbytes:
                 raise EmulationError(f"{fname}: {sb.name} and {db.name} differ in element size")
             values = sb.data[where(sb, sflat, "reads")].astype(db.data.dtype)
+            self._track(sb, sflat, active, "read", fname, nbytes)
+        self._track(db, dflat, active, "write", fname, nbytes)
         if self.write_once and not db.local:
             self._check_once(db, dflat[rows])
         db.data[where(db, dflat, "writes")] = values
@@ -622,6 +575,9 @@ class _Machine:
         smem = sb.data.view(np.uint8)
         saddr = sflat * sb.data.dtype.itemsize
         raw, doff = self._local_bytes(args[1], mask, 4 * nmat, fname)
+        rows_read = np.zeros(self.lanes, bool)
+        rows_read[warps.reshape(-1)[(np.arange(warps.size) % 32) < 8 * nmat]] = True
+        self._track(sb, saddr, rows_read, "read", fname, 16, in_bytes=True)
         for lanes in warps:
             rows = np.zeros((nmat, 8, 16), np.uint8)
             for q in range(nmat):
@@ -731,6 +687,8 @@ class _Machine:
         n = int(self.scalar(extent))
         if tag.startswith("threadIdx"):
             self.lanes = n
+            if self.race is not None:
+                self.race.new_block(self.block_index)
             self.env[var.__chandle__()] = np.arange(n, dtype=np.int32)
             self.run(stmt.body, np.ones(n, bool))
             return
@@ -796,6 +754,8 @@ class _Machine:
                     raise EmulationError(
                         f"__syncthreads reached by only part of block {self.block_index}"
                     )
+                if self.race is not None:
+                    self.race.barrier()
                 return
         if isinstance(v, ir.IntImm):
             return
@@ -815,6 +775,7 @@ class _Machine:
             rows = np.nonzero(active)[0]
             b.data[rows, flat[rows]] = value[rows]
             return
+        self._track(b, flat, active, "write", "a store")
         addr, val = flat[active], value[active]
         if self.write_once and str(stmt.dest.ty.scope) == "global":
             self._check_once(b, addr)
@@ -831,7 +792,7 @@ class _Machine:
         b.data[addr] = val
 
 
-def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
+def emulate(func, *arrays, blocks=None, aligned=True, write_once=False, race_check=None):
     """Run the lowered CUDA ``func`` on numpy ``arrays`` (modified in place; also returned).
 
     ``blocks``: optional list of (bx[, by[, bz]]) block indices to run (default: all).
@@ -839,11 +800,16 @@ def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
     16-byte aligned); False runs the scalar fallbacks of vectorized code.
     ``write_once``: also fail when two threads store the same global element in one
     statement, even with equal values (replicated loops must write once).
+    ``race_check``: also fail when two warps access a shared byte, one of them writing,
+    with no barrier between (``cuda_emulator_race``; lockstep hides such races). Default:
+    on when the environment sets ``TILELANG_EMULATOR_RACE_CHECK=1``.
     """
+    if race_check is None:
+        race_check = os.environ.get("TILELANG_EMULATOR_RACE_CHECK", "0") == "1"
     arrays = [np.ascontiguousarray(a) for a in arrays]
     if len(arrays) != len(func.params):
         raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
-    m = _Machine(func, arrays, blocks, aligned, write_once)
+    m = _Machine(func, arrays, blocks, aligned, write_once, race_check)
     m.run(func.body, True)
     return arrays
 

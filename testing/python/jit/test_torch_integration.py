@@ -5,6 +5,8 @@ shapes, ``torch.library.opcheck``; CUDA graphs on a GPU (``cuda``-marked).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +110,59 @@ def test_fullgraph_compile_model_matches_float64(randn):
     want = F.gelu(torch.tanh(xd) @ (wd * 0.5) + bd).softmax(dim=-1)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
     assert op.qualname.startswith("tilelang::main_")
+
+
+def test_plain_kernel_call_inside_fullgraph_compile(randn):
+    """A JITKernel called directly (no as_torch_op) inside torch.compile(fullgraph=True)
+    runs as its custom op: one graph, no recompilation for fresh inputs, float64 check."""
+    from torch._dynamo.testing import CompileCounter
+
+    M, N, K = 45, 37, 29
+    kernel = _gemm_bias(M, N, K)
+    counter = CompileCounter()
+    f = torch.compile(
+        lambda x, w: F.gelu(kernel(torch.tanh(x), w * 0.5)), backend=counter, fullgraph=True
+    )
+    for _ in range(2):
+        x, w = randn(M, K), randn(K, N)
+        want = F.gelu(torch.tanh(x.double()) @ (w.double() * 0.5))
+        torch.testing.assert_close(f(x, w).double(), want, rtol=1e-5, atol=1e-6)
+    assert counter.frame_count == 1
+    assert kernel._traced_op is kernel.as_torch_op()  # the op registered at trace time
+    x, w = randn(M, K), randn(K, N)  # eager calls still take the direct path
+    torch.testing.assert_close(kernel(x, w).double(), x.double() @ w.double(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_plain_kernel_call_in_torch_export(randn, strict):
+    """torch.export, strict (dynamo) or not (no dynamo: the op is registered at the call)."""
+    M, N, K = 21, 10, 17
+    kernel = _gemm_bias(M, N, K)
+
+    class Model(torch.nn.Module):
+        def forward(self, x, w):
+            return kernel(x.sin(), w) * 2
+
+    x, w = randn(M, K), randn(K, N)
+    program = torch.export.export(Model(), (x, w), strict=strict)
+    x, w = randn(M, K), randn(K, N)
+    want = (x.double().sin() @ w.double()) * 2
+    torch.testing.assert_close(program.module()(x, w).double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_plain_kernel_mutating_an_argument_inside_fullgraph_compile(randn):
+    M, N = 40, 11
+    kernel = scale_and_stash(M, N)
+
+    def f(a, b):
+        c = kernel(a, b)  # writes b in place
+        return c + b * 3  # must read the new b
+
+    a, b = randn(M, N), randn(M, N)
+    got = torch.compile(f, fullgraph=True)(a, b)
+    ad = a.double()
+    torch.testing.assert_close(b.double(), ad + 1)
+    torch.testing.assert_close(got.double(), 2 * ad + 3 * (ad + 1), rtol=1e-6, atol=1e-6)
 
 
 def test_mutated_argument_is_declared_and_seen_by_compiled_code(randn):
@@ -356,6 +411,43 @@ def test_backward_with_wrong_gradient_count_says_so(randn):
 # ------------------------------------------------------------------ GPU
 
 
+def _bounded(seconds):
+    """Decorator: the test runs under :func:`_watchdog`."""
+
+    def wrap(test):
+        @functools.wraps(test)
+        def run(*args, **kwargs):
+            with _watchdog(seconds, test.__name__):
+                return test(*args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+@contextlib.contextmanager
+def _inductor_in_process():
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(compile_threads=1):
+        yield
+
+
+@contextlib.contextmanager
+def _watchdog(seconds, what):
+    """Bound a GPU test that could hang (CUDA-graph capture, inductor's compile workers):
+    past ``seconds`` every thread's stack is printed and the process exits, so the run
+    shows where it hung instead of silently using up its shard's time."""
+    import faulthandler
+
+    print(f"watchdog: {what} has {seconds} s", file=sys.stderr)
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.mark.cuda
 def test_cuda_graph_capture_of_compiled_model_replays():
     """torch.compile(mode="reduce-overhead") records CUDA graphs; a manual capture replays too."""
@@ -376,32 +468,53 @@ def test_cuda_graph_capture_of_compiled_model_replays():
         w = torch.randn(K, N, device="cuda", dtype=torch.float16)
         return [x, w, torch.randn(N, device="cuda")]
 
-    compiled = torch.compile(model, fullgraph=True, mode="reduce-overhead")
-    for _ in range(4):  # warm-up, recording, replays: fresh inputs each time
-        x, w, b = fresh()
-        torch.testing.assert_close(compiled(x, w, b).double(), ref(x, w, b), rtol=1e-3, atol=1e-3)
+    # inductor compiles in this process (no worker pool to wait on); the whole test is bounded
+    with _watchdog(240, "reduce-overhead capture"), _inductor_in_process():
+        compiled = torch.compile(model, fullgraph=True, mode="reduce-overhead")
+        for _ in range(4):  # warm-up, recording, replays: fresh inputs each time
+            x, w, b = fresh()
+            torch.testing.assert_close(
+                compiled(x, w, b).double(), ref(x, w, b), rtol=1e-3, atol=1e-3
+            )
 
-    static = fresh()
-    plain = torch.compile(model, fullgraph=True)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            plain(*static)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = plain(*static)
-    for _ in range(3):
-        new = fresh()
-        for t, f in zip(static, new):
-            t.copy_(f)
-        graph.replay()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(out.double(), ref(*new), rtol=1e-3, atol=1e-3)
+        static = fresh()
+        plain = torch.compile(model, fullgraph=True)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                plain(*static)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = plain(*static)
+        for _ in range(3):
+            new = fresh()
+            for t, f in zip(static, new):
+                t.copy_(f)
+            graph.replay()
+            torch.cuda.synchronize()
+            torch.testing.assert_close(out.double(), ref(*new), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.cuda
+@_bounded(240)
+def test_plain_kernel_inside_fullgraph_compile_cuda():
+    """A JITKernel called directly inside torch.compile(fullgraph=True) on the GPU."""
+    _skip_without_cuda()
+    M, N, K = 200, 136, 72
+    kernel = _gemm_bias(M, N, K, bm=64, bn=64, bk=32, target="cuda", dtype="float16", threads=128)
+    f = torch.compile(lambda x, w, b: torch.relu(kernel(x, w) + b), fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        b = torch.randn(N, device="cuda")
+        want = torch.relu(x.double() @ w.double() + b.double())
+        torch.testing.assert_close(f(x, w, b).double(), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.cuda
+@_bounded(240)
 def test_fullgraph_compile_and_dynamic_rows_cuda():
     _skip_without_cuda()
     M, N, K = 200, 136, 72
@@ -425,6 +538,7 @@ def test_fullgraph_compile_and_dynamic_rows_cuda():
 @pytest.mark.cuda
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
+@_bounded(240)
 def test_flash_attention_autograd_cuda(causal, compiled):
     _skip_without_cuda()
     torch.manual_seed(99 + 2 * causal + compiled)

@@ -1,7 +1,7 @@
 """The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
 
     trace ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
-          ─► legalize_half_math ─► lower_blocks
+          ─► legalize_half_math ─► legalize_fp8_casts ─► lower_blocks
           ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
 
 Blocks run as a parallel loop over cores (serial when the kernel uses atomics);
@@ -29,6 +29,7 @@ from ...transform.apply_global_layouts import apply_global_layouts, collect_glob
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.wide_index import widen_indices
+from .fp8_convert import legalize_fp8_casts
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 from .warp_ops import lower_warp_ops
@@ -98,6 +99,7 @@ def _lower_kernel(func, pass_configs):
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
         ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),
         ("legalize_half_math", on_body(legalize_half_math)),
+        ("legalize_fp8_casts", on_body(legalize_fp8_casts)),  # round to nearest even
         *([("bounds_check", on_body(_bounds_checks))] if checked else []),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
         ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),

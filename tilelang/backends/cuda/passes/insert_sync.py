@@ -11,6 +11,14 @@ the state its own end leaves). Barriers are only placed at block-uniform points:
 statement under a thread-dependent condition or loop is treated as one unit and the
 barrier goes before it. Existing barriers (``T.sync_threads``) are respected.
 
+A value is block-uniform when it depends only on block indices, constants, global loads
+and *uniform locals*: per-thread scalars (``T.alloc_local``) that every thread stores with
+the same uniform value at block-uniform points (``_uniform_locals``). So the body of a
+``while start[0] < end:`` loop or a ``for k in T.Pipelined(end[0] - start[0])`` loop over
+such scalars (the stream-K GEMM's loops) is analysed statement by statement, like any
+loop; treated as one unit, a shared tile copied and read by a gemm inside it got no
+barrier at all (a race on a GPU).
+
 A loop annotated ``tl_async_stages`` (software pipelining's split mma.sync schedule,
 ``pipeline_planning._plan_split``) vouches that each of its cp.async copies writes a
 pipeline stage that no statement of the loop reads or writes until the loop's own
@@ -148,17 +156,39 @@ def _shared_vars(node):
     return out
 
 
-class _Inserter:
-    def __init__(self, thread_var):
-        self.varying = {thread_var.__chandle__()}
-        self.count = 0
-        self.trusted = 0  # inside loops annotated ATTR_ASYNC_STAGES
+def _is_local(var) -> bool:
+    scope = getattr(getattr(var, "ty", None), "scope", None)
+    return isinstance(var, ir.Var) and scope is not None and str(scope).startswith("local")
 
-    def _checked(self, r, w, aw):
-        """The (reads, writes, async writes) to check for conflicts."""
-        if self.trusted and aw:
-            return r, w - aw, set()
-        return r, w, aw
+
+def _uniform_locals(body, thread_var) -> set:
+    """Handles of the local tensors that hold block-uniform values.
+
+    Starts from every local tensor and drops, until nothing changes, each one that is
+    stored a non-uniform value or at a non-uniform index, stored under a thread-dependent
+    condition or loop, or passed by address to a call (which may write anything there).
+    """
+    locals_ = set()
+
+    def note(x):
+        if _is_local(x.var):
+            locals_.add(x.var.__chandle__())
+
+    tvm_ffi.structural_walk(body, [(ir.Bind, note)])
+    while True:
+        checker = _Uniformity({thread_var.__chandle__()}, locals_)
+        bad = checker.non_uniform_locals(body)
+        if not bad & locals_:
+            return locals_
+        locals_ -= bad
+
+
+class _Uniformity:
+    """Whether expressions are block-uniform, given the varying Vars and uniform locals."""
+
+    def __init__(self, varying, uniform_locals):
+        self.varying = set(varying)
+        self.uniform_locals = uniform_locals
 
     def uniform(self, expr) -> bool:
         bad = []
@@ -168,11 +198,81 @@ class _Inserter:
                 bad.append(v)
 
         def load(x):
-            if str(x.source.ty.scope) != "global":
+            scope = str(x.source.ty.scope)
+            if scope != "global" and x.source.__chandle__() not in self.uniform_locals:
                 bad.append(x)
 
         tvm_ffi.structural_walk(expr, [(ir.Var, visit), (ir.TensorLoad, load)])
         return not bad
+
+    def non_uniform_locals(self, body) -> set:
+        """Local tensors written in a way that may differ between threads (one pass)."""
+        bad = set()
+
+        def addressed(node):
+            def visit(x):
+                if getattr(x.op, "name", "") == "tirx.address_of":
+                    for arg in x.args:
+                        if isinstance(arg, ir.TensorLoad) and _is_local(arg.source):
+                            bad.add(arg.source.__chandle__())
+
+            tvm_ffi.structural_walk(node, [(ir.Call, visit)])
+
+        def walk(stmt, divergent):
+            if isinstance(stmt, ir.SeqStmt):
+                for s in stmt.seq:
+                    walk(s, divergent)
+            elif isinstance(stmt, ir.For):
+                ok = self.uniform(stmt.begin) and self.uniform(stmt.end)
+                if not ok:
+                    self.varying.add(stmt.var.__chandle__())
+                walk(stmt.body, divergent or not ok)
+            elif isinstance(stmt, ir.While):
+                addressed(stmt.condition)
+                walk(stmt.body, divergent or not self.uniform(stmt.condition))
+            elif isinstance(stmt, ir.If):
+                addressed(stmt.condition)
+                inner = divergent or not self.uniform(stmt.condition)
+                walk(stmt.then_case, inner)
+                if stmt.else_case is not None:
+                    walk(stmt.else_case, inner)
+            elif isinstance(stmt, ir.RegionStmt) and launch_of(stmt) is not None:
+                walk(stmt.body, divergent)
+            elif isinstance(stmt, ir.TensorStore) and _is_local(stmt.dest):
+                addressed(stmt.value)
+                same = self.uniform(stmt.value) and all(self.uniform(i) for i in stmt.indices)
+                if divergent or not same:
+                    bad.add(stmt.dest.__chandle__())
+            elif isinstance(stmt, ir.Bind):
+                addressed(stmt.value)
+                if divergent or not self.uniform(stmt.value):
+                    self.varying.add(stmt.var.__chandle__())
+            else:
+                # any other statement (calls, stores to shared/global, nested regions):
+                # a local it stores into or passes by address is not uniform
+                addressed(stmt)
+
+                def store(x):
+                    if _is_local(x.dest):
+                        bad.add(x.dest.__chandle__())
+
+                tvm_ffi.structural_walk(stmt, [(ir.TensorStore, store)])
+
+        walk(body, False)
+        return bad
+
+
+class _Inserter(_Uniformity):
+    def __init__(self, thread_var, uniform_locals=frozenset()):
+        super().__init__({thread_var.__chandle__()}, uniform_locals)
+        self.count = 0
+        self.trusted = 0  # inside loops annotated ATTR_ASYNC_STAGES
+
+    def _checked(self, r, w, aw):
+        """The (reads, writes, async writes) to check for conflicts."""
+        if self.trusted and aw:
+            return r, w - aw, set()
+        return r, w, aw
 
     def leaf(self, stmt, state):
         if isinstance(stmt, ir.Bind) and not self.uniform(stmt.value):
@@ -200,31 +300,9 @@ class _Inserter:
                 out.extend(part)
             return out, state
         if isinstance(stmt, ir.For) and self.uniform(stmt.begin) and self.uniform(stmt.end):
-            trusted = ATTR_ASYNC_STAGES in (stmt.annotations or {})
-            self.trusted += trusted
-            saved = self.count
-            r, w, aw = self._checked(*_accesses(stmt.body))
-            pre = []
-            # The loop's own statements, left in ``state`` by an earlier run of the loop
-            # (an enclosing loop's previous iteration), are checked against ``end`` below.
-            if _conflict(r, w, state, _statements(stmt.body), aw):
-                pre, state = [sync_threads()], _State()
-                saved += 1
-            _, end = self.visit(stmt.body, _State())
-            self.count = saved
-            body, after = self.visit(stmt.body, end)
-            self.trusted -= trusted
-            new = ir.For(
-                stmt.var,
-                stmt.begin,
-                stmt.end,
-                stmt.step,
-                stmt.kind,
-                _seq(body),
-                stmt.annotations,
-                stmt.loc,
-            )
-            return pre + [new], state.merge(after)
+            return self._loop(stmt, state)
+        if isinstance(stmt, ir.While) and self.uniform(stmt.condition):
+            return self._loop(stmt, state)
         if isinstance(stmt, ir.If) and self.uniform(stmt.condition):
             then, s1 = self.visit(stmt.then_case, state.copy())
             other, s2 = (None, state)
@@ -246,6 +324,33 @@ class _Inserter:
             return [new], state
         return self.leaf(stmt, state)
 
+    def _loop(self, stmt, state):
+        """A ``For`` or ``While`` loop with block-uniform bounds / condition: its body is
+        checked with the state its own end leaves (a later iteration's hazards)."""
+        trusted = ATTR_ASYNC_STAGES in (getattr(stmt, "annotations", None) or {})
+        self.trusted += trusted
+        saved = self.count
+        r, w, aw = self._checked(*_accesses(stmt.body))
+        pre = []
+        # The loop's own statements, left in ``state`` by an earlier run of the loop
+        # (an enclosing loop's previous iteration), are checked against ``end`` below.
+        if _conflict(r, w, state, _statements(stmt.body), aw):
+            pre, state = [sync_threads()], _State()
+            saved += 1
+        _, end = self.visit(stmt.body, _State())
+        self.count = saved
+        body, after = self.visit(stmt.body, end)
+        self.trusted -= trusted
+        return pre + [_rebuilt_loop(stmt, _seq(body))], state.merge(after)
+
+
+def _rebuilt_loop(stmt, body):
+    if isinstance(stmt, ir.While):
+        return ir.While(stmt.condition, body, stmt.loc)
+    return ir.For(
+        stmt.var, stmt.begin, stmt.end, stmt.step, stmt.kind, body, stmt.annotations, stmt.loc
+    )
+
 
 def _statements(node) -> frozenset:
     """Handles of every statement inside ``node`` (the leaves ``_Inserter`` may tag)."""
@@ -260,5 +365,5 @@ def _seq(stmts):
 
 def insert_sync(body, thread_var):
     """Insert the barriers (see the module docstring); returns the new body."""
-    out, _ = _Inserter(thread_var).visit(body, _State())
+    out, _ = _Inserter(thread_var, _uniform_locals(body, thread_var)).visit(body, _State())
     return _seq(out)

@@ -1,0 +1,133 @@
+"""Conversions to float8 on the CPU, rounded to nearest even, subnormals included.
+
+TIRx's FP8 legalization on LLVM builds the fp8 code from the float's bits by truncation:
+subnormal results are truncated or flushed (0.01488 -> 0.01367 in e4m3fn, 0.00293 -> 0)
+and out-of-range values wrap to unrelated codes. Every cast to ``float8_e4m3fn`` /
+``float8_e5m2`` is rewritten here into integer arithmetic on the source's bits that gives
+torch's result (which agrees with ml_dtypes wherever the value is in range):
+
+- round to nearest, ties to even, for normal and subnormal results alike;
+- e4m3fn has no infinity: beyond 448 (and for +-inf) it saturates to +-448 as torch does
+  (ml_dtypes gives NaN there); e5m2 overflows to +-inf;
+- NaN gives the NaN code ``0x7F`` with the sign kept.
+
+float16/bfloat16 sources are widened to float32 exactly first; float64 and integer sources
+are converted from float64 bits (one rounding). Casts from fp8 are decoded from the code's
+bits as well (TIRx's decoding gets subnormals wrong too: code 0x00 read as 2**-7).
+Assumes: scalar expressions only (tile ops lowered). Guarantees: no ``Cast`` to or from an
+fp8 type remains.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm_tirx import tirx as _tirx
+from tvm_tirx.ir.prim import expr as P
+
+#: fp8 type -> (exponent bias, mantissa bits, largest finite code, code on overflow)
+_FP8 = {
+    "float8_e4m3fn": (7, 3, 0x7E, 0x7E),  # saturates to 448
+    "float8_e5m2": (15, 2, 0x7B, 0x7C),  # overflows to inf
+}
+#: fp8 type -> (smallest code with all exponent bits set that is NaN, whether that
+#: exponent's codes are inf (mantissa 0) / NaN (others), as in IEEE)
+_SPECIAL = {"float8_e4m3fn": (0x7F, False), "float8_e5m2": (0x7D, True)}
+_NAN_CODE = 0x7F
+#: source float -> (bits, mantissa bits, exponent bias)
+_SOURCES = {"float32": (32, 23, 127), "float64": (64, 52, 1023)}
+
+
+def _i64(value):
+    return _tirx.const(value, "int64")
+
+
+def _round_shift(v, shift):
+    """``v >> shift`` rounded to nearest even (``v`` non-negative int64, ``shift`` >= 1)."""
+    one = _i64(1)
+    q = v >> shift
+    rem = v & ((one << shift) - one)
+    half = one << (shift - one)
+    up = _tirx.Or(rem > half, _tirx.And(rem == half, (q & one) == one))
+    return q + _tirx.Select(up, one, _i64(0))
+
+
+def _widened(value):
+    """``value`` as a float32/float64 that holds it exactly (or as closely as one rounding)."""
+    ty = str(value.ty)
+    if ty in _SOURCES:
+        return value
+    if ty in ("float16", "bfloat16"):
+        return value.astype("float32")
+    return value.astype("float64")
+
+
+def encode_fp8(value, target: str):
+    """The expression converting ``value`` to the fp8 type ``target`` (see module doc)."""
+    bias, mbits, max_code, overflow_code = _FP8[target]
+    value = _widened(value)
+    width, src_mbits, src_bias = _SOURCES[str(value.ty)]
+    bits = _tirx.reinterpret(value, ty=f"uint{width}")
+    sign = (bits >> _tirx.const(width - 1, f"uint{width}")).astype("int64")
+    mag = (bits & _tirx.const((1 << (width - 1)) - 1, f"uint{width}")).astype("int64")
+    inf_bits = ((1 << (width - 1 - src_mbits)) - 1) << src_mbits
+    exponent = mag >> _i64(src_mbits)
+    # results of normal fp8 exponent: re-bias, then round the mantissa to `mbits` bits (a
+    # carry out of the mantissa bumps the exponent, as it must)
+    rebias = (src_bias - bias) << src_mbits
+    normal = _round_shift(mag - _i64(rebias), _i64(src_mbits - mbits))
+    # subnormal results: the significand (hidden bit included) in units of the smallest
+    # fp8 subnormal 2**(1 - bias - mbits); shifts past the significand give 0
+    significand = (mag & _i64((1 << src_mbits) - 1)) | _i64(1 << src_mbits)
+    shift = _i64(src_mbits + 1 - bias - mbits + src_bias) - exponent
+    shift = _tirx.min(_tirx.max(shift, _i64(1)), _i64(src_mbits + 2))
+    subnormal = _round_shift(significand, shift)
+    is_normal = exponent >= _i64(src_bias - bias + 1)
+    code = _tirx.Select(is_normal, normal, subnormal)
+    code = _tirx.Select(code > _i64(max_code), _i64(overflow_code), code)
+    code = _tirx.Select(mag > _i64(inf_bits), _i64(_NAN_CODE), code)
+    byte = (code | (sign << _i64(7))).astype("uint8")
+    return _tirx.reinterpret(byte, ty=target)
+
+
+def decode_fp8(value):
+    """The float32 expression of the fp8 ``value`` (exact: every fp8 value is a float32)."""
+    source = str(value.ty)
+    bias, mbits, _, _ = _FP8[source]
+    first_nan, has_inf = _SPECIAL[source]
+    code = _tirx.reinterpret(value, ty="uint8").astype("int64")
+    sign = code >> _i64(7)
+    mag = code & _i64(0x7F)
+    exponent = mag >> _i64(mbits)
+    mantissa = mag & _i64((1 << mbits) - 1)
+    normal = ((exponent + _i64(127 - bias)) << _i64(23)) | (mantissa << _i64(23 - mbits))
+    # subnormals: mantissa * 2**(1 - bias - mbits), exact in float32
+    tiny = mantissa.astype("float32") * _tirx.const(2.0 ** (1 - bias - mbits), "float32")
+    tiny_bits = _tirx.reinterpret(tiny, ty="uint32").astype("int64")
+    bits = _tirx.Select(exponent == _i64(0), tiny_bits, normal)
+    if has_inf:
+        bits = _tirx.Select(mag == _i64(first_nan - 1), _i64(0x7F800000), bits)
+    bits = _tirx.Select(mag >= _i64(first_nan), _i64(0x7FC00000), bits)
+    bits = bits | (sign << _i64(31))
+    return _tirx.reinterpret(bits.astype("uint32"), ty="float32")
+
+
+def _rewrite(cast):
+    target, source = str(cast.ty), str(cast.value.ty)
+    if target == source:
+        return cast
+    if target in _FP8:
+        value = decode_fp8(cast.value) if source in _FP8 else cast.value
+        return encode_fp8(value, target)
+    if source in _FP8:
+        decoded = decode_fp8(cast.value)
+        return decoded if target == "float32" else decoded.astype(target)
+    return cast
+
+
+def legalize_fp8_casts(body):
+    """Rewrite every cast to or from an fp8 type in ``body`` into :func:`encode_fp8` /
+    :func:`decode_fp8`."""
+    return tvm_ffi.structural_map(body, [(P.Cast, _rewrite)])
+
+
+__all__ = ["decode_fp8", "encode_fp8", "legalize_fp8_casts"]

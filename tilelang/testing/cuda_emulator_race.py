@@ -1,0 +1,119 @@
+"""Shared-memory race detection for the CUDA emulator (``emulate(..., race_check=True)``).
+
+The emulator runs the threads of a block in lockstep, so a missing ``__syncthreads`` never
+changes its results. This checker records, per shared-memory byte, which warp last wrote
+it and which warp(s) read it since the last barrier (an *epoch*), and raises when a warp
+reads a byte another warp wrote in the same epoch (read after write) or writes a byte
+another warp read in the same epoch (write after read): on a GPU the two accesses may run
+in either order. Accesses of one warp are not compared with each other (its lanes run
+together; warp-level code orders them with ``__syncwarp``).
+
+Epochs end at ``__syncthreads`` and, conservatively, at every mbarrier wait (TMA and
+warp-specialized pipelines order their stages with mbarriers, not block barriers). TMA
+writes are asynchronous-proxy writes ordered by those mbarriers: they are not recorded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WARP = 32
+
+try:  # numpy >= 2
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:  # pragma: no cover - numpy 1.x
+    _byte_bounds = np.byte_bounds
+
+
+class SharedRaceError(RuntimeError):
+    """Two warps touched the same shared byte without a barrier between them."""
+
+
+class RaceChecker:
+    """Per-block shadow state of shared memory (see the module docstring)."""
+
+    def __init__(self, error=SharedRaceError):
+        self.error = error
+        self.shadows: dict = {}
+        self.epoch = 0
+        self.block = None
+
+    def new_block(self, block_index):
+        """A new block starts: its shared memory is fresh."""
+        self.shadows.clear()
+        self.epoch = 0
+        self.block = dict(block_index)
+
+    def barrier(self):
+        """``__syncthreads`` (or an mbarrier wait): earlier accesses are ordered."""
+        self.epoch += 1
+
+    def _shadow(self, root):
+        key = id(root)
+        entry = self.shadows.get(key)
+        if entry is None:
+            n = root.nbytes
+            entry = {
+                "root": root,  # keeps id(root) from being reused while the block runs
+                "writer": np.full(n, -1, np.int32),
+                "wepoch": np.full(n, -1, np.int64),
+                "reader": np.full(n, -1, np.int32),  # -2: several warps
+                "repoch": np.full(n, -1, np.int64),
+            }
+            self.shadows[key] = entry
+        return entry
+
+    def access(self, buf, byte_starts, nbytes, threads, kind, what):
+        """Record ``kind`` ("read"/"write") of ``nbytes`` bytes at ``byte_starts`` (offsets
+        into ``buf``'s storage, one per thread of ``threads``) and raise on a hazard."""
+        threads = np.asarray(threads, np.int64)
+        if threads.size == 0:
+            return
+        root, base = storage_of(buf.data)
+        sh = self._shadow(root)
+        addr = (base + np.asarray(byte_starts, np.int64)[:, None] + np.arange(nbytes)).ravel()
+        warp = np.repeat(threads // WARP, nbytes)
+        if kind == "read":
+            hit = (sh["wepoch"][addr] == self.epoch) & (sh["writer"][addr] >= 0)
+            hit &= sh["writer"][addr] != warp
+            self._raise(hit, addr, warp, sh["writer"], buf, what, "read after write")
+            # per byte: the one warp that read it in this epoch, or -2 for several
+            ua, inv = np.unique(addr, return_inverse=True)
+            lo = np.full(ua.size, np.iinfo(np.int64).max)
+            hi = np.full(ua.size, -1)
+            np.minimum.at(lo, inv, warp)
+            np.maximum.at(hi, inv, warp)
+            prev = np.where(sh["repoch"][ua] == self.epoch, sh["reader"][ua], -1)
+            new = np.where(lo == hi, lo, -2)
+            sh["reader"][ua] = np.where((prev == -1) | (prev == new), new, -2)
+            sh["repoch"][ua] = self.epoch
+        else:
+            reader = sh["reader"][addr]
+            hit = (sh["repoch"][addr] == self.epoch) & (reader != -1) & (reader != warp)
+            self._raise(hit, addr, warp, sh["reader"], buf, what, "write after read")
+            sh["writer"][addr] = warp
+            sh["wepoch"][addr] = self.epoch
+
+    def _raise(self, hit, addr, warp, other, buf, what, hazard):
+        if not hit.any():
+            return
+        k = int(np.argmax(hit))
+        by = int(other[addr[k]])
+        them = "several warps" if by == -2 else f"warp {by}"
+        raise self.error(
+            f"shared-memory race ({hazard}) on {buf.name}: {what} by warp {int(warp[k])} "
+            f"touches byte {int(addr[k])} that {them} accessed since the last barrier "
+            f"(block {self.block}); a __syncthreads is missing"
+        )
+
+
+def storage_of(array):
+    """(the array owning ``array``'s memory, byte offset of ``array`` inside it)."""
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    offset = _byte_bounds(array)[0] - _byte_bounds(root)[0]
+    return root, offset
+
+
+__all__ = ["RaceChecker", "SharedRaceError", "storage_of"]
