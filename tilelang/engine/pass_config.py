@@ -98,6 +98,12 @@ class PassConfigKey(str, Enum):
     mbarriers (``backends/cuda/passes/warp_specialize_auto.py``). ``True`` keeps every thread
     on both jobs (the TMA schedule of ``tma_lowering.py``). Default: False."""
 
+    TL_WS_PINGPONG = "tl.ws_pingpong"
+    """CUDA sm_90a, warp-specialized loops with two consumer warpgroups (256 threads) and
+    two gemms (FlashAttention's Q @ K^T and P @ V): the warpgroups take turns issuing the
+    first gemm (named barriers 2 and 3), so one warpgroup's softmax runs while the other's
+    gemm keeps the tensor cores busy (FlashAttention-3's ping-pong). Default: True."""
+
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
     runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
@@ -237,6 +243,7 @@ def build_options(pass_configs) -> dict:
             if configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER.value) is None
             else flag(PassConfigKey.TL_DISABLE_TMA_LOWER, False)
         ),
+        "ws_pingpong": flag(PassConfigKey.TL_WS_PINGPONG, True),
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
     }

@@ -98,12 +98,13 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
         getattr(planner, "ws_loop", None) is not None
         and planner.ws_loop.same_as(loop.var)
         and bool(fence)
+        and _only_wgmma_readers(planner, rest, mapping)
     )
     auto = pctx.options.get("disable_tma") is None  # TMA only with warp specialization
     if auto and not ws_wanted:
         pctx.tma_notes.append(
             f"loop {loop.var.name}: cp.async (TMA only where the loop is warp-specialized: "
-            "one pipelined loop at the kernel's top level, wgmma gemms, threads a multiple of "
+            "one pipelined loop at the kernel's top level, warpgroup-level gemms, threads a multiple of "
             "128; tl.disable_tma_lower=False forces TMA)"
         )
         return None
@@ -182,6 +183,36 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
     else:
         body += [*refill, body_rest]
     return ir.SeqStmt([*prologue, _with_loop(loop, body), *after])
+
+
+def _only_wgmma_readers(planner, rest, mapping) -> bool:
+    """Whether every gemm in the loop body is a wgmma (an asynchronous reader) and no
+    ``T.copy`` reads a pipelined tile into registers (ldmatrix): the forms measured right
+    when warp-specialized on the H200 (see the module doc of warp_specialize_auto)."""
+    import tvm_ffi
+
+    from ....lowering.region import RegionView
+    from ....ops import tile_op_of
+    from ....ops.copy.op import COPY
+
+    tiles = {t.__chandle__() for t in mapping}
+    bad = []
+
+    def visit(stmt):
+        found = tile_op_of(stmt)
+        if found is None:
+            return
+        op, call = found
+        if op.name == "gemm" and planner._reader_of(stmt) is None:
+            bad.append(stmt)
+        elif op.name == "copy":
+            view = COPY.view(call)
+            src, dst = RegionView.of(view.src), RegionView.of(view.dst)
+            if src.tensor.__chandle__() in tiles and dst.scope.startswith("local"):
+                bad.append(stmt)
+
+    tvm_ffi.structural_walk(ir.SeqStmt(list(rest)), [(ir.Evaluate, visit)])
+    return not bad
 
 
 def _issue_copy(t: TmaCopy, tile_mb, stage, k, k_value, bar_ptr):

@@ -151,6 +151,7 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
     # before the wgmmas) is needed once, before the loop, not in every iteration
+    body_rest, turns_before, turns_after = _pingpong(planner, body_rest, threads)
     consumer = [_call("tl::mbarrier_wait", ptr(full, stage), phase), body_rest]
     after = []
     if in_flight is not None:
@@ -162,12 +163,54 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
         consumer.append(_call("tl::mbarrier_arrive", ptr(empty, stage)))
     pctx.extra_allocs += [make_alloc(full), make_alloc(empty)]
     producer = ir.If(tx == threads, producer_loop, None)
-    consumer_stmt = ir.SeqStmt([*fence, _with_loop(loop, consumer), *after])
+    consumer_stmt = ir.SeqStmt(
+        [*fence, *turns_before, _with_loop(loop, consumer), *after, *turns_after]
+    )
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"
     )
     return WsParts(init, producer, consumer_stmt, threads)
+
+
+#: Named barriers of the ping-pong turns (warpgroup w waits on 2 + w).
+PINGPONG_BARRIERS = (2, 3)
+
+
+def _pingpong(planner, body, threads):
+    """(body, before the loop, after the loop) with the two consumer warpgroups taking
+    turns at issuing the body's first gemm (pass config ``tl.ws_pingpong``): warpgroup
+    ``w`` waits on named barrier ``2 + w``, issues the gemm, lets the other warpgroup go
+    (``bar.arrive`` on its barrier), then waits for its own gemm. Warpgroup 1 gives
+    warpgroup 0 the first turn before the loop; warpgroup 0 takes the last arrival after it,
+    so every barrier ends balanced. Applies to 256 consumer threads and a body with exactly
+    two wgmma gemms whose first reads both operands from shared memory; else unchanged."""
+    pctx = planner.pctx
+    if threads != 256 or not pctx.options.get("ws_pingpong", True):
+        return body, [], []
+    stmts = list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
+    readers = [(i, planner._reader_of(s)) for i, s in enumerate(stmts)]
+    readers = [(i, r) for i, r in readers if r is not None]
+    if len(readers) != 2:
+        return body, [], []
+    at, (rule, reader) = readers[0]
+    if getattr(reader, "a_in_regs", True):
+        return body, [], []
+    n = _u32(2 * 128)
+    wg = ir.prim.floordiv(planner.tx, 128)
+    mine = ir.prim.Add(ir.const(PINGPONG_BARRIERS[0], "int32"), wg)
+    other = ir.prim.Sub(ir.const(PINGPONG_BARRIERS[1], "int32"), wg)
+    turn = [
+        _call("tl::named_barrier_sync", mine, n),
+        rule.mark(stmts[at], defer_wait=True),
+        _call("tl::named_barrier_arrive", other, n),
+        *rule.wait(pctx, reader, 0),
+    ]
+    first = ir.const(PINGPONG_BARRIERS[0], "int32")
+    before = [ir.If(wg == 1, _call("tl::named_barrier_arrive", first, n), None)]
+    after = [ir.If(wg == 0, _call("tl::named_barrier_sync", first, n), None)]
+    pctx.tma_notes.append("consumer warpgroups take turns at the first gemm (tl.ws_pingpong)")
+    return ir.SeqStmt(stmts[:at] + turn + stmts[at + 1 :]), before, after
 
 
 def _only_free(node, forbidden) -> bool:
