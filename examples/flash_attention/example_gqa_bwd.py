@@ -272,7 +272,10 @@ def _bwd_program(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M, block
                 T.gemm(qkT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
                 T.copy(Delta[bz, bx, k * block_N : (k + 1) * block_N], delta)
                 for i, j in T.Parallel(block_M, block_N):
-                    dsT_cast[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale  # dS^T
+                    dsT[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale  # dS^T
+                # a copy, not a cast in the loop above: with 64 rows on 8 warps the register A
+                # operand of the next gemm is laid out (replicated) unlike dsT
+                T.copy(dsT, dsT_cast)
                 T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
                 T.copy(dsT_cast, dsT_shared)
                 T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
