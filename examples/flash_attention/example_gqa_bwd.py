@@ -102,7 +102,9 @@ def flashattn_fwd(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M=64, b
                         )
                 elif kv_tail:
                     for i, j in T.Parallel(block_M, block_N):
-                        acc_s[i, j] = T.if_then_else(k * block_N + j < seq_len, 0, -T.infinity(accum))
+                        acc_s[i, j] = T.if_then_else(
+                            k * block_N + j < seq_len, 0, -T.infinity(accum)
+                        )
                 else:
                     T.clear(acc_s)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
@@ -261,7 +263,9 @@ def _bwd_program(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M, block
                     qkT[i, j] = T.exp2(qkT[i, j] * scale - lse_shared[j])  # P^T
                 if is_causal:
                     for i, j in T.Parallel(block_M, block_N):
-                        qkT[i, j] = T.if_then_else(by * block_M + i <= k * block_N + j, qkT[i, j], 0)
+                        qkT[i, j] = T.if_then_else(
+                            by * block_M + i <= k * block_N + j, qkT[i, j], 0
+                        )
                 elif key_tail:
                     for i, j in T.Parallel(block_M, block_N):
                         qkT[i, j] = T.if_then_else(by * block_M + i < seq_len, qkT[i, j], 0)
@@ -284,8 +288,14 @@ def _bwd_program(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M, block
             T.copy(dv, dv_shared)
             T.copy(dk, dk_shared)
             if split:
-                T.copy(dv_shared, dV[bx % groups, bz, by * block_M : (by + 1) * block_M, bx // groups, :])
-                T.copy(dk_shared, dK[bx % groups, bz, by * block_M : (by + 1) * block_M, bx // groups, :])
+                T.copy(
+                    dv_shared,
+                    dV[bx % groups, bz, by * block_M : (by + 1) * block_M, bx // groups, :],
+                )
+                T.copy(
+                    dk_shared,
+                    dK[bx % groups, bz, by * block_M : (by + 1) * block_M, bx // groups, :],
+                )
             elif groups == 1:
                 T.copy(dv_shared, dV[bz, by * block_M : (by + 1) * block_M, bx, :])
                 T.copy(dk_shared, dK[bz, by * block_M : (by + 1) * block_M, bx, :])
@@ -332,7 +342,7 @@ class _attention(torch.autograd.Function):
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         batch, seq_len, heads, dim_qk = q.shape
-        head_kv, dim_v = v.shape[-2], v.shape[-1]
+        dim_v = v.shape[-1]
         groups = ctx.groups
         do = do.contiguous()
         delta = flashattn_bwd_preprocess(batch, heads, seq_len, dim_v)(o, do)

@@ -159,7 +159,9 @@ def main(batch=1, heads=64, seq_len=4096, dim=128, is_causal=False, groups=16, t
         flops = 4.0 * batch * heads * seq_len * seq_len * dim * (0.5 if is_causal else 1.0)
         t = bench(lambda: kernel(q, k, v), warmup=25, rep=100, device=device)
         t_ref = bench(
-            lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=is_causal, enable_gqa=True),
+            lambda: F.scaled_dot_product_attention(
+                qt, kt, vt, is_causal=is_causal, enable_gqa=True
+            ),
             warmup=25,
             rep=100,
             device=device,

@@ -14,10 +14,10 @@ a query that sees no key (more queries than keys) gets zeros.
 import argparse
 
 import torch
+from varlen_utils import make_varlen_inputs, random_seqlens, ref_program_varlen
 
 import tilelang
 import tilelang.language as T
-from varlen_utils import make_varlen_inputs, random_seqlens, ref_program_varlen
 
 LOG2E = 1.44269504
 
@@ -84,8 +84,12 @@ def varlen_program(batch_size, groups, UQ, UKV, heads, dim, is_causal, block_M, 
             T.fill(scores_max, neg_inf)
 
             kv_blocks = (
-                T.max(0, T.min(T.ceildiv(kv_len, block_N),
-                               T.ceildiv(offset + (bx + 1) * block_M, block_N)))  # fmt: skip
+                T.max(
+                    0,
+                    T.min(
+                        T.ceildiv(kv_len, block_N), T.ceildiv(offset + (bx + 1) * block_M, block_N)
+                    ),
+                )  # fmt: skip
                 if is_causal
                 else T.ceildiv(kv_len, block_N)
             )
@@ -98,7 +102,8 @@ def varlen_program(batch_size, groups, UQ, UKV, heads, dim, is_causal, block_M, 
                 for i, j in T.Parallel(block_M, block_N):
                     if is_causal:
                         acc_s[i, j] = T.if_then_else(
-                            k * block_N + j < kv_len and k * block_N + j <= bx * block_M + i + offset,
+                            k * block_N + j < kv_len
+                            and k * block_N + j <= bx * block_M + i + offset,
                             0,
                             neg_inf,
                         )

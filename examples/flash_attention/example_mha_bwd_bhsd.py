@@ -86,7 +86,9 @@ def flashattn_fwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64,
                         )
                 elif kv_tail:
                     for i, j in T.Parallel(block_M, block_N):
-                        acc_s[i, j] = T.if_then_else(k * block_N + j < seq_len, 0, -T.infinity(accum))
+                        acc_s[i, j] = T.if_then_else(
+                            k * block_N + j < seq_len, 0, -T.infinity(accum)
+                        )
                 else:
                     T.clear(acc_s)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
@@ -235,7 +237,9 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                     qkT[i, j] = T.exp2(qkT[i, j] * scale - lse_shared[j])  # P^T
                 if is_causal:
                     for i, j in T.Parallel(block_M, block_N):
-                        qkT[i, j] = T.if_then_else(by * block_M + i <= k * block_N + j, qkT[i, j], 0)
+                        qkT[i, j] = T.if_then_else(
+                            by * block_M + i <= k * block_N + j, qkT[i, j], 0
+                        )
                 elif key_tail:
                     for i, j in T.Parallel(block_M, block_N):
                         qkT[i, j] = T.if_then_else(by * block_M + i < seq_len, qkT[i, j], 0)
@@ -274,7 +278,9 @@ class _attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal):
         batch, heads, seq_len, dim = q.shape
-        kernel = flashattn_fwd(batch, heads, seq_len, dim, causal, **_config_for(q, fwd_config(dim)))
+        kernel = flashattn_fwd(
+            batch, heads, seq_len, dim, causal, **_config_for(q, fwd_config(dim))
+        )
         o, lse = kernel(q, k, v)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal = causal

@@ -168,7 +168,9 @@ def main(batch=1, heads=1, seq_q=256, seq_kv=256, dim=64, is_causal=False, tune=
         flops = 4.0 * batch * heads * seq_q * seq_kv * dim * (0.5 if is_causal else 1.0)
         t = bench(lambda: kernel(q, k, v), warmup=25, rep=100, device=device)
         t_ref = bench(
-            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=is_causal and seq_q == seq_kv),
+            lambda: F.scaled_dot_product_attention(
+                q, k, v, is_causal=is_causal and seq_q == seq_kv
+            ),
             warmup=25,
             rep=100,
             device=device,

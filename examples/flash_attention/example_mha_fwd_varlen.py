@@ -9,10 +9,10 @@ import argparse
 import itertools
 
 import torch
-
-import tilelang
 from example_gqa_fwd_varlen import default_config, varlen_program
 from varlen_utils import make_varlen_inputs, random_seqlens, ref_program_varlen
+
+import tilelang
 
 
 def get_configs():

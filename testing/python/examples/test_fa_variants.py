@@ -1,0 +1,241 @@
+"""The FlashAttention variants of ``examples/flash_attention``: bhsd forward (seq_q <= seq_kv,
+right-aligned causal), GQA forward, variable-length forward (``cu_seqlens``, GQA and MHA),
+bhsd backward and GQA backward (atomic and split dK/dV).
+
+CPU: each example's ``main`` checks its kernels against torch in float64 on fresh random
+inputs whose sequence lengths are not tile multiples (forward output; O, dQ, dK, dV for the
+backward). CUDA without a GPU: the sm_90a lowering of the 64-row backward on 8 warps (wgmma
+split along N, register A replicated) is run by the emulator, and the kernels are built with
+nvcc for sm_90a at the block sizes the examples choose per head dim. ``cuda``-marked tests
+run the examples on a GPU at moderate shapes.
+"""
+
+import shutil
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from example_loader import load_example as _load
+
+from tilelang.backends.cuda import pipeline
+
+FWD_BHSD = "flash_attention/example_mha_fwd_bhsd.py"
+GQA_FWD = "flash_attention/example_gqa_fwd_bshd.py"
+GQA_VARLEN = "flash_attention/example_gqa_fwd_varlen.py"
+MHA_VARLEN = "flash_attention/example_mha_fwd_varlen.py"
+BWD_BHSD = "flash_attention/example_mha_bwd_bhsd.py"
+GQA_BWD = "flash_attention/example_gqa_bwd.py"
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+
+
+def _seed(rng):
+    return int(rng.integers(1 << 30))
+
+
+def _needs_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+
+# ----------------------------------------------------------------------------- CPU
+@pytest.mark.parametrize(
+    "seq_q,seq_kv,dim,causal,blocks",
+    [(100, 100, 64, False, {}), (70, 150, 32, True, {}), (100, 100, 32, True, dict(block_N=32))],
+    ids=["tail", "prefix_causal", "causal_bm_above_bn"],
+)
+def test_fwd_bhsd_cpu(seq_q, seq_kv, dim, causal, blocks, rng):
+    _load(FWD_BHSD).main(1, 2, seq_q, seq_kv, dim, causal, device="cpu", **blocks)
+
+
+@pytest.mark.parametrize(
+    "heads,groups,seq,causal", [(4, 2, 100, False), (4, 4, 90, True)], ids=["gqa", "mqa_causal"]
+)
+def test_gqa_fwd_cpu(heads, groups, seq, causal, rng):
+    _load(GQA_FWD).main(2, heads, seq, 32, causal, groups, device="cpu")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_varlen_cpu(causal, rng):
+    """Random lengths, with more queries than keys in some sequences when causal (queries
+    that see no key give zeros)."""
+    _load(GQA_VARLEN).main(3, 4, 150, 100 if causal else 130, 32, 2, causal, device="cpu",
+                           seed=_seed(rng))  # fmt: skip
+
+
+def test_mha_varlen_cpu(rng):
+    _load(MHA_VARLEN).main(3, 2, 90, 64, True, device="cpu", seed=_seed(rng))
+
+
+def test_varlen_empty_sequences_cpu(rng):
+    """A sequence without queries, one without keys (its queries give zeros), one longer
+    than the query tile, packed in one batch."""
+    module = _load(GQA_VARLEN)
+    utils = sys.modules["varlen_utils"]
+    lens_q, lens_k = [0, 37, 130], [50, 0, 90]
+    q, k, v, cu_q, cu_k, max_q = utils.make_varlen_inputs(lens_q, lens_k, 2, 1, 32, "cpu")
+    for causal in (False, True):
+        kernel = module.flashattn(3, 2, q.shape[0], k.shape[0], 2, 32, causal)
+        out = kernel(q, k, v, cu_q, cu_k, max_q)
+        ref = utils.ref_program_varlen(q, k, v, cu_q, cu_k, causal, groups=2)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2)
+        assert not out[:37].any()  # the sequence without keys
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bwd_bhsd_cpu(causal, rng):
+    _load(BWD_BHSD).main(1, 2, 100 if causal else 90, 32, causal, device="cpu")
+
+
+@pytest.mark.parametrize(
+    "causal,use_atomic", [(False, True), (True, False)], ids=["atomic", "split_causal"]
+)
+def test_gqa_bwd_cpu(causal, use_atomic, rng):
+    """4 query heads on 2 K/V heads, head dims 64 (Q, K) and 32 (V), 100 positions."""
+    _load(GQA_BWD).main(1, 4, 100, 64, 32, 2, causal, use_atomic, device="cpu")
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="seq_kv"):
+        _load(FWD_BHSD).flashattn.get_tir(1, 1, 128, 64, 64, False)
+    with pytest.raises(ValueError, match="groups"):
+        _load(GQA_FWD).flashattn.get_tir(1, 6, 128, 64, False, 4)
+    with pytest.raises(ValueError, match="groups"):
+        _load(GQA_VARLEN).flashattn.get_tir(2, 3, 100, 100, 4, 64, False)
+    with pytest.raises(ValueError, match="groups"):
+        _load(GQA_BWD).flashattn_bwd_atomic_add.get_tir(1, 6, 128, 64, 64, False, 64, 32, groups=4)
+
+
+# ------------------------------------------------------------------ CUDA, emulated
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_bwd_64_rows_on_8_warps_emulated(causal, rng):
+    """Head dim 256 backward at its GPU block sizes (64 K/V rows, 256 threads): the wgmma
+    gemms split along N over the two warpgroups, dS/P in registers replicated; run by the
+    emulator on a sequence that is not a tile multiple, against float64 gradients."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_gemm_wgmma_rs import emulate_rs
+
+    m = _load(GQA_BWD)
+    B, H, G, S, D = 1, 2, 2, 70, 256
+    q, do = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(2))
+    k, v = (rng.standard_normal((B, S, H // G, D)).astype(np.float16) for _ in range(2))
+    tq, tk, tv, tdo = (torch.from_numpy(x) for x in (q, k, v, do))
+    o, lse = m.flashattn_fwd(B, H, S, D, D, causal, groups=G)(tq, tk, tv)
+    delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
+    func = m.flashattn_bwd_atomic_add.get_tir(B, H, S, D, D, causal, **m.bwd_config(D, D), groups=G)
+    lowered = pipeline.lower(func, SM90A)
+    assert "wgmma_m64n128k16_rs" in lowered.script()  # dV, dK: N = 256 over 2 warpgroups
+    dq = np.zeros(m.dq_accum_shape(B, H, S, D), np.float32)
+    dk, dv = np.zeros(k.shape, np.float32), np.zeros(v.shape, np.float32)
+    arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, dk, dv)
+    dq16 = m.flashattn_bwd_postprocess(B, H, S, D)(torch.from_numpy(arrays[6]))
+    ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, causal, G),
+                   [x.double() for x in (tq, tk, tv)], tdo)  # fmt: skip
+    for name, got, want in zip(("dQ", "dK", "dV"), (dq16.numpy(), arrays[7], arrays[8]), ref[1:]):
+        np.testing.assert_allclose(got.astype(np.float64), want.numpy(), rtol=2e-2, atol=2e-2,
+                                   err_msg=name)  # fmt: skip
+
+
+def _nvcc_kernels():
+    """(id, example, kernel, args, config) at GPU shapes and the examples' GPU configs."""
+    fwd_bhsd, bwd_bhsd, gqa_fwd, gqa_varlen, gqa_bwd = (
+        _load(x) for x in (FWD_BHSD, BWD_BHSD, GQA_FWD, GQA_VARLEN, GQA_BWD)
+    )
+    return [
+        ("fwd_bhsd_d256_causal", fwd_bhsd.flashattn, (2, 16, 1000, 1100, 256, True),
+         fwd_bhsd.default_config(256)),
+        ("fwd_lse_d128", bwd_bhsd.flashattn_fwd, (2, 16, 1000, 128, True), bwd_bhsd.fwd_config(128)),
+        ("bwd_bhsd_d64", bwd_bhsd.flashattn_bwd, (2, 16, 1000, 64, False), bwd_bhsd.bwd_config(64)),
+        ("bwd_bhsd_d256_causal", bwd_bhsd.flashattn_bwd, (2, 16, 1024, 256, True),
+         bwd_bhsd.bwd_config(256)),
+        ("gqa_fwd", gqa_fwd.flashattn, (2, 32, 1000, 128, False, 8), gqa_fwd.default_config(128)),
+        ("gqa_varlen_causal", gqa_varlen.flashattn, (4, 8, 4000, 4100, 32, 128, True),
+         gqa_varlen.default_config(128)),
+        ("gqa_bwd_split_causal", gqa_bwd.flashattn_bwd_split, (2, 32, 1024, 128, 128, True),
+         {**gqa_bwd.bwd_config(128, 128), "groups": 8}),
+        ("gqa_bwd_atomic_d256", gqa_bwd.flashattn_bwd_atomic_add, (2, 32, 1000, 256, 256, False),
+         {**gqa_bwd.bwd_config(256, 256), "groups": 8}),
+    ]  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("index", range(8), ids=lambda i: _NVCC_IDS[i])
+def test_builds_with_nvcc_sm90a(index):
+    """The kernels at their GPU block sizes, built by nvcc for sm_90a, the attention gemms
+    on wgmma."""
+    name, kernel, args, config = _nvcc_kernels()[index]
+    assert name == _NVCC_IDS[index]
+    art = pipeline.build(kernel.get_tir(*args, **config), {**SM90A, "compiler": "nvcc"})
+    assert art.meta["kernel_names"]
+    assert "wgmma" in art.kernel_source
+
+
+_NVCC_IDS = [
+    "fwd_bhsd_d256_causal", "fwd_lse_d128", "bwd_bhsd_d64", "bwd_bhsd_d256_causal", "gqa_fwd",
+    "gqa_varlen_causal", "gqa_bwd_split_causal", "gqa_bwd_atomic_d256",
+]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- GPU
+@pytest.mark.cuda
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fwd_bhsd_gpu(dim, causal):
+    _needs_gpu()
+    _load(FWD_BHSD).main(2, 8, 1000, 1000, dim, causal, device="cuda")
+
+
+@pytest.mark.cuda
+def test_fwd_bhsd_prefix_gpu():
+    _needs_gpu()
+    _load(FWD_BHSD).main(2, 8, 700, 1500, 128, True, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("groups,causal", [(4, False), (8, True), (32, False)])
+def test_gqa_fwd_gpu(groups, causal):
+    _needs_gpu()
+    _load(GQA_FWD).main(2, 32, 1000, 128, causal, groups, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_varlen_gpu(dim, causal):
+    _needs_gpu()
+    _load(GQA_VARLEN).main(6, 16, 1000, 800 if causal else 1200, dim, 4, causal, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_mha_varlen_gpu(causal):
+    _needs_gpu()
+    _load(MHA_VARLEN).main(4, 16, 512, 64, causal, device="cuda")
+    seed = zlib.crc32(b"test_mha_varlen_gpu")
+    _load(MHA_VARLEN).main(4, 16, 1000, 128, causal, device="cuda", seed=seed)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_bwd_bhsd_gpu(dim, causal):
+    _needs_gpu()
+    _load(BWD_BHSD).main(2, 8, 1000, dim, causal, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "dim_qk,dim_v,groups,causal,use_atomic",
+    [
+        (128, 128, 4, False, True),
+        (128, 128, 4, True, False),
+        (192, 128, 8, True, True),
+        (256, 256, 2, False, True),
+        (64, 64, 1, True, True),
+    ],  # fmt: skip
+)
+def test_gqa_bwd_gpu(dim_qk, dim_v, groups, causal, use_atomic):
+    _needs_gpu()
+    _load(GQA_BWD).main(2, 16, 1000, dim_qk, dim_v, groups, causal, use_atomic, device="cuda")
