@@ -13,7 +13,7 @@ varlen) or ``aten._flash_attention_forward`` with ``cu_seqlens``; varlen also sh
 ratio = reference ms / ours ms (above 1: ours faster). A failing row or reference prints FAILED
 with the error and the run goes on. Every row checks ours against the first reference that ran
 (relative error of the output, or of dQ/dK/dV) before timing. ``--sweep`` adds forward rows
-for other block configs.
+for other block configs, and backward rows (bhsd) for other backward block configs.
 """
 
 from __future__ import annotations
@@ -41,6 +41,13 @@ from varlen_utils import make_varlen_inputs, random_seqlens  # noqa: E402
 
 from tilelang.profiler import bench  # noqa: E402
 
+BWD_SWEEP = (  # (block_M, block_N, num_stages, threads) of the bhsd backward kernel
+    (128, 32, 2, 256),
+    (128, 64, 2, 256),
+    (64, 64, 2, 128),
+    (64, 32, 2, 128),
+    (64, 32, 2, 256),
+)
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -247,11 +254,21 @@ def _grad_fn(out_fn, leaves, do):
 def bwd_rows(table, args):
     dev = args.device
     b, h, s = args.batch, args.heads, args.seq
-    cases = [("bhsd", dim, 1) for dim in (64, 128, 256)] + [("gqa", 128, 4)]
-    for layout, dim, groups in cases:
+    cases = [("bhsd", dim, 1, None) for dim in (64, 128, 256)] + [("gqa", 128, 4, None)]
+    if args.sweep:
+        cases += [("bhsd", dim, 1, c) for dim in (64, 128, 256) for c in BWD_SWEEP]
+    default_bwd_config = bwd_bhsd.bwd_config
+    for layout, dim, groups, sweep in cases:
         for causal in (False, True):
             flops = 5 * 2.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
             label = f"bwd {layout} d={dim} groups={groups} causal={causal}"
+            # a sweep row: the autograd Function takes its backward blocks from bwd_config
+            bwd_bhsd.bwd_config = default_bwd_config
+            if sweep is not None:
+                bm, bn, st, th = sweep
+                label += f" {bm}x{bn}/{th}t/{st}s"
+                config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th)
+                bwd_bhsd.bwd_config = lambda dim, config=config: config
             try:
                 if layout == "bhsd":
                     shapes = [(b, h, s, dim)] * 3
@@ -292,6 +309,7 @@ def bwd_rows(table, args):
                 return max(rel_err(g, w) for g, w in zip(got, want))
 
             table.row(label, flops, ours, refs, check, tol=2e-2)
+    bwd_bhsd.bwd_config = default_bwd_config
 
 
 def main():
