@@ -275,3 +275,19 @@ def test_bwd_bhsd_gpu(dim, causal):
 def test_gqa_bwd_gpu(dim_qk, dim_v, groups, causal, use_atomic):
     _needs_gpu()
     _load(GQA_BWD).main(2, 16, 1000, dim_qk, dim_v, groups, causal, use_atomic, device="cuda")
+
+
+@pytest.mark.cuda
+def test_upstream_test_calls_gpu():
+    """The calls of upstream TileLang's ``test_example_flash_attention.py``, keyword for
+    keyword (their defaults included: GQA backward at head dims 192 / 128, 16 groups)."""
+    _needs_gpu()
+    _load(GQA_BWD).main()
+    _load(BWD_BHSD).main(BATCH=1, H=16, N_CTX=512, D_HEAD=64, causal=False)
+    _load(GQA_FWD).main(batch=1, heads=16, seq_len=1024, dim=128, is_causal=False, groups=16,
+                        tune=False)  # fmt: skip
+    _load(FWD_BHSD).main()
+    for causal in (False, True):
+        _load(MHA_VARLEN).main(batch=4, heads=16, seq_len=512, dim=64, causal=causal)
+        _load(GQA_VARLEN).main(batch=4, heads=16, q_seqlen=512, k_seqlen=512, dim=64,
+                               is_causal=causal)  # fmt: skip
