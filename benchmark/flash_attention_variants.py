@@ -185,18 +185,17 @@ def torch_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal):
     op. Causal is aligned on the right in both, as ours."""
     try:
         from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        varlen_attn = None
-    if varlen_attn is not None:
+
         params = inspect.signature(varlen_attn).parameters
         if "window_size" in params:
             window = (-1, 0) if causal else (-1, -1)
             return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window)
         return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=causal)
-    out = torch.ops.aten._flash_attention_forward(
-        q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, False
-    )
-    return out[0]
+    except Exception:  # noqa: BLE001 - older torch, or another signature: the aten op
+        out = torch.ops.aten._flash_attention_forward(
+            q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, False
+        )
+        return out[0]
 
 
 def varlen_rows(table, args):
