@@ -43,10 +43,8 @@ def fwd_config(dim_qk, dim_v):
 def bwd_config(dim_qk, dim_v):
     """Backward block sizes by head dim: dK and dV (block_M x dim floats each) stay in
     registers for the whole loop over query blocks."""
-    if max(dim_qk, dim_v) <= 64:
+    if max(dim_qk, dim_v) <= 128:  # at 128 every gemm is on wgmma
         return dict(block_M=128, block_N=64, threads=256, num_stages=2)
-    if max(dim_qk, dim_v) <= 128:
-        return dict(block_M=128, block_N=32, threads=256, num_stages=2)
     return dict(block_M=64, block_N=32, threads=256, num_stages=2)
 
 

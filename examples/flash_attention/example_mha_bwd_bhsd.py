@@ -31,10 +31,8 @@ def fwd_config(dim):
 def bwd_config(dim):
     """Backward block sizes by head dim: dK and dV (block_M x dim floats each) stay in
     registers for the whole loop over query blocks."""
-    if dim <= 64:
+    if dim <= 128:  # at 128 every gemm is on wgmma (dS K too: 64 rows over 2 warpgroups)
         return dict(block_M=128, block_N=64, threads=256, num_stages=2)
-    if dim <= 128:
-        return dict(block_M=128, block_N=32, threads=256, num_stages=2)
     return dict(block_M=64, block_N=32, threads=256, num_stages=2)
 
 

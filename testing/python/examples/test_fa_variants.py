@@ -145,16 +145,17 @@ def test_varlen_sm90a_emulated(causal, rng):
     np.testing.assert_allclose(arrays[-1].astype(np.float64), ref.numpy(), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("causal", [True])
-def test_gqa_bwd_64_rows_on_8_warps_emulated(causal, rng):
-    """Head dim 256 backward at its GPU block sizes (64 K/V rows, 256 threads): the wgmma
-    gemms split along N over the two warpgroups, dS/P in registers replicated; run by the
-    emulator on a sequence that is not a tile multiple, against float64 gradients."""
+@pytest.mark.parametrize("D,causal", [(256, True), (128, False)], ids=["d256_causal", "d128"])
+def test_gqa_bwd_emulated(D, causal, rng):
+    """The backward at its GPU block sizes, run by the emulator on a sequence that is not a
+    tile multiple, against float64 gradients. Head dim 256: 64 K/V rows on 256 threads, the
+    wgmma gemms split along N over the two warpgroups, dS/P in registers replicated. Head
+    dim 128: 128 x 64 blocks, dS K on wgmma too (dS^T stored (K, M), 64 rows split along N)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
     from test_gemm_wgmma_rs import emulate_rs
 
     m = _load(GQA_BWD)
-    B, H, G, S, D = 1, 2, 2, 70, 256
+    B, H, G, S = 1, 2, 2, 70 if D == 256 else 150
     q, do = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(2))
     k, v = (rng.standard_normal((B, S, H // G, D)).astype(np.float16) for _ in range(2))
     tq, tk, tv, tdo = (torch.from_numpy(x) for x in (q, k, v, do))
@@ -162,7 +163,9 @@ def test_gqa_bwd_64_rows_on_8_warps_emulated(causal, rng):
     delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
     func = m.flashattn_bwd_atomic_add.get_tir(B, H, S, D, D, causal, **m.bwd_config(D, D), groups=G)
     lowered = pipeline.lower(func, SM90A)
-    assert "wgmma_m64n128k16_rs" in lowered.script()  # dV, dK: N = 256 over 2 warpgroups
+    script = lowered.script()
+    assert "wgmma_m64n128k16_rs" in script  # dV, dK: N = 256 over 2 warpgroups, or M = 128
+    assert (D == 256) == ("mma_m16n8k16" in script)  # dS K: mma.sync only with 32-row blocks
     dq = np.zeros(m.dq_accum_shape(B, H, S, D), np.float32)
     dk, dv = np.zeros(k.shape, np.float32), np.zeros(v.shape, np.float32)
     arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, dk, dv)
