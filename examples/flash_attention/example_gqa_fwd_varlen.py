@@ -23,9 +23,10 @@ LOG2E = 1.44269504
 
 
 def default_config(dim):
-    """Block sizes by head dim (``acc_o``, block_M x dim floats, lives in registers)."""
+    """Block sizes by head dim (``acc_o``, block_M x dim floats, lives in registers). The
+    loads depend on ``cu_seqlens``, so the loop is not warp-specialized: cp.async stages."""
     if dim <= 128:
-        return dict(block_M=128, block_N=64, num_stages=2, threads=128)
+        return dict(block_M=128, block_N=128, num_stages=2, threads=256)
     return dict(block_M=128, block_N=64, num_stages=2, threads=256)
 
 
