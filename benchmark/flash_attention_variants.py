@@ -13,7 +13,9 @@ varlen) or ``aten._flash_attention_forward`` with ``cu_seqlens``; varlen also sh
 ratio = reference ms / ours ms (above 1: ours faster). A failing row or reference prints FAILED
 with the error and the run goes on. Every row checks ours against the first reference that ran
 (relative error of the output, or of dQ/dK/dV) before timing. ``--sweep`` adds forward rows
-for other block configs, and backward rows (bhsd) for other backward block configs.
+for other block configs, and backward rows (bhsd) for other backward block configs. The
+``ws`` backward row reads lse/Delta from global memory so that its loop is warp-specialized
+with TMA loads (``stats_from_global`` of ``example_mha_bwd_bhsd.flashattn_bwd``).
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ from varlen_utils import make_varlen_inputs, random_seqlens  # noqa: E402
 
 from tilelang.profiler import bench  # noqa: E402
 
-BWD_SWEEP = (  # (block_M, block_N, num_stages, threads) of the bhsd backward kernel
-    (128, 32, 2, 256),
-    (128, 64, 2, 256),
-    (64, 64, 2, 128),
-    (64, 32, 2, 128),
-    (64, 32, 2, 256),
+BWD_SWEEP = (  # (block_M, block_N, num_stages, threads, stats_from_global) of the bhsd backward
+    (128, 32, 2, 256, False),
+    (128, 64, 2, 256, False),
+    (64, 64, 2, 128, False),
+    (64, 32, 2, 128, False),
+    (64, 32, 2, 256, False),
 )
+#: the warp-specialized backward (lse/Delta read from global memory, TMA Q/dO), head dim 128
+BWD_WS = (128, 64, 2, 256, True)
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -254,6 +258,7 @@ def bwd_rows(table, args):
     dev = args.device
     b, h, s = args.batch, args.heads, args.seq
     cases = [("bhsd", dim, 1, None) for dim in (64, 128, 256)] + [("gqa", 128, 4, None)]
+    cases.append(("bhsd", 128, 1, BWD_WS))
     if args.sweep:
         cases += [("bhsd", dim, 1, c) for dim in (64, 128, 256) for c in BWD_SWEEP]
     default_bwd_config = bwd_bhsd.bwd_config
@@ -264,9 +269,10 @@ def bwd_rows(table, args):
             # a sweep row: the autograd Function takes its backward blocks from bwd_config
             bwd_bhsd.bwd_config = default_bwd_config
             if sweep is not None:
-                bm, bn, st, th = sweep
-                label += f" {bm}x{bn}/{th}t/{st}s"
-                config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th)
+                bm, bn, st, th, from_global = sweep
+                label += f" {bm}x{bn}/{th}t/{st}s" + (" ws" if from_global else "")
+                config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
+                              stats_from_global=from_global)  # fmt: skip
                 bwd_bhsd.bwd_config = lambda dim, config=config: config
             try:
                 if layout == "bhsd":

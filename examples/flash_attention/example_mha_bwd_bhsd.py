@@ -179,9 +179,17 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128)
 
 @tilelang.jit
 def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32, threads=128,
-                  num_stages=2):  # fmt: skip
+                  num_stages=2, stats_from_global=False):  # fmt: skip
     """``kernel(Q, K, V, dO, lse, Delta, dQ, dK, dV)``; dQ float32 of ``dq_accum_shape``,
-    zeroed by the caller; dK, dV float16."""
+    zeroed by the caller; dK, dV float16.
+
+    ``stats_from_global``: read ``lse`` and ``Delta`` straight from global memory in the
+    elementwise loops (L1-cached, each thread its own columns) instead of copying them to
+    shared tiles; the loop's only copies are then the 2-d Q and dO tiles, so on sm_90a it is
+    warp-specialized with TMA loads (1-d tiles cannot be TMA boxes). Off by default: not yet
+    measured on the GPU, and a specialized loop whose dS K gemm stays on mma.sync (32-row
+    blocks, or head dim 64) reads a transposed tile with ldmatrix, the case
+    ``warp_specialize_auto`` notes as wrong on the H200."""
     sm_scale = (1.0 / dim) ** 0.5
     scale = sm_scale * LOG2E
     shape = [batch, heads, seq_len, dim]
@@ -208,8 +216,9 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
             dsT_shared = T.alloc_shared([block_M, block_N], dtype)
             q = T.alloc_shared([block_N, dim], dtype)
             do = T.alloc_shared([block_N, dim], dtype)
-            lse_shared = T.alloc_shared([block_N], accum)
-            delta = T.alloc_shared([block_N], accum)
+            if not stats_from_global:
+                lse_shared = T.alloc_shared([block_N], accum)
+                delta = T.alloc_shared([block_N], accum)
             qkT = T.alloc_fragment([block_M, block_N], accum)
             dsT = T.alloc_fragment([block_M, block_N], accum)
             qkT_cast = T.alloc_fragment([block_M, block_N], dtype)
@@ -231,9 +240,13 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                 T.copy(Q[bz, bx, k * block_N : (k + 1) * block_N, :], q)
                 T.gemm(K_shared, q, qkT, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)  # fmt: skip
-                T.copy(lse[bz, bx, k * block_N : (k + 1) * block_N], lse_shared)
-                for i, j in T.Parallel(block_M, block_N):
-                    qkT[i, j] = T.exp2(qkT[i, j] * scale - lse_shared[j])  # P^T
+                if stats_from_global:
+                    for i, j in T.Parallel(block_M, block_N):
+                        qkT[i, j] = T.exp2(qkT[i, j] * scale - lse[bz, bx, k * block_N + j])
+                else:
+                    T.copy(lse[bz, bx, k * block_N : (k + 1) * block_N], lse_shared)
+                    for i, j in T.Parallel(block_M, block_N):
+                        qkT[i, j] = T.exp2(qkT[i, j] * scale - lse_shared[j])  # P^T
                 if is_causal:
                     for i, j in T.Parallel(block_M, block_N):
                         qkT[i, j] = T.if_then_else(
@@ -247,9 +260,15 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                        policy=T.GemmWarpPolicy.FullRow)  # fmt: skip  # dP^T
                 T.copy(qkT, qkT_cast)
                 T.gemm(qkT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
-                T.copy(Delta[bz, bx, k * block_N : (k + 1) * block_N], delta)
-                for i, j in T.Parallel(block_M, block_N):
-                    dsT[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale  # dS^T
+                if stats_from_global:
+                    for i, j in T.Parallel(block_M, block_N):
+                        dsT[i, j] = (
+                            qkT[i, j] * (dsT[i, j] - Delta[bz, bx, k * block_N + j]) * sm_scale
+                        )
+                else:
+                    T.copy(Delta[bz, bx, k * block_N : (k + 1) * block_N], delta)
+                    for i, j in T.Parallel(block_M, block_N):
+                        dsT[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale  # dS^T
                 T.copy(dsT, dsT_cast)
                 T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
                 T.copy(dsT_cast, dsT_shared)

@@ -90,6 +90,24 @@ def test_bwd_bhsd_cpu(causal, rng):
     _load(BWD_BHSD).main(1, 2, 100 if causal else 90, 32, causal, device="cpu")
 
 
+def test_bwd_bhsd_stats_from_global_cpu(rng):
+    """The backward kernel reading lse/Delta from global memory (past the end: zero)."""
+    m = _load(BWD_BHSD)
+    B, H, S, D = 1, 2, 100, 32
+    q, k, v, do = (torch.randn(B, H, S, D, dtype=torch.float16) for _ in range(4))
+    o, lse = m.flashattn_fwd(B, H, S, D, False)(q, k, v)
+    delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, do)
+    dq = torch.zeros(m.dq_accum_shape(B, H, S, D), dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    kernel = m.flashattn_bwd(B, H, S, D, False, 64, 32, stats_from_global=True)
+    kernel(q, k, v, do, lse, delta, dq, dk, dv)
+    dq = m.flashattn_bwd_postprocess(B, H, S, D)(dq)
+    ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, False),
+                   [x.double() for x in (q, k, v)], do)  # fmt: skip
+    for name, got, want in zip(("dQ", "dK", "dV"), (dq, dk, dv), ref[1:]):
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2, msg=name)
+
+
 @pytest.mark.parametrize(
     "causal,use_atomic", [(False, True), (True, False)], ids=["atomic", "split_causal"]
 )
@@ -140,6 +158,35 @@ def test_fwd_bhsd_warp_specialized_emulated(causal, rng):
     arrays, _ = emulate_rs(lowered, q, k, v, np.full(q.shape, np.nan, np.float16))
     ref = m.ref_program(*(torch.from_numpy(x) for x in (q, k, v)), causal)
     np.testing.assert_allclose(arrays[3].astype(np.float64), ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bwd_bhsd_stats_from_global_warp_specialized_emulated(causal, rng):
+    """``stats_from_global``: lse/Delta read in the elementwise loops, so the backward's loop
+    (every gemm on wgmma at head dim 128) is warp-specialized with TMA Q/dO loads; run by the
+    emulator at 150 positions (dK/dV start as NaN: every stored row must be written)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_gemm_wgmma_rs import emulate_rs
+
+    m = _load(BWD_BHSD)
+    B, H, S, D = 1, 1, 150, 128
+    q, k, v, do = (rng.standard_normal((B, H, S, D)).astype(np.float16) for _ in range(4))
+    tq, tk, tv, tdo = (torch.from_numpy(x) for x in (q, k, v, do))
+    o, lse = m.flashattn_fwd(B, H, S, D, causal)(tq, tk, tv)
+    delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
+    func = m.flashattn_bwd.get_tir(B, H, S, D, causal, **m.bwd_config(D), stats_from_global=True)
+    lowered = pipeline.lower(func, SM90A)
+    script = lowered.script()
+    assert "named_barrier" in script and "tma_load" in script and "mma_m16n8k16" not in script
+    dq = np.zeros(m.dq_accum_shape(B, H, S, D), np.float32)
+    nan_k, nan_v = (np.full(x.shape, np.nan, np.float16) for x in (k, v))
+    arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, nan_k, nan_v)
+    dq16 = m.flashattn_bwd_postprocess(B, H, S, D)(torch.from_numpy(arrays[6]))
+    ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, causal),
+                   [x.double() for x in (tq, tk, tv)], tdo)  # fmt: skip
+    for name, got, want in zip(("dQ", "dK", "dV"), (dq16.numpy(), arrays[7], arrays[8]), ref[1:]):
+        np.testing.assert_allclose(got.astype(np.float64), want.numpy(), rtol=2e-2, atol=2e-2,
+                                   err_msg=name)  # fmt: skip
 
 
 @pytest.mark.parametrize("causal", [True])
@@ -283,6 +330,17 @@ def test_mha_varlen_gpu(causal):
 def test_bwd_bhsd_gpu(dim, causal):
     _needs_gpu()
     _load(BWD_BHSD).main(2, 8, 1000, dim, causal, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_bwd_bhsd_stats_from_global_gpu(causal, monkeypatch):
+    """The warp-specialized backward (``stats_from_global``) at head dim 128 on the GPU."""
+    _needs_gpu()
+    module = _load(BWD_BHSD)
+    config = {**module.bwd_config(128), "stats_from_global": True}
+    monkeypatch.setattr(module, "bwd_config", lambda dim: config)
+    module.main(2, 8, 1000, 128, causal, device="cuda")
 
 
 @pytest.mark.cuda
