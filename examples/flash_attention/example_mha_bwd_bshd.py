@@ -65,6 +65,11 @@ def flashattn_fwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64,
                         acc_s[i, j] = T.if_then_else(
                             bx * block_M + i >= k * block_N + j, 0, -T.infinity(accum)
                         )
+                elif seq_len % block_N:  # keys past seq_len in the last K block
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc_s[i, j] = T.if_then_else(
+                            k * block_N + j < seq_len, 0, -T.infinity(accum)
+                        )
                 else:
                     T.clear(acc_s)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
@@ -184,6 +189,11 @@ def flashattn_bwd(
                         qkT[i, j] = T.if_then_else(
                             by * block_M + i <= k * block_N + j, qkT[i, j], 0
                         )
+                elif seq_len % block_M:
+                    # keys past seq_len are zero rows, P^T = exp2(-lse) there: keep them out
+                    # of dS, which feeds dQ (their dK/dV rows are never stored)
+                    for i, j in T.Parallel(block_M, block_N):
+                        qkT[i, j] = T.if_then_else(by * block_M + i < seq_len, qkT[i, j], 0)
                 T.copy(dO[bz, k * block_N : (k + 1) * block_N, bx, :], do)
                 T.gemm(V_shared, do, dsT, transpose_B=True, clear_accum=True)  # (dO V^T)^T
                 T.copy(qkT, qkT_cast)
@@ -226,8 +236,8 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128)
 def attention_backward(q, k, v, do, is_causal, block_M=64, block_N=64, dq_layout=False):
     """(O, dQ, dK, dV) for fp16 bshd inputs, through the three (four) kernels."""
     batch, seq_len, heads, dim = q.shape
-    if seq_len % block_M or seq_len % block_N:
-        raise ValueError(f"seq_len {seq_len} must be a multiple of {block_M} and {block_N}")
+    if dq_layout and seq_len % 8:
+        raise ValueError(f"dq_layout=True needs seq_len ({seq_len}) to be a multiple of 8")
     o, lse = flashattn_fwd(batch, heads, seq_len, dim, is_causal)(q, k, v)
     delta = flashattn_bwd_preprocess(batch, heads, seq_len, dim)(o, do)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)

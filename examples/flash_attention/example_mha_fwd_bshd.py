@@ -1,6 +1,7 @@
 """FlashAttention forward (batch, seq, heads, dim layout), written as upstream TileLang's example.
 
-Online softmax with exp2, ``T.Pipelined`` over K/V blocks, optional causal mask.
+Online softmax with exp2, ``T.Pipelined`` over K/V blocks, optional causal mask. ``seq_len``
+need not be a tile multiple (keys past it are masked, query rows past it are not stored).
 """
 
 import argparse
@@ -38,6 +39,9 @@ def flashattn(
                 acc_s[i, j] = T.if_then_else(
                     bx * block_M + i >= k * block_N + j, 0, -T.infinity(acc_s.dtype)
                 )
+        elif seq_len % block_N:  # the last K block reaches past seq_len: mask those keys
+            for i, j in T.Parallel(block_M, block_N):
+                acc_s[i, j] = T.if_then_else(k * block_N + j < seq_len, 0, -T.infinity(acc_s.dtype))
         else:
             T.clear(acc_s)
         T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)

@@ -198,6 +198,9 @@ class _Machine:
 
     # ------------------------------------------------------------------ storage
     def _bind_global(self, var, arr):
+        if not hasattr(var.ty, "shape"):  # a scalar parameter (e.g. ``max_seqlen: T.int32``)
+            self.env[var.__chandle__()] = np.asarray(arr).astype(np_dtype(var.ty.dtype))[()]
+            return
         shape = list(arr.shape)
         for dim, size in zip(var.ty.shape, shape):
             if isinstance(dim, ir.Var):

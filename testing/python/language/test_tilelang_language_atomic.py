@@ -157,3 +157,28 @@ def test_atomic_tile_forms(randn, kind):
     torch.testing.assert_close(out.double()[0], reduce(ad[0::2], 0), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out.double()[1], reduce(ad[1::2], 0), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(all_.double(), reduce(ad, 0), rtol=1e-6, atol=1e-6)
+
+
+@tilelang.jit(target="cpu", pass_configs={"tl.enable_bounds_check": True})
+def scalar_atomic_tail(n, block):
+    """``Acc[bx * block + i] += Val[...]`` one element at a time from a ``T.Parallel`` loop
+    whose last block reaches past ``n`` (no ``if`` in the kernel)."""
+
+    @T.prim_func
+    def main(Val: T.Tensor((n,), "float32"), Acc: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            for i in T.Parallel(block):
+                T.atomic_add(Acc[bx * block + i], Val[bx * block + i])
+
+    return main
+
+
+def test_scalar_atomic_past_the_end_is_skipped(randn):
+    """The element form skips what lies outside a global tensor, as the tile form and the CUDA
+    rule do (before: an unguarded read-modify-write past the end, caught here by the bounds
+    check; unchecked, it corrupted the heap)."""
+    n = 100
+    val, acc = randn(n), randn(n)
+    want = acc + val
+    scalar_atomic_tail(n, 64)(val, acc)
+    torch.testing.assert_close(acc, want)

@@ -35,13 +35,14 @@ def apply(kind, old, value):
 def lower_atomic_cpu(v, ctx):
     """Plain read-modify-write: the CPU backend runs blocks of atomic kernels one after another.
 
-    A tile update is guarded like ``T.copy``: elements outside a global tensor are skipped.
+    Guarded like ``T.copy`` (and like the CUDA rule): elements outside a global tensor are
+    skipped, for one element (a ``T.Parallel`` tail) as for a tile.
     """
     dst = RegionView.of(v.dst)
     if not v.value_is_region:
         old = ir.TensorLoad(dst.tensor, dst.begins)
         value = v.value.astype(dst.dtype)
-        return irb.store(dst.tensor, dst.begins, apply(v.kind, old, value), loc=v.loc)
+        return guarded_store(dst.tensor, dst.begins, apply(v.kind, old, value), ctx, {}, loc=v.loc)
     src = RegionView.of(v.value)
     sa, da, extents = matched_axes(src, dst, v.loc, op=f"T.atomic_{v.kind}")
 

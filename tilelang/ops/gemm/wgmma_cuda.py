@@ -120,18 +120,15 @@ def warpgroup_partition(m: int, n: int, num_wg: int, policy, mn_major_b: bool = 
     """``(wg_m, wg_n, instr_n)`` splitting an ``m x n`` C tile over ``num_wg`` warpgroups.
 
     Each warpgroup owns ``m / wg_m`` rows (a multiple of 64) and ``n / wg_n`` columns (a
-    multiple of ``instr_n``). FullRow puts every warpgroup along M, FullCol along N.
+    multiple of ``instr_n``). FullRow puts as many warpgroups along M as fit (every one
+    when it can) and the rest along N -- upstream's fallback, as ``warp_partition`` of the
+    mma.sync path: a 64-row tile on 2 warpgroups is 1 x 2; FullCol the same with N.
     Square takes the split that reads the fewest shared-memory operand bytes per k16 step
     (``sum over instructions of 64 + instr_n``; e.g. 128x256 on 2 warpgroups -> 2 x 1 with
     m64n256), preferring more warpgroups along M on ties. None when no split fits.
     """
     policy = GemmWarpPolicy(int(policy))
-    if policy == GemmWarpPolicy.FullRow:
-        choices = [(num_wg, 1)]
-    elif policy == GemmWarpPolicy.FullCol:
-        choices = [(1, num_wg)]
-    else:
-        choices = [(wm, num_wg // wm) for wm in range(1, num_wg + 1) if num_wg % wm == 0]
+    choices = [(wm, num_wg // wm) for wm in range(1, num_wg + 1) if num_wg % wm == 0]
     best = None
     for wm, wn in choices:
         if m % (INSTR_M * wm) or n % wn or (n // wn) % 8:
@@ -140,7 +137,12 @@ def warpgroup_partition(m: int, n: int, num_wg: int, policy, mn_major_b: bool = 
         if inst is None:
             continue
         tm, tn = m // wm // INSTR_M, n // wn // inst
-        key = (num_wg * tm * tn * (INSTR_M + inst), -wm)
+        if policy == GemmWarpPolicy.FullRow:
+            key = (-wm,)
+        elif policy == GemmWarpPolicy.FullCol:
+            key = (-wn,)
+        else:
+            key = (num_wg * tm * tn * (INSTR_M + inst), -wm)
         if best is None or key < best[0]:
             best = (key, (wm, wn, inst))
     return None if best is None else best[1]

@@ -62,12 +62,24 @@ EXCHANGE_CONFIGS = [(64, 64, False), (64, 32, False), (64, 128, False), (64, 64,
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("bm,bn,causal", EXCHANGE_CONFIGS)
 def test_cross_warp_copy_config_emulated(arch, bm, bn, causal):
+    """sm_80: mma.sync. sm_90a: wgmma, both gemms split along N over the two warpgroups
+    (FullRow's fallback when 64 rows cannot feed both), run by the wgmma machine."""
     B, H, S, D = 1, 1, 128, 64
     lowered = pipeline.lower(
         _tir(bm, bn, 256, D, causal, seq=S, heads=H, batch=B), {"kind": "cuda", "arch": arch}
     )
     assert "acc_s_cast_exchange" in str(lowered)
-    _run(lowered, B, H, S, D, causal)
+    if arch == "sm_80":
+        _run(lowered, B, H, S, D, causal)
+        return
+    from test_gemm_wgmma_rs import emulate_rs
+
+    assert "wgmma_m64n32k16_rs" in str(lowered)  # P @ V: dim 64 over 2 warpgroups
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
+    arrays, _ = emulate_rs(lowered, q, k, v, np.full_like(q, np.nan))
+    want = _attention(q, k, v, causal)
+    np.testing.assert_allclose(arrays[3], want, rtol=1e-2, atol=2e-3)
 
 
 @pytest.mark.cuda

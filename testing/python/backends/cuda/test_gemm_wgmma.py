@@ -135,7 +135,8 @@ def test_flash_attention_uses_wgmma_for_both_gemms():
         (64, 256, 2, 0, (1, 2, 128)),
         (128, 256, 2, 2, (1, 2, 128)),  # FullCol
         (128, 512, 1, 0, (1, 1, 256)),  # two n256 instructions
-        (64, 64, 2, 1, None),  # FullRow cannot give each warpgroup 64 rows
+        (64, 64, 2, 1, (1, 2, 32)),  # FullRow: too few rows for 2 x 64, the rest along N
+        (64, 8, 2, 1, None),  # nor 8 columns for 2 x n8
         (128, 40, 1, 0, (1, 1, 8)),  # 40 = 5 x n8 when B is K-major
     ],
 )

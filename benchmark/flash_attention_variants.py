@@ -1,0 +1,346 @@
+"""FlashAttention variants (examples/flash_attention) vs torch SDPA on the same inputs, one process.
+
+    python benchmark/flash_attention_variants.py [--only fwd gqa varlen bwd] [--iters 50]
+        [--batch 4] [--heads 16] [--seq 4096] [--sweep]
+
+Rows: bhsd forward at head dims 64/128/256; GQA forward (bshd, 32 query heads on 4 K/V heads);
+variable-length forward (``cu_seqlens``, lengths drawn in [seq/2, seq]); backward (dQ, dK, dV
+of bhsd at 64/128/256 and of GQA) against SDPA's backward; each non-causal and causal.
+References, each where torch offers it: SDPA restricted to the cuDNN backend, SDPA restricted
+to the FLASH backend, and for varlen ``torch.nn.attention.varlen.varlen_attn`` (FlashAttention-2
+varlen) or ``aten._flash_attention_forward`` with ``cu_seqlens``; varlen also shows padded SDPA
+(what a caller without varlen runs). CUDA events, median of ``--iters`` runs after warm-up.
+ratio = reference ms / ours ms (above 1: ours faster). A failing row or reference prints FAILED
+with the error and the run goes on. Every row checks ours against the first reference that ran
+(relative error of the output, or of dQ/dK/dV) before timing. ``--sweep`` adds forward rows
+for other block configs, and backward rows (bhsd) for other backward block configs. The
+``ws`` backward row reads lse/Delta from global memory so that its loop is warp-specialized
+with TMA loads (``stats_from_global`` of ``example_mha_bwd_bhsd.flashattn_bwd``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import os
+import sys
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
+
+import example_gqa_bwd as gqa_bwd  # noqa: E402
+import example_gqa_fwd_bshd as gqa_fwd  # noqa: E402
+import example_gqa_fwd_varlen as gqa_varlen  # noqa: E402
+import example_mha_bwd_bhsd as bwd_bhsd  # noqa: E402
+import example_mha_fwd_bhsd as fwd_bhsd  # noqa: E402
+from varlen_utils import make_varlen_inputs, random_seqlens  # noqa: E402
+
+from tilelang.profiler import bench  # noqa: E402
+
+BWD_SWEEP = (  # (block_M, block_N, num_stages, threads, stats_from_global) of the bhsd backward
+    (128, 32, 2, 256, False),
+    (128, 64, 2, 256, False),
+    (64, 64, 2, 128, False),
+    (64, 32, 2, 128, False),
+    (64, 32, 2, 256, False),
+)
+#: the warp-specialized backward (lse/Delta read from global memory, TMA Q/dO), head dim 128
+BWD_WS = (128, 64, 2, 256, True)
+SWEEP = (  # (block_M, block_N, num_stages, threads)
+    (128, 64, 2, 128),
+    (128, 128, 2, 256),
+    (64, 64, 1, 128),
+    (128, 64, 2, 256),
+)
+
+
+def sdpa_backend(name):
+    """A context manager restricting SDPA to backend ``name`` ("cudnn" / "flash")."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[name]
+    return sdpa_kernel(backend)
+
+
+def rel_err(got, want):
+    got, want = got.float(), want.float()
+    return ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
+
+
+class Table:
+    """Prints one line per row: ours, then each reference with its ratio."""
+
+    def __init__(self, iters, device):
+        self.iters, self.device = iters, device
+        name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke run)"
+        print(f"device: {name}, torch {torch.__version__}")
+        print(f"{'row':<44} {'ours ms':>8} {'TFLOP/s':>8}  references (ms, ratio = ref / ours)")
+
+    def time(self, fn):
+        return bench(fn, warmup=max(5, self.iters // 5), rep=self.iters, device=self.device)
+
+    def row(self, label, flops, ours, refs, check, tol=1e-2):
+        """``ours``: a callable; ``refs``: [(name, callable, context factory)]; ``check(out,
+        ref_out)`` -> relative error of ours against the first reference that runs."""
+        try:
+            out = ours()
+        except Exception as err:  # noqa: BLE001 - report and go on to the next row
+            print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+            if os.environ.get("FA_BENCH_TRACEBACK"):
+                traceback.print_exc()
+            return
+        parts, checked, t = [], False, None
+        for name, fn, ctx in refs:
+            try:
+                with ctx():
+                    want = fn()
+                    if not checked:
+                        err = check(out, want)
+                        checked = True
+                        if not err < tol:
+                            print(f"{label:<44} WRONG (rel err {err:.3g} vs {name})")
+                            return
+                    t_ref = self.time(fn)
+            except Exception as err:  # noqa: BLE001 - a reference torch lacks here
+                parts.append(f"{name}: FAILED {type(err).__name__}: {str(err)[:60]}")
+                continue
+            if t is None:
+                t = self.time(ours)
+            parts.append(f"{name} {t_ref:.3f} {t_ref / t:5.2f}")
+        if t is None:
+            try:
+                t = self.time(ours)
+            except Exception as err:  # noqa: BLE001
+                print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+                return
+            parts.append("(unchecked: no reference ran)")
+        print(f"{label:<44} {t:8.3f} {flops / t * 1e-9:8.1f}  " + " | ".join(parts), flush=True)
+
+
+def fwd_rows(table, args):
+    dev = args.device
+    b, h, s = args.batch, args.heads, args.seq
+    for dim in (64, 128, 256):
+        for causal in (False, True):
+            q, k, v = (torch.randn(b, h, s, dim, device=dev, dtype=torch.float16)
+                       for _ in range(3))  # fmt: skip
+            flops = 4.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
+            configs = [("default", fwd_bhsd.default_config(dim))]
+            if args.sweep:
+                configs += [(f"{bm}x{bn}/{th}t/{st}s", dict(block_M=bm, block_N=bn,
+                             num_stages=st, threads=th)) for bm, bn, st, th in SWEEP]  # fmt: skip
+            for name, config in configs:
+                label = f"fwd bhsd d={dim} causal={causal} {name}"
+                try:
+                    kernel = fwd_bhsd.flashattn(b, h, s, s, dim, causal, **config)
+                except Exception as err:  # noqa: BLE001
+                    print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+                    continue
+                ref = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731, B023
+                table.row(
+                    label, flops, lambda: kernel(q, k, v),  # noqa: B023
+                    [("cudnn", ref, lambda: sdpa_backend("cudnn")),
+                     ("flash", ref, lambda: sdpa_backend("flash"))],
+                    rel_err,
+                )  # fmt: skip
+
+
+def gqa_rows(table, args):
+    dev = args.device
+    b, s, h, groups, dim = args.batch, args.seq, 32, 8, 128
+    for causal in (False, True):
+        q = torch.randn(b, s, h, dim, device=dev, dtype=torch.float16)
+        k, v = (torch.randn(b, s, h // groups, dim, device=dev, dtype=torch.float16)
+                for _ in range(2))  # fmt: skip
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        flops = 4.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
+        label = f"fwd gqa h={h} kv={h // groups} d={dim} causal={causal}"
+        try:
+            kernel = gqa_fwd.flashattn(b, h, s, dim, causal, groups, **gqa_fwd.default_config(dim))
+        except Exception as err:  # noqa: BLE001
+            print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+            continue
+
+        def ref(qt=qt, kt=kt, vt=vt, causal=causal):
+            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
+            return out.transpose(1, 2)
+
+        def ref_repeat(qt=qt, kt=kt, vt=vt, causal=causal):  # K/V materialized per query head
+            kr, vr = (x.repeat_interleave(groups, dim=1) for x in (kt, vt))
+            return F.scaled_dot_product_attention(qt, kr, vr, is_causal=causal).transpose(1, 2)
+
+        table.row(
+            label, flops, lambda: kernel(q, k, v),  # noqa: B023
+            [("cudnn", ref, lambda: sdpa_backend("cudnn")),
+             ("flash", ref, lambda: sdpa_backend("flash")),
+             ("flash+repeat_kv", ref_repeat, lambda: sdpa_backend("flash"))],
+            rel_err,
+        )  # fmt: skip
+
+
+def torch_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal):
+    """FlashAttention-2 varlen through torch: ``varlen_attn`` where it exists, else the aten
+    op. Causal is aligned on the right in both, as ours."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+
+        params = inspect.signature(varlen_attn).parameters
+        if "window_size" in params:
+            window = (-1, 0) if causal else (-1, -1)
+            return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window)
+        return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=causal)
+    except Exception:  # noqa: BLE001 - older torch, or another signature: the aten op
+        out = torch.ops.aten._flash_attention_forward(
+            q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, False
+        )
+        return out[0]
+
+
+def varlen_rows(table, args):
+    dev = args.device
+    b, h, dim, smax = max(args.batch, 8), args.heads, 128, args.seq
+    gen = torch.Generator().manual_seed(0)
+    for causal in (False, True):
+        lens = random_seqlens(b, smax, gen, min_seqlen=smax // 2)
+        q, k, v, cu_q, cu_k, max_q = make_varlen_inputs(lens, lens, h, h, dim, dev)
+        flops = 4.0 * h * sum(n * n for n in lens) * dim * (0.5 if causal else 1.0)
+        label = f"fwd varlen b={b} s<={smax} d={dim} causal={causal}"
+        try:
+            kernel = gqa_varlen.flashattn(b, 1, q.shape[0], k.shape[0], h, dim, causal,
+                                          **gqa_varlen.default_config(dim))  # fmt: skip
+        except Exception as err:  # noqa: BLE001
+            print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+            continue
+        padded = [torch.zeros(b, h, max_q, dim, device=dev, dtype=torch.float16)
+                  for _ in range(3)]  # fmt: skip
+        for i, n in enumerate(lens):
+            for dst, src in zip(padded, (q, k, v)):
+                dst[i, :, :n] = src[cu_q[i] : cu_q[i] + n].transpose(0, 1)
+
+        def ref_varlen(q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, m=max_q, causal=causal):
+            return torch_varlen(q, k, v, cu_q, cu_k, m, m, causal)
+
+        def ref_padded(p=padded, causal=causal):  # time only: padded keys are not masked
+            return F.scaled_dot_product_attention(*p, is_causal=causal)
+
+        per_seq = torch.cat([F.scaled_dot_product_attention(
+            *(x[cu_q[i] : cu_q[i] + n].transpose(0, 1) for x in (q, k, v)), is_causal=causal
+        ).transpose(0, 1) for i, n in enumerate(lens)])  # fmt: skip
+
+        def check(out, _want, per_seq=per_seq):  # vs per-sequence SDPA (lq == lk)
+            return rel_err(out, per_seq)
+
+        table.row(
+            label, flops, lambda: kernel(q, k, v, cu_q, cu_k, max_q),  # noqa: B023
+            [("fa2-varlen", ref_varlen, contextlib.nullcontext),
+             ("cudnn-padded", ref_padded, lambda: sdpa_backend("cudnn"))],
+            check,
+        )  # fmt: skip
+
+
+def _grad_fn(out_fn, leaves, do):
+    """A callable running the backward of ``out_fn(*leaves)`` (its forward done once)."""
+    out = out_fn(*leaves)
+
+    def run():
+        return torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+    return run
+
+
+def bwd_rows(table, args):
+    dev = args.device
+    b, h, s = args.batch, args.heads, args.seq
+    cases = [("bhsd", dim, 1, None) for dim in (64, 128, 256)] + [("gqa", 128, 4, None)]
+    cases.append(("bhsd", 128, 1, BWD_WS))
+    if args.sweep:
+        cases += [("bhsd", dim, 1, c) for dim in (64, 128, 256) for c in BWD_SWEEP]
+    default_bwd_config = bwd_bhsd.bwd_config
+    for layout, dim, groups, sweep in cases:
+        for causal in (False, True):
+            flops = 5 * 2.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
+            label = f"bwd {layout} d={dim} groups={groups} causal={causal}"
+            # a sweep row: the autograd Function takes its backward blocks from bwd_config
+            bwd_bhsd.bwd_config = default_bwd_config
+            if sweep is not None:
+                bm, bn, st, th, from_global = sweep
+                label += f" {bm}x{bn}/{th}t/{st}s" + (" ws" if from_global else "")
+                config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
+                              stats_from_global=from_global)  # fmt: skip
+                bwd_bhsd.bwd_config = lambda dim, config=config: config
+            try:
+                if layout == "bhsd":
+                    shapes = [(b, h, s, dim)] * 3
+                    ours_fn = lambda q, k, v, c=causal: bwd_bhsd.attention(q, k, v, c)  # noqa: E731
+                    ref_fn = lambda q, k, v, c=causal: F.scaled_dot_product_attention(  # noqa: E731
+                        q, k, v, is_causal=c
+                    )
+                    do = torch.randn(b, h, s, dim, device=dev, dtype=torch.float16)
+                else:
+                    shapes = [(b, s, h, dim)] + [(b, s, h // groups, dim)] * 2
+                    ours_fn = lambda q, k, v, c=causal, g=groups: gqa_bwd.attention(q, k, v, c, g)  # noqa: E731
+                    ref_fn = lambda q, k, v, c=causal: F.scaled_dot_product_attention(  # noqa: E731
+                        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=c,
+                        enable_gqa=True,
+                    ).transpose(1, 2)  # fmt: skip
+                    do = torch.randn(b, s, h, dim, device=dev, dtype=torch.float16)
+                leaves = [torch.randn(*shape, device=dev, dtype=torch.float16).requires_grad_()
+                          for shape in shapes]  # fmt: skip
+                ours = _grad_fn(ours_fn, leaves, do)
+            except Exception as err:  # noqa: BLE001
+                print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+                continue
+
+            def ref_for(backend, ref_fn=ref_fn, leaves=leaves, do=do):
+                with sdpa_backend(backend):
+                    return _grad_fn(ref_fn, leaves, do)
+
+            refs = []
+            for backend in ("cudnn", "flash"):
+                try:
+                    refs.append((backend, ref_for(backend), lambda b=backend: sdpa_backend(b)))
+                except Exception as err:  # noqa: BLE001 - forward of this backend failed
+                    print(
+                        f"{'':<44} ({backend} forward FAILED: {type(err).__name__}: {str(err)[:80]})"
+                    )
+
+            def check(got, want):
+                return max(rel_err(g, w) for g, w in zip(got, want))
+
+            table.row(label, flops, ours, refs, check, tol=2e-2)
+    bwd_bhsd.bwd_config = default_bwd_config
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=("fwd", "gqa", "varlen", "bwd"),
+                        default=["fwd", "gqa", "varlen", "bwd"])  # fmt: skip
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--sweep", action="store_true", help="forward: also other block configs")
+    parser.add_argument(
+        "--device", default="cuda", help="cpu: a smoke run of the script (tiny shapes)"
+    )
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU (or --device cpu for a smoke run)")
+    table = Table(args.iters, args.device)
+    groups = {"fwd": fwd_rows, "gqa": gqa_rows, "varlen": varlen_rows, "bwd": bwd_rows}
+    for name in args.only:
+        try:
+            groups[name](table, args)
+        except Exception as err:  # noqa: BLE001 - a whole group failed: report, go on
+            print(f"{name}: FAILED {type(err).__name__}: {str(err)[:200]}")
+            traceback.print_exc()
+
+
+if __name__ == "__main__":
+    main()
