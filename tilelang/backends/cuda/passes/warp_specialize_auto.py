@@ -186,7 +186,7 @@ def _pingpong(planner, body, threads):
     so every barrier ends balanced. Applies to 256 consumer threads and a body with exactly
     two wgmma gemms whose first reads both operands from shared memory; else unchanged."""
     pctx = planner.pctx
-    if threads != 256 or not pctx.options.get("ws_pingpong", True):
+    if threads != 256 or not pctx.options.get("ws_pingpong", False):
         return body, [], []
     stmts = list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
     readers = [(i, planner._reader_of(s)) for i, s in enumerate(stmts)]
