@@ -4,8 +4,9 @@ The stages are the CUDA pipeline's (``tilelang/backends/cuda/pipeline.py``), run
 ``gfx*`` arch: layout inference picks the ROCm op rules (``lowering.target_info.backend_of``)
 and the reductions use 64-lane wavefronts (``warp_size``). Differences:
 
-* no ``pipeline_planning``: CDNA has no cp.async; a ``T.Pipelined`` loop runs as a plain
-  loop (its annotation is dropped with the other schedule hints);
+* ``pipeline_planning`` is ROCm's own (``pipelining.py``): CDNA has no cp.async, so a
+  ``T.Pipelined(..., num_stages=S >= 2)`` loop gets multi-buffered LDS tiles filled through
+  registers, the next tile's global loads issued before the current tile's MFMAs;
 * ``lower_tile_ops`` applies the ``(op, "rocm")`` rules (``rules.py``): MFMA gemm,
   wavefront reductions, and the CUDA rules that are target-neutral;
 * ldmatrix and wgmma never apply (their rules check for ``sm_*`` arches);
@@ -29,6 +30,7 @@ from ..cuda.pipeline import CudaLowering
 from ..vendor_exchange import stage_rocm_exchanges
 from . import rules  # noqa: F401 - registers the ROCm op rules
 from .checks import fold_fnuz_constants, refuse_fnuz_arithmetic, refuse_ocp_small_floats
+from .pipelining import plan_register_pipelines
 
 #: architectures with code generation (MFMA on all of them)
 ARCHES = ("gfx90a", "gfx940", "gfx941", "gfx942")
@@ -45,6 +47,12 @@ def stage_layout_inference(func, state):
 def stage_lower_tile_ops(func, state):
     """Each tile op replaced by its ``(op, "rocm")`` rule's thread-level code."""
     return func.with_body(LowerTileOps("rocm")(func.body, state.ctx))
+
+
+def stage_pipeline_planning(func, state):
+    """``T.Pipelined`` loops: multi-buffered LDS tiles, register-staged prefetch of the
+    next tile (``pipelining.py``)."""
+    return plan_register_pipelines(func, state.ctx)
 
 
 def stage_check_dtypes(func, state):
@@ -66,6 +74,7 @@ STAGES = [
     ("check_dtypes", stage_check_dtypes),
     ("rasterize_blocks", cuda_pipeline.stage_rasterize_blocks),
     ("layout_inference", stage_layout_inference),
+    ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", cuda_pipeline.stage_apply_shared_layouts),
     ("lower_parallel", cuda_pipeline.stage_lower_parallel),
     ("lower_tile_ops", stage_lower_tile_ops),
