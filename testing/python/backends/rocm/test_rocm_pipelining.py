@@ -11,61 +11,29 @@ from __future__ import annotations
 
 import re
 
-import ml_dtypes
 import numpy as np
 import pytest
 from tvm_tirx import ir
+from vendor_kernels import check_matmul, matmul, random_operand
 
-import tilelang
-import tilelang.language as T
 from tilelang.backends.rocm import build as rocm_build
 from tilelang.backends.rocm import pipeline
 from tilelang.testing.rocm_emulator import emulate
 
 GFX90A = {"kind": "rocm", "arch": "gfx90a"}
 GFX940 = {"kind": "rocm", "arch": "gfx940"}
-NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8, "float32": np.float32}
 needs_hipcc = pytest.mark.skipif(
     rocm_build.find_toolchain() is None,
     reason="no HIP toolchain (apt-get install -y hipcc rocm-device-libs)",
 )
 
 
-@tilelang.jit(out_idx=-1)
-def pipelined_gemm(M, N, K, stages, trans_A=False, trans_B=False, in_dtype="float16",
-                   acc="float32", bM=64, bN=64, bK=32, threads=128):  # fmt: skip
-    """C = op(A) @ op(B) over a ``T.Pipelined(..., num_stages=stages)`` k loop."""
-    A_shape, A_tile = ((K, M), (bK, bM)) if trans_A else ((M, K), (bM, bK))
-    B_shape, B_tile = ((N, K), (bN, bK)) if trans_B else ((K, N), (bK, bN))
-
-    @T.prim_func
-    def main(
-        A: T.Tensor(A_shape, in_dtype), B: T.Tensor(B_shape, in_dtype), C: T.Tensor((M, N), acc)
-    ):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
-            As = T.alloc_shared(A_tile, in_dtype)
-            Bs = T.alloc_shared(B_tile, in_dtype)
-            Cf = T.alloc_fragment((bM, bN), acc)
-            T.clear(Cf)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
-                if trans_A:
-                    T.copy(A[k * bK, by * bM], As)
-                else:
-                    T.copy(A[by * bM, k * bK], As)
-                if trans_B:
-                    T.copy(B[bx * bN, k * bK], Bs)
-                else:
-                    T.copy(B[k * bK, bx * bN], Bs)
-                T.gemm(As, Bs, Cf, transpose_A=trans_A, transpose_B=trans_B)
-            T.copy(Cf, C[by * bM, bx * bN])
-
-    return main
-
-
-def _inputs(rng, shape, dtype):
-    if dtype == "int8":
-        return rng.integers(-8, 8, size=shape).astype(np.int8)
-    return rng.standard_normal(shape).astype(NP[dtype])
+def pipelined_gemm(
+    m, n, k, stages, trans_a=False, trans_b=False, in_dtype="float16", acc="float32"
+):
+    """``vendor_kernels.matmul`` with a ``num_stages=stages`` k loop."""
+    return matmul.get_tir(m, n, k, trans_A=trans_a, trans_B=trans_b, in_dtype=in_dtype,
+                          accum_dtype=acc, out_dtype=acc, num_stages=stages)  # fmt: skip
 
 
 def _loop(func):
@@ -111,24 +79,19 @@ def _calls(node) -> list[str]:
 @pytest.mark.parametrize("aligned", [True, False])
 def test_pipelined_gemm_matches_float64(m, n, k, stages, trans_a, trans_b, in_dtype, acc, target,
                                         aligned, rng):  # fmt: skip
-    func = pipelined_gemm.get_tir(m, n, k, stages, trans_a, trans_b, in_dtype, acc)
+    func = pipelined_gemm(m, n, k, stages, trans_a, trans_b, in_dtype, acc)
     lowered = pipeline.lower(func, target)
     assert "tl::stage_copy<16>" in _calls(lowered.body), "the loop was not pipelined"
-    a = _inputs(rng, (k, m) if trans_a else (m, k), in_dtype)
-    b = _inputs(rng, (n, k) if trans_b else (k, n), in_dtype)
-    out = np.zeros((m, n), np.int32 if acc == "int32" else NP[acc])
-    c = emulate(lowered, a, b, out, aligned=aligned)[2]
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    ref = (a64.T if trans_a else a64) @ (b64.T if trans_b else b64)
-    if acc == "int32":
-        np.testing.assert_array_equal(c, ref.astype(np.int32))
-    else:
-        np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+    def run(a, b, c):
+        return emulate(lowered, a, b, c, aligned=aligned)[2]
+
+    check_matmul(run, rng, m, n, k, trans_a, trans_b, in_dtype, acc)
 
 
 def test_schedule_shape():
     # S = 3: two tiles loaded in the prologue, three LDS stages, one barrier an iteration
-    lowered = pipeline.lower(pipelined_gemm.get_tir(100, 72, 200, 3), GFX90A)
+    lowered = pipeline.lower(pipelined_gemm(100, 72, 200, 3), GFX90A)
     plan = dict(lowered.attrs["tl.shared_memory"].items())
     assert {str(n) for n in plan} == {"As_mb", "Bs_mb"}
     assert int(plan["As_mb"][1]) == 3 * 64 * 32 * 2
@@ -147,10 +110,10 @@ def test_schedule_shape():
 
 @pytest.mark.parametrize("stages", [0, 1])
 def test_fewer_than_two_stages_is_the_plain_loop(stages, rng):
-    lowered = pipeline.lower(pipelined_gemm.get_tir(70, 64, 96, stages), GFX90A)
+    lowered = pipeline.lower(pipelined_gemm(70, 64, 96, stages), GFX90A)
     assert "tl::stage_copy<16>" not in _calls(lowered.body)
     assert "As_mb" not in str(lowered.attrs["tl.shared_memory"])
-    a, b = _inputs(rng, (70, 96), "float16"), _inputs(rng, (96, 64), "float16")
+    a, b = random_operand(rng, (70, 96), "float16"), random_operand(rng, (96, 64), "float16")
     c = emulate(lowered, a, b, np.zeros((70, 64), np.float32))[2]
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), atol=1e-3)
 
@@ -158,9 +121,9 @@ def test_fewer_than_two_stages_is_the_plain_loop(stages, rng):
 def test_rows_not_a_vector_multiple_stay_unpipelined_and_correct(rng):
     # K = 70 halves: a row is no multiple of 16 bytes, so the copies cannot move 16-byte
     # vectors; the loop lowers as the plain loop
-    lowered = pipeline.lower(pipelined_gemm.get_tir(100, 72, 70, 2), GFX90A)
+    lowered = pipeline.lower(pipelined_gemm(100, 72, 70, 2), GFX90A)
     assert "tl::stage_copy<16>" not in _calls(lowered.body)
-    a, b = _inputs(rng, (100, 70), "float16"), _inputs(rng, (70, 72), "float16")
+    a, b = random_operand(rng, (100, 70), "float16"), random_operand(rng, (70, 72), "float16")
     c = emulate(lowered, a, b, np.zeros((100, 72), np.float32))[2]
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), atol=1e-3)
 
@@ -171,7 +134,7 @@ def test_example_gemm_pipelined(rng):
     m, n, k = 129, 257, 96  # the README gemm: num_stages=3, 128x128x32 tiles
     lowered = pipeline.lower(example_tir("gemm/example_gemm.py", "matmul", (m, n, k)), GFX90A)
     assert "tl::stage_copy<16>" in _calls(lowered.body)
-    a, b = _inputs(rng, (m, k), "float16"), _inputs(rng, (k, n), "float16")
+    a, b = random_operand(rng, (m, k), "float16"), random_operand(rng, (k, n), "float16")
     c = emulate(lowered, a, b, np.zeros((m, n), np.float16))[2]
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
@@ -221,7 +184,7 @@ def _first(body, prefix):
 @pytest.mark.parametrize("stages", [2, 3])
 def test_loads_are_issued_before_the_mfmas(stages, target):
     # 32 k tiles: the loop stays a loop in the code object
-    artifact = pipeline.build(pipelined_gemm.get_tir(100, 72, 1024, stages), target)
+    artifact = pipeline.build(pipelined_gemm(100, 72, 1024, stages), target)
     body = _loop_body(rocm_build.disassemble(artifact.code_object))
     assert body.count("s_barrier") == 1
     g, m = _first(body, "global_load"), _first(body, "v_mfma")
@@ -233,6 +196,6 @@ def test_loads_are_issued_before_the_mfmas(stages, target):
 @needs_hipcc
 def test_unpipelined_loop_has_two_barriers():
     # the control for the test above: without pipelining the loop waits twice
-    artifact = pipeline.build(pipelined_gemm.get_tir(100, 72, 1024, 0), GFX90A)
+    artifact = pipeline.build(pipelined_gemm(100, 72, 1024, 0), GFX90A)
     body = _loop_body(rocm_build.disassemble(artifact.code_object))
     assert body.count("s_barrier") == 2
