@@ -23,6 +23,7 @@ import numpy as np
 
 from . import cuda_emulator as _cuda
 from .cuda_emulator import EmulationError, _Machine
+from .shared_races import RaceTracker, RaceTracking
 
 try:  # the FNUZ fp8 formats of gfx94x, for global and shared tensors of fp8 gemms
     import ml_dtypes as _ml
@@ -52,7 +53,8 @@ def _np(dtype):
     return dtype
 
 
-class _RocmMachine(_Machine):
+class _RocmMachine(RaceTracking, _Machine):
+    # ---------------------------------------------------------------------- vendor calls
     def _call(self, e, mask):
         if getattr(e.op, "name", "") == "tirx.reinterpret":  # fp8 bytes <-> fp8 values
             src, dst = _cuda.np_dtype(str(e.args[0].ty)), _cuda.np_dtype(str(e.ty))
@@ -132,15 +134,19 @@ class _RocmMachine(_Machine):
         return None
 
 
-def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
+def emulate(func, *arrays, blocks=None, aligned=True, write_once=False, check_races=False):
     """Run the lowered ROCm ``func`` on numpy ``arrays`` (modified in place; also returned).
 
-    Arguments as :func:`tilelang.testing.cuda_emulator.emulate`.
+    Arguments as :func:`tilelang.testing.cuda_emulator.emulate`; ``check_races``: also
+    raise EmulationError when two threads touch an LDS byte between two barriers and one
+    of them writes it (``tilelang.testing.shared_races``: the barriers lockstep hides).
     """
     arrays = [np.ascontiguousarray(a) for a in arrays]
     if len(arrays) != len(func.params):
         raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
     machine = _RocmMachine(func, arrays, blocks, aligned, write_once)
+    if check_races:
+        machine.races = RaceTracker(EmulationError)
     machine.run(func.body, True)
     return arrays
 

@@ -35,7 +35,7 @@ def test_mfma_gemm_matches_float64(m, n, k, trans_a, trans_b, in_dtype, acc, tar
     assert "tl::mfma" in lowered.script()
 
     def run(a, b, c):
-        return emulate(lowered, a, b, c)[2]
+        return emulate(lowered, a, b, c, check_races=True)[2]
 
     check_matmul(run, rng, m, n, k, trans_a, trans_b, in_dtype, acc)
 
@@ -45,7 +45,7 @@ def test_row_reduction_matches_float64(kind, threads, n, rng):
     m = 10
     x = rng.standard_normal((m, n)).astype(np.float32)
     lowered = pipeline.lower(row_reduce.get_tir(m, n, kind, threads=threads), GFX90A)
-    out = emulate(lowered, x, np.zeros((m,), np.float32))[1]
+    out = emulate(lowered, x, np.zeros((m,), np.float32), check_races=True)[1]
     ref = {"sum": np.sum, "max": np.max, "min": np.min}[kind](x.astype(np.float64), axis=1)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
@@ -55,7 +55,7 @@ def test_example_gemm(rng):
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
     lowered = pipeline.lower(example_tir("gemm/example_gemm.py", "matmul", (m, n, k)), GFX90A)
-    c = emulate(lowered, a, b, np.zeros((m, n), np.float16))[2]
+    c = emulate(lowered, a, b, np.zeros((m, n), np.float16), check_races=True)[2]
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
@@ -65,7 +65,7 @@ def test_example_softmax(rng):
     lowered = pipeline.lower(
         example_tir("softmax/example_softmax.py", "softmax", (70, 192)), GFX90A
     )
-    y = emulate(lowered, x, np.zeros_like(x))[1]
+    y = emulate(lowered, x, np.zeros_like(x), check_races=True)[1]
     ref = torch.softmax(torch.from_numpy(x).double(), -1).numpy()
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
@@ -75,7 +75,7 @@ def test_example_flash_attention_forward(rng):
     path = "flash_attention/example_mha_fwd_bshd.py"
     lowered = pipeline.lower(example_tir(path, "flashattn", (b, h, s, d, True)), GFX90A)
     q, k, v = (rng.standard_normal((b, s, h, d)).astype(np.float16) for _ in range(3))
-    out = emulate(lowered, q, k, v, np.zeros((b, s, h, d), np.float16))[3]
+    out = emulate(lowered, q, k, v, np.zeros((b, s, h, d), np.float16), check_races=True)[3]
     qt, kt, vt = (torch.from_numpy(x).double().transpose(1, 2) for x in (q, k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
     np.testing.assert_allclose(out.astype(np.float64), ref.transpose(1, 2).numpy(), atol=2e-2)

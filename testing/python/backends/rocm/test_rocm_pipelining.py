@@ -84,7 +84,7 @@ def test_pipelined_gemm_matches_float64(m, n, k, stages, trans_a, trans_b, in_dt
     assert "tl::stage_copy<16>" in _calls(lowered.body), "the loop was not pipelined"
 
     def run(a, b, c):
-        return emulate(lowered, a, b, c, aligned=aligned)[2]
+        return emulate(lowered, a, b, c, aligned=aligned, check_races=True)[2]
 
     check_matmul(run, rng, m, n, k, trans_a, trans_b, in_dtype, acc)
 
@@ -114,7 +114,7 @@ def test_fewer_than_two_stages_is_the_plain_loop(stages, rng):
     assert "tl::stage_copy<16>" not in _calls(lowered.body)
     assert "As_mb" not in str(lowered.attrs["tl.shared_memory"])
     a, b = random_operand(rng, (70, 96), "float16"), random_operand(rng, (96, 64), "float16")
-    c = emulate(lowered, a, b, np.zeros((70, 64), np.float32))[2]
+    c = emulate(lowered, a, b, np.zeros((70, 64), np.float32), check_races=True)[2]
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), atol=1e-3)
 
 
@@ -124,7 +124,7 @@ def test_rows_not_a_vector_multiple_stay_unpipelined_and_correct(rng):
     lowered = pipeline.lower(pipelined_gemm(100, 72, 70, 2), GFX90A)
     assert "tl::stage_copy<16>" not in _calls(lowered.body)
     a, b = random_operand(rng, (100, 70), "float16"), random_operand(rng, (70, 72), "float16")
-    c = emulate(lowered, a, b, np.zeros((100, 72), np.float32))[2]
+    c = emulate(lowered, a, b, np.zeros((100, 72), np.float32), check_races=True)[2]
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), atol=1e-3)
 
 
@@ -135,7 +135,7 @@ def test_example_gemm_pipelined(rng):
     lowered = pipeline.lower(example_tir("gemm/example_gemm.py", "matmul", (m, n, k)), GFX90A)
     assert "tl::stage_copy<16>" in _calls(lowered.body)
     a, b = random_operand(rng, (m, k), "float16"), random_operand(rng, (k, n), "float16")
-    c = emulate(lowered, a, b, np.zeros((m, n), np.float16))[2]
+    c = emulate(lowered, a, b, np.zeros((m, n), np.float16), check_races=True)[2]
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
