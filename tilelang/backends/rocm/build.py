@@ -111,7 +111,15 @@ def compile_hip(source: str, arch: str, flags=(), toolchain: HipToolchain | None
                 "\n".join(line for line in proc.stderr.splitlines() if "error" in line)
                 or proc.stderr
             )
-            raise HipBuildError(f"hipcc --offload-arch={arch} failed:\n{log[-4000:]}")
+            hint = ""
+            if f"invalid target ID '{arch}'" in proc.stderr:
+                hint = (
+                    f"\nthis HIP toolchain ({tc.hipcc}) does not know {arch}: install a ROCm "
+                    "whose clang does (gfx942: ROCm 5.7 or newer; Debian 12's hipcc 5.2 with "
+                    "clang 15 knows gfx90a and gfx940). A gfx940 code object checks the CDNA3 "
+                    "code here but does not load on a gfx942 GPU."
+                )
+            raise HipBuildError(f"hipcc --offload-arch={arch} failed:\n{log[-4000:]}{hint}")
         data = out.read_bytes()
         if data.startswith(_ELF_MAGIC):
             return data

@@ -116,6 +116,17 @@ def test_auto_picks_rocm_for_a_rocm_torch(monkeypatch):
     assert resolve_target("auto")["kind"] in ("cpu", "cuda")
 
 
+@needs_hipcc
+def test_unknown_arch_names_the_toolchain():
+    # Debian's hipcc 5.2 (clang 15) has no gfx942; a toolchain that has it compiles it
+    try:
+        artifact = pipeline.build(matmul.get_tir(64, 64, 64), {"kind": "rocm", "arch": "gfx942"})
+    except rocm_build.HipBuildError as err:
+        assert "does not know gfx942" in str(err) and "gfx940" in str(err)
+    else:
+        assert _mfma(rocm_build.disassemble(artifact.code_object))
+
+
 def test_hipcc_error_is_reported():
     with pytest.raises(rocm_build.HipBuildError, match="hipcc|toolchain"):
         rocm_build.compile_hip("this is not HIP", "gfx90a")
