@@ -6,7 +6,8 @@ vendor calls of its own; this emulator is the CUDA emulator
 
 * ``__shfl_xor(value, lane_mask, width)``: HIP's shuffle; lanes exchange within groups of
   ``width`` (64: a CDNA wavefront);
-* ``tl::stage_copy<N>(lds, regs)``: a ``tl::copy_vec<N>`` (software pipelining's stores);
+* ``tl::load_vec<N>(regs, global)`` / ``tl::stage_copy<N>(lds, regs)``: a ``tl::copy_vec<N>``
+  (software pipelining's loads and stores; offsets are vector multiples, base alignment free);
 * ``tl::mfma_*(c, a, b)`` (``tilelang/backends/rocm/include/tl_hip.h``): one 16x16xK MFMA
   per 64-lane wavefront. Lane ``l`` holds ``A[l % 16, kpl (l // 16) + v]``,
   ``B[kpl (l // 16) + v, l % 16]`` and ``C[4 (l // 16) + r, l % 16]`` (the layouts of
@@ -72,7 +73,7 @@ class _RocmMachine(RaceTracking, _Machine):
             return value[np.arange(self.lanes) ^ k]
         if fname in MFMA:
             return self._mfma(fname, args, mask)
-        if fname.startswith("tl::stage_copy<"):  # a copy_vec into a pipeline stage
+        if fname.startswith(("tl::stage_copy<", "tl::load_vec<")):  # copy_vecs (pipelining)
             return self._copy_vec("tl::copy_vec<" + fname.split("<", 1)[1], args, mask)
         if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync") or fname.startswith(
             ("tl::mma_", "tl::ptx_ldmatrix", "tl::cp_async", "tl::wgmma")

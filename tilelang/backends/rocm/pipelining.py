@@ -28,10 +28,11 @@ has finished iteration k-1's reads of the stage iteration k refills (stage
 the loop carries ``tl_async_stages``, so ``insert_sync`` treats them as pipeline-stage
 writes and adds no barrier of its own for them (``backends/cuda/passes/insert_sync.py``).
 
-Loads are ``tl::copy_vec<16>`` into a per-copy register array when every source tensor's
-base address is 16-byte aligned (a block-uniform ``tl::is_aligned`` test), element loads
-otherwise; vectors outside the global tensor (tails) are zero, as the unpipelined copy
-makes them. Guarantees: the loop computes what the unpipelined loop computes. Loops that
+Loads are ``tl::load_vec<16>`` into a per-copy register array: a 16-byte ``memcpy``, one
+``global_load_dwordx4`` whatever the base pointer's alignment (global tensors promise only
+element alignment; CDNA loads unaligned dwords, and ROCm runs in unaligned mode). The register
+array is only ever accessed 16 bytes at a time, so it stays in VGPRs (no scratch). Vectors
+outside the global tensor (tails) are zero, as the unpipelined copy makes them. Guarantees: the loop computes what the unpipelined loop computes. Loops that
 do not match (``S < 2``, no eligible leading copy) are left as they are.
 """
 
@@ -42,11 +43,11 @@ from tvm_tirx import tirx as _tirx
 from tvm_tirx.tirx.tensor import TensorType
 
 from ...lowering.context import LowerContext
-from ...lowering.irb import seq, store
+from ...lowering.irb import seq
 from ...lowering.region import RegionView
 from ...lowering.stmt import StmtMutator
-from ...lowering.thread_utils import alloc, for_, new_tensor
-from ...lowering.vectorize import COPY_VEC, IS_ALIGNED, ZERO_VEC, vector_call
+from ...lowering.thread_utils import alloc, new_tensor
+from ...lowering.vectorize import ZERO_VEC, vector_call
 from ..cuda.passes.insert_sync import ATTR_ASYNC_STAGES
 from ..cuda.passes.pipeline_planning import (
     VEC_BYTES,
@@ -61,6 +62,8 @@ from ..cuda.passes.pipeline_planning import (
 #: ``tl::stage_copy<N>(lds, regs)``: a register -> LDS store into a pipeline stage
 #: (``include/tl_hip.h``; ``insert_sync`` counts it as a pipeline-stage write)
 STAGE_COPY = "tl::stage_copy"
+#: ``tl::load_vec<N>(regs, global)``: N bytes from a global address of any alignment
+LOAD_VEC = "tl::load_vec"
 
 
 class _Piece:
@@ -113,25 +116,14 @@ class _StagedCopy:
             )
         return pieces
 
-    def loads(self, pieces, aligned: bool):
+    def loads(self, pieces):
         """Global -> registers (zero where the predicate fails)."""
         out = []
         for i, p in enumerate(pieces):
-            slot = ir.TensorLoad(self.regs, [ir.const(i * self.vec, "int32")])
-            if aligned:
-                load = vector_call(
-                    COPY_VEC, VEC_BYTES, _tirx.address_of(slot), _tirx.address_of(p.source)
-                )
-            else:
-                e = ir.Var(f"{self.tile.name}_e", "int32")
-                idx = [*p.source.indices[:-1], p.source.indices[-1] + e]
-                value = ir.TensorLoad(p.source.source, idx)
-                load = for_(
-                    e, self.vec, store(self.regs, [i * self.vec + e], value), ir.ForKind.UNROLLED
-                )
+            slot = _tirx.address_of(ir.TensorLoad(self.regs, [ir.const(i * self.vec, "int32")]))
+            load = vector_call(LOAD_VEC, VEC_BYTES, slot, _tirx.address_of(p.source))
             if p.pred is not None:
-                zero = vector_call(ZERO_VEC, VEC_BYTES, _tirx.address_of(slot))
-                load = ir.If(p.pred, load, zero)
+                load = ir.If(p.pred, load, vector_call(ZERO_VEC, VEC_BYTES, slot))
             out.append(p.guarded(load))
         return out
 
@@ -145,14 +137,6 @@ class _StagedCopy:
             )
             out.append(p.guarded(ir.Evaluate(call)))
         return out
-
-
-def _is_aligned(tensors):
-    conds = [
-        _tirx.call_extern(IS_ALIGNED, t.data, ir.const(VEC_BYTES, "int32"), ty="bool")
-        for t in tensors
-    ]
-    return _tirx.all(*conds) if len(conds) > 1 else conds[0]
 
 
 class _Planner(StmtMutator):
@@ -190,14 +174,11 @@ class _Planner(StmtMutator):
                 self.pctx.layout_map[s.multi] = layout.expand([stages])
         k, begin, end = loop.var, loop.begin, loop.end
         rel, ahead = k - begin, stages - 1
-        aligned = _is_aligned(_unique([s.copy.src.tensor for s in staged]))
 
         def move(k_value, stage, ictx, pred):
             pieces = [s.pieces(self.pctx, ictx, k, k_value, stage, pred) for s in staged]
-            fast = [x for s, p in zip(staged, pieces) for x in s.loads(p, True)]
-            slow = [x for s, p in zip(staged, pieces) for x in s.loads(p, False)]
-            loads = ir.If(aligned, seq(fast), seq(slow))
-            return loads, [x for s, p in zip(staged, pieces) for x in s.stores(p)]
+            loads = [x for s, p in zip(staged, pieces) for x in s.loads(p)]
+            return seq(loads), [x for s, p in zip(staged, pieces) for x in s.stores(p)]
 
         def predicate(cond, pctx):
             return None if pctx.prove(cond) else pctx.simplify(cond)
@@ -218,14 +199,6 @@ class _Planner(StmtMutator):
         self.replaced.update(mapping)
         self.pctx.extra_allocs.extend(alloc(s.regs) for s in staged)
         return seq([*prologue, _with_loop(loop, body, {ATTR_ASYNC_STAGES: 1})])
-
-
-def _unique(tensors):
-    out = []
-    for t in tensors:
-        if not any(t.same_as(x) for x in out):
-            out.append(t)
-    return out
 
 
 def plan_register_pipelines(func, ctx):

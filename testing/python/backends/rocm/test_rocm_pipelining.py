@@ -101,7 +101,7 @@ def test_schedule_shape():
     names = _calls(loop.body)
     assert names.count("__syncthreads") == 1
     first_mfma = names.index("tl::mfma_f32_16x16x16_f16")
-    assert names.index("tl::copy_vec<16>") < first_mfma  # global -> registers first
+    assert names.index("tl::load_vec<16>") < first_mfma  # global -> registers first
     stores = [i for i, x in enumerate(names) if x == "tl::stage_copy<16>"]
     assert stores and min(stores) > max(i for i, x in enumerate(names) if x.startswith("tl::mfma"))
     prologue = _calls(lowered.body).index("__syncthreads")  # before the loop: 2 tiles staged
@@ -185,7 +185,9 @@ def _first(body, prefix):
 def test_loads_are_issued_before_the_mfmas(stages, target):
     # 32 k tiles: the loop stays a loop in the code object
     artifact = pipeline.build(pipelined_gemm(100, 72, 1024, stages), target)
-    body = _loop_body(rocm_build.disassemble(artifact.code_object))
+    disasm = rocm_build.disassemble(artifact.code_object)
+    assert not re.search(r"\b(scratch|buffer)_(load|store)", disasm), "registers spilled"
+    body = _loop_body(disasm)
     assert body.count("s_barrier") == 1
     g, m = _first(body, "global_load"), _first(body, "v_mfma")
     assert g < m, "the next tile's global loads come after the MFMAs"
