@@ -30,10 +30,13 @@ writes and adds no barrier of its own for them (``backends/cuda/passes/insert_sy
 
 Loads are ``tl::load_vec<16>`` into a per-copy register array: a 16-byte ``memcpy``, one
 ``global_load_dwordx4`` whatever the base pointer's alignment (global tensors promise only
-element alignment; CDNA loads unaligned dwords, and ROCm runs in unaligned mode). The register
-array is only ever accessed 16 bytes at a time, so it stays in VGPRs (no scratch). Vectors
-outside the global tensor (tails) are zero, as the unpipelined copy makes them. Guarantees: the loop computes what the unpipelined loop computes. Loops that
-do not match (``S < 2``, no eligible leading copy) are left as they are.
+element alignment; CDNA loads unaligned dwords, and ROCm runs in unaligned mode). The
+register array is only ever accessed 16 bytes at a time, so it stays in VGPRs (no
+scratch). Vectors outside the global tensor (tails) are zero, as the unpipelined copy
+makes them.
+
+Guarantees: the loop computes what the unpipelined loop computes. Loops that do not match
+(``S < 2``, no eligible leading copy) are left as they are: their copies stay synchronous.
 """
 
 from __future__ import annotations
