@@ -13,6 +13,12 @@ annotated ``num_stages = S >= 2`` whose body starts with ``T.copy(global -> shar
 that move 16-byte vectors (``AsyncCopy``: 8/16/32-bit elements, contiguous rows a multiple
 of 16 bytes, provably aligned offsets), each destination tile used only in the loop.
 
+*Later copies* (``backends/cuda/passes/pipeline_copies.py``: a later top-level
+``T.copy(global -> shared)`` that may move to the top of the body, FlashAttention's V) are
+staged with the leading ones unless the pass config ``tl.pipeline_copy_schedule`` is
+``"leading"`` (then they stay synchronous where they are); ``"split"`` has no meaning here
+(there are no cp.async groups) and hoists them as ``"hoist"`` does.
+
 Each destination tile ``X`` becomes ``X_mb`` of shape ``(S, *shape)``; uses in the loop
 body address stage ``(k - begin) % S``. With ``ahead = S - 1``::
 
@@ -52,6 +58,7 @@ from ...lowering.stmt import StmtMutator
 from ...lowering.thread_utils import alloc, new_tensor
 from ...lowering.vectorize import ZERO_VEC, vector_call
 from ..cuda.passes.insert_sync import ATTR_ASYNC_STAGES
+from ..cuda.passes.pipeline_copies import _later_copies
 from ..cuda.passes.pipeline_planning import (
     VEC_BYTES,
     _count_uses,
@@ -161,7 +168,15 @@ class _Planner(StmtMutator):
 
     def _plan(self, loop, stages, ctx):
         copies, rest = _leading_copies(loop.body, ctx)
-        if not copies or not rest:
+        if not copies:
+            return None
+        if self.pctx.options["copy_schedule"] != "leading":  # later copies join them
+            taken = [c.dst.tensor for c in copies]
+            later = _later_copies(rest, loop, ctx, taken, self.root)
+            copies += [c for _, c in later]
+            hoisted = {i for i, _ in later}
+            rest = [s for i, s in enumerate(rest) if i not in hoisted]
+        if not rest:
             return None
         tiles = [c.dst.tensor for c in copies]
         if any(a.same_as(b) for i, a in enumerate(tiles) for b in tiles[i + 1 :]):

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from tvm_tirx import ir
 from vendor_kernels import check_matmul, matmul, random_operand
 
@@ -140,6 +141,40 @@ def test_example_gemm_pipelined(rng):
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
 
+FA = "flash_attention/example_mha_fwd_bshd.py"
+
+
+@pytest.mark.parametrize("schedule", ["auto", "leading"])
+def test_flash_attention_pipelined(schedule, rng):
+    # the K copy leads the body; the V copy (after Q @ K^T and the softmax) is hoisted into
+    # the stages too unless the copy schedule is "leading"
+    from example_kernels import example_tir
+
+    b, h, s, d = 1, 2, 128, 64
+    func = example_tir(FA, "flashattn", (b, h, s, d, True, 64, 64, 2))
+    lowered = pipeline.lower(func, GFX90A, {"tl.pipeline_copy_schedule": schedule})
+    tiles = {str(name) for name in lowered.attrs["tl.shared_memory"]}
+    assert "K_shared_mb" in tiles
+    assert ("V_shared_mb" in tiles) == (schedule == "auto")
+    q, k, v = (random_operand(rng, (b, s, h, d), "float16") for _ in range(3))
+    out = emulate(lowered, q, k, v, np.zeros((b, s, h, d), np.float16), check_races=True)[3]
+    qt, kt, vt = (torch.from_numpy(x).double().transpose(1, 2) for x in (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+    np.testing.assert_allclose(out.astype(np.float64), ref.transpose(1, 2).numpy(), atol=2e-2)
+
+
+def test_lds_budget_is_64_kib():
+    # three stages of K and V (48 KiB) with Q and P: more than CUDA's default 48 KiB, within
+    # a CDNA workgroup's 64 KiB of LDS
+    from example_kernels import example_tir
+
+    lowered = pipeline.lower(
+        example_tir(FA, "flashattn", (1, 2, 256, 64, False, 64, 64, 3)), GFX90A
+    )
+    used = max(int(o) + int(n) for o, n in lowered.attrs["tl.shared_memory"].values())
+    assert 48 * 1024 < used <= 64 * 1024
+
+
 # ------------------------------------------------------------------------ code objects
 _INSN = re.compile(r"^\s+(\w+)\b.*//\s*([0-9A-Fa-f]+):.*?(?:<\w+\+0x([0-9a-f]+)>)?\s*$")
 
@@ -164,7 +199,7 @@ def _loop_body(disasm: str) -> list[str]:
     spans = [
         (t, off)
         for off, name, t in insns
-        if name.startswith("s_cbranch") and t is not None and t < off
+        if name.startswith(("s_cbranch", "s_branch")) and t is not None and t < off
     ]
     assert spans, "no loop in the kernel"
     lo, hi = max(spans, key=lambda s: s[1] - s[0])
