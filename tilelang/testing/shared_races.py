@@ -56,7 +56,7 @@ class RaceTracker:
         self.epoch += 1
 
     def _locate(self, data, flat, threads, nbytes):
-        """(allocation, byte offsets (k, nbytes), threads) of elements ``flat`` of ``data``."""
+        """(allocation, byte offsets, their threads) of elements ``flat`` of ``data``."""
         if not len(threads):
             return None
         start = data.__array_interface__["data"][0]
@@ -64,7 +64,7 @@ class RaceTracker:
         for alloc in self.allocations:
             if alloc.base <= addr.min() and addr.max() + nbytes <= alloc.base + alloc.size:
                 offsets = (addr - alloc.base)[:, None] + np.arange(nbytes)[None, :]
-                return alloc, offsets, np.repeat(np.asarray(threads, np.int64), nbytes)
+                return alloc, offsets.reshape(-1), np.repeat(np.asarray(threads, np.int64), nbytes)
         return None
 
     def read(self, data, flat, threads, nbytes=None, what="") -> None:
@@ -72,13 +72,9 @@ class RaceTracker:
         hit = self._locate(data, flat, threads, nbytes or data.itemsize)
         if hit is None:
             return
-        a, offsets, who = hit
-        b = offsets.reshape(-1)
+        a, b, who = hit
         e = self.epoch
-        bad = (a.w_epoch[b] == e) & (a.writer[b] != who)
-        if bad.any():
-            k = int(np.argmax(bad))
-            self._race("reads", a, b[k], who[k], f"written by thread {a.writer[b[k]]}", what)
+        self._check_writes(a, b, who, "reads", what)
         # readers this epoch: one thread, or _MANY
         order = np.argsort(b, kind="stable")
         bs, ws = b[order], who[order]
@@ -98,13 +94,9 @@ class RaceTracker:
         hit = self._locate(data, flat, threads, nbytes or data.itemsize)
         if hit is None:
             return
-        a, offsets, who = hit
-        b = offsets.reshape(-1)
+        a, b, who = hit
         e = self.epoch
-        waw = (a.w_epoch[b] == e) & (a.writer[b] != who)
-        if waw.any():
-            k = int(np.argmax(waw))
-            self._race("writes", a, b[k], who[k], f"written by thread {a.writer[b[k]]}", what)
+        self._check_writes(a, b, who, "writes", what)
         war = (a.r_epoch[b] == e) & (a.reader[b] != who)
         if war.any():
             k = int(np.argmax(war))
@@ -113,6 +105,13 @@ class RaceTracker:
             self._race("writes", a, b[k], who[k], f"read by {by}", what)
         a.writer[b] = who
         a.w_epoch[b] = e
+
+    def _check_writes(self, a, b, who, verb, what):
+        """Raise when a byte of ``b`` was written in this epoch by another thread."""
+        bad = (a.w_epoch[b] == self.epoch) & (a.writer[b] != who)
+        if bad.any():
+            k = int(np.argmax(bad))
+            self._race(verb, a, b[k], who[k], f"written by thread {a.writer[b[k]]}", what)
 
     def _race(self, verb, a, byte, thread, other, what):
         raise self.error(

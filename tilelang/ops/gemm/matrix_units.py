@@ -11,7 +11,8 @@ the same:
 * :func:`matrix_unit_lowering`: the plan's code when C has the plan's fragment, else the
   scalar fallback (``scalar_cuda.lower_gemm_scalar``); pass config ``tl.gemm_scalar``
   (``ctx.options["gemm_scalar"]``) forces the fallback in both;
-* :func:`unit_operands`: A, B, C with a fragment A or B first staged into shared memory;
+* ``scalar_cuda.staged_operands``: A, B, C with a fragment A or B first staged into shared
+  memory (re-exported here);
 * :func:`clear_accumulator`: the zeroing loop of ``clear_accum``.
 """
 
@@ -21,9 +22,8 @@ from tvm_tirx import ir
 
 from ...lowering.irb import store
 from ...lowering.region import RegionView
-from ...lowering.thread_utils import for_, is_fragment
-from .op import gemm_dims
-from .scalar_cuda import _stage, gemm_layout, lower_gemm_scalar
+from ...lowering.thread_utils import for_
+from .scalar_cuda import gemm_layout, lower_gemm_scalar, staged_operands
 
 
 def _plan(plan_of, v, ctx):
@@ -47,15 +47,11 @@ def accumulator_layout_rule(plan_of):
     """A gemm layout rule ``fn(view, ctx)`` giving C ``plan_of``'s accumulator fragment."""
 
     def infer(v, ctx):
-        if ctx.level != "strict":
-            return {}
-        c = RegionView.of(v.C)
-        if not is_fragment(c.tensor) or ctx.get_layout(c.tensor) is not None:
-            return {}
-        plan = _plan(plan_of, v, ctx)
+        scalar = gemm_layout(v, ctx)  # {} unless strict level and C an unlaid fragment
+        plan = _plan(plan_of, v, ctx) if scalar else None
         if plan is None:
-            return gemm_layout(v, ctx)
-        return {c.tensor: plan.c_fragment()}
+            return scalar
+        return {RegionView.of(v.C).tensor: plan.c_fragment()}
 
     return infer
 
@@ -74,18 +70,6 @@ def matrix_unit_lowering(plan_of, lower_plan):
     return lower
 
 
-def unit_operands(v, ctx):
-    """``(a, b, c, stmts)``: the gemm's region views, a fragment A or B replaced by a
-    shared copy whose staging statements are ``stmts``."""
-    a, b, c, _, _, _ = gemm_dims(v)
-    stmts = []
-    if is_fragment(a.tensor):
-        a = _stage(a, ctx, stmts)
-    if is_fragment(b.tensor):
-        b = _stage(b, ctx, stmts)
-    return a, b, c, stmts
-
-
 def clear_accumulator(local, count: int, dtype: str):
     """``local[0:count] = 0`` as an unrolled loop (``clear_accum``)."""
     z = ir.Var("gz", "int32")
@@ -97,5 +81,5 @@ __all__ = [
     "clear_accumulator",
     "matrix_unit_lowering",
     "same_layout",
-    "unit_operands",
+    "staged_operands",
 ]

@@ -39,7 +39,7 @@ from .matrix_units import (
     accumulator_layout_rule,
     clear_accumulator,
     matrix_unit_lowering,
-    unit_operands,
+    staged_operands,
 )
 from .op import gemm_dims
 
@@ -158,7 +158,7 @@ def _operand_loads(view, regs, atoms, kpl, at, k_contiguous, element, ctx):
 
 def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
     """Thread-level code of one gemm on MFMAs (see the module docstring)."""
-    a, b, c, stmts = unit_operands(v, ctx)
+    a, b, c, stmts = staged_operands(v, ctx)
     inst, kpl = plan.inst, plan.inst.k_per_lane
     mw, nw = plan.m // plan.wave_m, plan.n // plan.wave_n
     tm, tn = mw // 16, nw // 16

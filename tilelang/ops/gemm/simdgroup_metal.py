@@ -34,7 +34,7 @@ from .matrix_units import (
     accumulator_layout_rule,
     clear_accumulator,
     matrix_unit_lowering,
-    unit_operands,
+    staged_operands,
 )
 from .op import gemm_dims
 
@@ -83,7 +83,7 @@ infer_gemm_layout_metal = layout_rule("gemm", "metal")(accumulator_layout_rule(s
 
 def lower_gemm_simdgroup(v, ctx, plan: SimdgroupPlan):
     """Thread-level code of one gemm on simdgroup matrices (see the module docstring)."""
-    a, b, c, stmts = unit_operands(v, ctx)
+    a, b, c, stmts = staged_operands(v, ctx)
     mw, nw = plan.m // plan.group_m, plan.n // plan.group_n
     tm, tn = mw // 8, nw // 8
     cl = ctx.local_of(c.tensor)
