@@ -75,7 +75,8 @@ class PassConfigKey(str, Enum):
     """CUDA: which global->shared copies of a ``T.Pipelined`` body become cp.async stages:
     ``"leading"`` (only the copies that start the body), ``"hoist"`` (the later ones too,
     issued with the leading ones), ``"split"`` (the later ones each in their own group) or
-    ``"auto"`` (default: ``"hoist"`` with ``num_stages >= 2``, else ``"split"``)."""
+    ``"auto"`` (default: ``"hoist"`` with ``num_stages >= 2``, else ``"split"``). ROCm
+    (register-staged stages, no groups): ``"leading"`` as on CUDA, anything else hoists."""
 
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     """CUDA sm_90+: keep cp.async for the copies of ``T.Pipelined`` loops instead of TMA

@@ -12,6 +12,8 @@ rules emit:
   at the (group-uniform) pointers with their row strides, the accumulator spread over the
   lanes as ``tilelang.layout.simdgroup_layouts`` says (lane ``l`` holds row ``row(l)``,
   columns ``col(l)`` and ``col(l) + 1``); products summed in float64, rounded to float32.
+
+``emulate(..., check_races=True)`` also checks the barriers (``tilelang.testing.shared_races``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cuda_emulator import EmulationError, _Machine
+from .shared_races import RaceTracker, RaceTracking
 
 SIMD = 32
 _WHOLE = {
@@ -37,7 +40,7 @@ def lane_element(lane: int) -> tuple[int, int]:
     return (q & 4) + (lane // 2) % 4, (q & 2) * 2 + (lane % 2) * 2
 
 
-class _MetalMachine(_Machine):
+class _MetalMachine(RaceTracking, _Machine):
     def _extern(self, fname, args, e, mask):
         if fname == "simd_shuffle_xor":
             value = np.broadcast_to(self.eval(args[0], mask), (self.lanes,))
@@ -80,6 +83,9 @@ class _MetalMachine(_Machine):
         offsets = base + (cols * ld + rows if trans else rows * ld + cols)
         if offsets.max() >= buf.data.shape[-1]:
             raise EmulationError(f"{fname}: an 8x8 tile runs past {buf.name}")
+        if self.races is not None and not buf.local:  # every lane of the group reads the tile
+            flat_all = np.repeat(offsets.reshape(-1), len(lanes))
+            self.races.read(buf.data, flat_all, np.tile(lanes, offsets.size), what=buf.name)
         data = buf.data if buf.data.ndim == 1 else buf.data[lanes[0]]
         return data[offsets].astype(np.float64)
 
@@ -112,12 +118,18 @@ class _MetalMachine(_Machine):
         return None
 
 
-def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
-    """Run the lowered Metal ``func`` on numpy ``arrays`` (modified in place; also returned)."""
+def emulate(func, *arrays, blocks=None, aligned=True, write_once=False, check_races=False):
+    """Run the lowered Metal ``func`` on numpy ``arrays`` (modified in place; also returned).
+
+    ``check_races``: raise EmulationError when two threads touch a threadgroup-memory byte
+    between two barriers and one of them writes it (``tilelang.testing.shared_races``; a
+    simdgroup gemm tile counts as read by every lane of its SIMD-group)."""
     arrays = [np.ascontiguousarray(a) for a in arrays]
     if len(arrays) != len(func.params):
         raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
     machine = _MetalMachine(func, arrays, blocks, aligned, write_once)
+    if check_races:
+        machine.races = RaceTracker(EmulationError)
     machine.run(func.body, True)
     return arrays
 

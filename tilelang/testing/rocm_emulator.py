@@ -6,6 +6,8 @@ vendor calls of its own; this emulator is the CUDA emulator
 
 * ``__shfl_xor(value, lane_mask, width)``: HIP's shuffle; lanes exchange within groups of
   ``width`` (64: a CDNA wavefront);
+* ``tl::load_vec<N>(regs, global)`` / ``tl::stage_copy<N>(lds, regs)``: a ``tl::copy_vec<N>``
+  (software pipelining's loads and stores; offsets are vector multiples, base alignment free);
 * ``tl::mfma_*(c, a, b)`` (``tilelang/backends/rocm/include/tl_hip.h``): one 16x16xK MFMA
   per 64-lane wavefront. Lane ``l`` holds ``A[l % 16, kpl (l // 16) + v]``,
   ``B[kpl (l // 16) + v, l % 16]`` and ``C[4 (l // 16) + r, l % 16]`` (the layouts of
@@ -22,6 +24,7 @@ import numpy as np
 
 from . import cuda_emulator as _cuda
 from .cuda_emulator import EmulationError, _Machine
+from .shared_races import RaceTracker, RaceTracking
 
 try:  # the FNUZ fp8 formats of gfx94x, for global and shared tensors of fp8 gemms
     import ml_dtypes as _ml
@@ -51,7 +54,8 @@ def _np(dtype):
     return dtype
 
 
-class _RocmMachine(_Machine):
+class _RocmMachine(RaceTracking, _Machine):
+    # ---------------------------------------------------------------------- vendor calls
     def _call(self, e, mask):
         if getattr(e.op, "name", "") == "tirx.reinterpret":  # fp8 bytes <-> fp8 values
             src, dst = _cuda.np_dtype(str(e.args[0].ty)), _cuda.np_dtype(str(e.ty))
@@ -69,6 +73,8 @@ class _RocmMachine(_Machine):
             return value[np.arange(self.lanes) ^ k]
         if fname in MFMA:
             return self._mfma(fname, args, mask)
+        if fname.startswith(("tl::stage_copy<", "tl::load_vec<")):  # copy_vecs (pipelining)
+            return self._copy_vec("tl::copy_vec<" + fname.split("<", 1)[1], args, mask)
         if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync") or fname.startswith(
             ("tl::mma_", "tl::ptx_ldmatrix", "tl::cp_async", "tl::wgmma")
         ):
@@ -129,15 +135,19 @@ class _RocmMachine(_Machine):
         return None
 
 
-def emulate(func, *arrays, blocks=None, aligned=True, write_once=False):
+def emulate(func, *arrays, blocks=None, aligned=True, write_once=False, check_races=False):
     """Run the lowered ROCm ``func`` on numpy ``arrays`` (modified in place; also returned).
 
-    Arguments as :func:`tilelang.testing.cuda_emulator.emulate`.
+    Arguments as :func:`tilelang.testing.cuda_emulator.emulate`; ``check_races``: also
+    raise EmulationError when two threads touch an LDS byte between two barriers and one
+    of them writes it (``tilelang.testing.shared_races``: the barriers lockstep hides).
     """
     arrays = [np.ascontiguousarray(a) for a in arrays]
     if len(arrays) != len(func.params):
         raise EmulationError(f"{len(func.params)} arguments expected, got {len(arrays)}")
     machine = _RocmMachine(func, arrays, blocks, aligned, write_once)
+    if check_races:
+        machine.races = RaceTracker(EmulationError)
     machine.run(func.body, True)
     return arrays
 

@@ -28,7 +28,7 @@ TARGETS = {
 
 def _run(target, func, *arrays):
     pipeline, spec, emulate = TARGETS[target]
-    return emulate(pipeline.lower(func, spec), *arrays)
+    return emulate(pipeline.lower(func, spec), *arrays, check_races=True)
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))

@@ -16,8 +16,6 @@ the C++ syntax and of the calls' shapes, not of Metal semantics.
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import re
 import shutil
 import subprocess
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import errors
+from ..vendor_common import load_artifact, save_artifact, source_sha256, swapped_global_func
 
 INCLUDE = Path(__file__).resolve().parent / "include"
 _HOOK = "tvm_callback_metal_compile"
@@ -53,25 +52,12 @@ class MetalArtifact:
 
     def save(self, directory) -> Path:
         """Write ``kernel.metal`` and ``meta.json`` into ``directory``."""
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "kernel.metal").write_text(self.kernel_source)
-        (path / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
-        return path
+        return save_artifact(directory, {"kernel.metal": self.kernel_source}, self.meta)
 
     @classmethod
     def load(cls, directory) -> MetalArtifact:
         """The artifact :meth:`save` wrote (MetalCodegenError when missing or damaged)."""
-        path = Path(directory)
-        try:
-            meta = json.loads((path / "meta.json").read_text())
-            source = (path / "kernel.metal").read_text()
-        except (OSError, ValueError) as err:
-            raise MetalCodegenError(f"Metal artifact {str(path)!r} is unreadable: {err}") from err
-        if meta.get("sha256") != hashlib.sha256(source.encode()).hexdigest():
-            raise MetalCodegenError(
-                f"Metal artifact {str(path)!r}: kernel.metal does not match meta.json"
-            )
+        source, meta, _ = load_artifact(directory, "kernel.metal", "Metal", MetalCodegenError)
         return cls(source, meta)
 
 
@@ -90,7 +76,6 @@ def _inject(source: str) -> str:
 
 def generate_msl(func) -> str:
     """MSL source of a thread-level (lowered) TIRx function or module."""
-    import tvm_ffi
     import tvm_tirx
     from tvm_tirx import tirx
 
@@ -102,18 +87,11 @@ def generate_msl(func) -> str:
         sources.append(text)
         return text.encode(), "metal"
 
-    with _LOCK:
-        previous = tvm_ffi.get_global_func(_HOOK, allow_missing=True)
-        tvm_ffi.register_global_func(_HOOK, hook, override=True)
+    with swapped_global_func(_HOOK, hook, _LOCK):
         try:
             tirx.compile(mod, target={"kind": "metal", "host": {"kind": "c"}})
         except Exception as err:  # noqa: BLE001 - reported as a compile error
             raise MetalCodegenError(f"printing the Metal kernel failed: {err}") from err
-        finally:
-            if previous is None:
-                tvm_ffi.remove_global_func(_HOOK)
-            else:
-                tvm_ffi.register_global_func(_HOOK, previous, override=True)
     if not sources:
         raise MetalCodegenError("the Metal printer produced no kernel")
     return "\n".join(sources)
@@ -131,7 +109,7 @@ def build_metal(func, target=None) -> MetalArtifact:
         "kind": "tilelang.metal",
         "arch": (target or {}).get("arch", "apple7"),
         "kernel_names": kernel_names(source),
-        "sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "sha256": source_sha256(source),
     }
     return MetalArtifact(source, meta)
 

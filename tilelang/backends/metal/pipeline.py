@@ -15,22 +15,13 @@ The stages are the ROCm/CUDA ones (``tilelang/backends/rocm/pipeline.py``) run w
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import tvm_ffi
 from tvm_tirx import ir
 from tvm_tirx.ir.prim.expr import Cast
 
 from ... import errors
-from ...engine.instrument import run_stages
-from ...engine.pass_config import build_options
-from ...lowering.global_layouts import no_vectors_for
-from ...lowering.kernels import lower_each_kernel
 from ...ops import tile_op_of
-from ...transform.apply_global_layouts import collect_global_layouts
-from ...transform.lower_tile_ops import LowerTileOps
-from ..cuda import pipeline as cuda_pipeline
-from ..cuda.pipeline import CudaLowering
+from ..vendor_common import lower_with_stages, vendor_stages
 from ..vendor_exchange import stage_metal_exchanges
 from . import rules  # noqa: F401 - registers the Metal op rules
 from .passes import static_threadgroup_memory
@@ -81,18 +72,6 @@ def stage_check_dtypes(func, state):
     return func
 
 
-def stage_layout_inference(func, state):
-    """CUDA's layout inference with the Metal rules; the lowering context says ``metal``."""
-    func = cuda_pipeline.stage_layout_inference(func, state)
-    state.ctx = replace(state.ctx, backend="metal")
-    return func
-
-
-def stage_lower_tile_ops(func, state):
-    """Each tile op replaced by its ``(op, "metal")`` rule's thread-level code."""
-    return func.with_body(LowerTileOps("metal")(func.body, state.ctx))
-
-
 def stage_static_threadgroup_memory(func, state):
     """``shared.dyn`` -> ``threadgroup`` arrays of fixed size (see ``passes.py``)."""
     total = max((o + s for o, s in state.shared_memory.values()), default=0)
@@ -105,38 +84,18 @@ def stage_static_threadgroup_memory(func, state):
     return func.with_body(static_threadgroup_memory(func.body))
 
 
-#: The Metal pipeline, in order.
-STAGES = [
-    ("check_dtypes", stage_check_dtypes),
-    ("rasterize_blocks", cuda_pipeline.stage_rasterize_blocks),
-    ("layout_inference", stage_layout_inference),
-    ("apply_shared_layouts", cuda_pipeline.stage_apply_shared_layouts),
-    ("lower_parallel", cuda_pipeline.stage_lower_parallel),
-    ("lower_tile_ops", stage_lower_tile_ops),
-    ("lower_fragments", cuda_pipeline.stage_lower_fragments),
-    ("hoist_allocs", cuda_pipeline.stage_hoist_allocs),
-    ("insert_sync", cuda_pipeline.stage_insert_sync),
-    ("plan_shared_memory", cuda_pipeline.stage_plan_shared_memory),
-    ("static_threadgroup_memory", stage_static_threadgroup_memory),
-    ("strip_schedule_hints", cuda_pipeline.stage_strip_schedule_hints),
-    ("apply_global_layouts", cuda_pipeline.stage_apply_global_layouts),
-    ("lower_exchanges", stage_metal_exchanges),  # warp ops, T.assume (vendor_exchange.py)
-]
+#: The Metal pipeline, in order (``vendor_common.vendor_stages``: CUDA's stages and these).
+STAGES = vendor_stages(
+    "metal",
+    check_dtypes=stage_check_dtypes,
+    lower_exchanges=stage_metal_exchanges,  # warp ops, T.assume (vendor_exchange.py)
+    after_shared_memory=("static_threadgroup_memory", stage_static_threadgroup_memory),
+)
 
 
 def lower(func, target=None, pass_configs=None):
     """The thread-level TIRx function for ``func`` on Metal (:data:`STAGES` in order)."""
-    import tilelang.ops  # noqa: F401 - registers the op rules
-
-    options = dict(build_options(pass_configs))
-    options["ldmatrix"] = False
-
-    def lower_one(part):  # each T.Kernel block on its own (tilelang.lowering.kernels)
-        state = CudaLowering(ARCH, options, collect_global_layouts(part.body))
-        with no_vectors_for(state.global_layouts):
-            return run_stages(part, STAGES, pass_configs, state=state)
-
-    return lower_each_kernel(func, lower_one)
+    return lower_with_stages(func, ARCH, STAGES, pass_configs)
 
 
 def build(func, target=None, pass_configs=None, compile_flags=None):

@@ -16,8 +16,6 @@ hipcc, which otherwise picks the NVIDIA platform when nvcc is installed.
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import errors
+from ..vendor_common import load_artifact, save_artifact, source_sha256
 from .codegen import generate_hip, kernel_names
 
 ARTIFACT_KIND = "tilelang.rocm"
@@ -112,7 +111,15 @@ def compile_hip(source: str, arch: str, flags=(), toolchain: HipToolchain | None
                 "\n".join(line for line in proc.stderr.splitlines() if "error" in line)
                 or proc.stderr
             )
-            raise HipBuildError(f"hipcc --offload-arch={arch} failed:\n{log[-4000:]}")
+            hint = ""
+            if f"invalid target ID '{arch}'" in proc.stderr:
+                hint = (
+                    f"\nthis HIP toolchain ({tc.hipcc}) does not know {arch}: install a ROCm "
+                    "whose clang does (gfx942: ROCm 5.7 or newer; Debian 12's hipcc 5.2 with "
+                    "clang 15 knows gfx90a and gfx940). A gfx940 code object checks the CDNA3 "
+                    "code here but does not load on a gfx942 GPU."
+                )
+            raise HipBuildError(f"hipcc --offload-arch={arch} failed:\n{log[-4000:]}{hint}")
         data = out.read_bytes()
         if data.startswith(_ELF_MAGIC):
             return data
@@ -169,28 +176,15 @@ class HipArtifact:
 
     def save(self, directory) -> Path:
         """Write ``kernel.hip``, ``kernel.co`` (when compiled) and ``meta.json`` into ``directory``."""
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "kernel.hip").write_text(self.kernel_source)
-        if self.code_object is not None:
-            (path / "kernel.co").write_bytes(self.code_object)
-        (path / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
-        return path
+        files = {"kernel.hip": self.kernel_source, "kernel.co": self.code_object}
+        return save_artifact(directory, files, self.meta)
 
     @classmethod
     def load(cls, directory) -> HipArtifact:
         """The artifact :meth:`save` wrote (HipBuildError naming what is missing or damaged)."""
-        path = Path(directory)
-        try:
-            meta = json.loads((path / "meta.json").read_text())
-            source = (path / "kernel.hip").read_text()
-        except (OSError, ValueError) as err:
-            raise HipBuildError(f"ROCm artifact {str(path)!r} is unreadable: {err}") from err
-        if (
-            meta.get("kind") != ARTIFACT_KIND
-            or meta.get("sha256") != hashlib.sha256(source.encode()).hexdigest()
-        ):
-            raise HipBuildError(f"ROCm artifact {str(path)!r}: kernel.hip does not match meta.json")
+        source, meta, path = load_artifact(
+            directory, "kernel.hip", "ROCm", HipBuildError, ARTIFACT_KIND
+        )
         code = path / "kernel.co"
         return cls(source, code.read_bytes() if code.exists() else None, meta)
 
@@ -237,6 +231,6 @@ def build_hip(func, arch: str = "gfx90a", compile_flags=(), fast_math: bool = Tr
         "launch": launch,
         "dynamic_shared_bytes": shared,
         "compile_flags": flags,
-        "sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "sha256": source_sha256(source),
     }
     return HipArtifact(source, code_object, meta)

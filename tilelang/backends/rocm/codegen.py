@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from ... import errors
+from ..vendor_common import swapped_global_func
 
 HEADER = Path(__file__).resolve().parent / "include" / "tl_hip.h"
 _FACTORY = "ffi.Module.create.cuda"
@@ -86,18 +87,11 @@ def print_cuda(mod) -> tuple[str, object]:
         return fallback(data, fmt, fmap, source_map)
 
     target = {"kind": "cuda", "arch": "sm_80", "host": {"kind": "c"}}
-    with _LOCK:
-        previous = tvm_ffi.get_global_func(_FACTORY, allow_missing=True)
-        tvm_ffi.register_global_func(_FACTORY, record, override=True)
+    with swapped_global_func(_FACTORY, record, _LOCK):
         try:
             executable = tirx.compile(mod, target=target)
         except Exception as err:  # noqa: BLE001 - reported with the kernel's context
             raise HipCodegenError(f"printing the ROCm kernel failed: {err}") from err
-        finally:
-            if previous is None:
-                tvm_ffi.remove_global_func(_FACTORY)
-            else:
-                tvm_ffi.register_global_func(_FACTORY, previous, override=True)
     if len(captured) != 1:
         raise HipCodegenError(f"expected one device module, the printer produced {len(captured)}")
     return captured[0], executable

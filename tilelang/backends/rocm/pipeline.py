@@ -4,8 +4,9 @@ The stages are the CUDA pipeline's (``tilelang/backends/cuda/pipeline.py``), run
 ``gfx*`` arch: layout inference picks the ROCm op rules (``lowering.target_info.backend_of``)
 and the reductions use 64-lane wavefronts (``warp_size``). Differences:
 
-* no ``pipeline_planning``: CDNA has no cp.async; a ``T.Pipelined`` loop runs as a plain
-  loop (its annotation is dropped with the other schedule hints);
+* ``pipeline_planning`` is ROCm's own (``pipelining.py``): CDNA has no cp.async, so a
+  ``T.Pipelined(..., num_stages=S >= 2)`` loop gets multi-buffered LDS tiles filled through
+  registers, the next tile's global loads issued before the current tile's MFMAs;
 * ``lower_tile_ops`` applies the ``(op, "rocm")`` rules (``rules.py``): MFMA gemm,
   wavefront reductions, and the CUDA rules that are target-neutral;
 * ldmatrix and wgmma never apply (their rules check for ``sm_*`` arches);
@@ -16,35 +17,22 @@ and the reductions use 64-lane wavefronts (``warp_size``). Differences:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ...engine.instrument import run_stages
 from ...engine.pass_config import build_options
-from ...lowering.global_layouts import no_vectors_for
-from ...lowering.kernels import lower_each_kernel
-from ...transform.apply_global_layouts import collect_global_layouts
-from ...transform.lower_tile_ops import LowerTileOps
-from ..cuda import pipeline as cuda_pipeline
-from ..cuda.pipeline import CudaLowering
+from ..vendor_common import lower_with_stages, vendor_stages
 from ..vendor_exchange import stage_rocm_exchanges
 from . import rules  # noqa: F401 - registers the ROCm op rules
 from .checks import fold_fnuz_constants, refuse_fnuz_arithmetic, refuse_ocp_small_floats
+from .pipelining import plan_register_pipelines
 
 #: architectures with code generation (MFMA on all of them)
 ARCHES = ("gfx90a", "gfx940", "gfx941", "gfx942")
 DEFAULT_ARCH = "gfx90a"
 
 
-def stage_layout_inference(func, state):
-    """CUDA's layout inference with the ROCm rules; the lowering context says ``rocm``."""
-    func = cuda_pipeline.stage_layout_inference(func, state)
-    state.ctx = replace(state.ctx, backend="rocm")
-    return func
-
-
-def stage_lower_tile_ops(func, state):
-    """Each tile op replaced by its ``(op, "rocm")`` rule's thread-level code."""
-    return func.with_body(LowerTileOps("rocm")(func.body, state.ctx))
+def stage_pipeline_planning(func, state):
+    """``T.Pipelined`` loops: multi-buffered LDS tiles, register-staged prefetch of the
+    next tile (``pipelining.py``)."""
+    return plan_register_pipelines(func, state.ctx)
 
 
 def stage_check_dtypes(func, state):
@@ -61,23 +49,14 @@ def stage_check_fp8_arithmetic(func, state):
     return func
 
 
-#: The ROCm pipeline, in order.
-STAGES = [
-    ("check_dtypes", stage_check_dtypes),
-    ("rasterize_blocks", cuda_pipeline.stage_rasterize_blocks),
-    ("layout_inference", stage_layout_inference),
-    ("apply_shared_layouts", cuda_pipeline.stage_apply_shared_layouts),
-    ("lower_parallel", cuda_pipeline.stage_lower_parallel),
-    ("lower_tile_ops", stage_lower_tile_ops),
-    ("lower_fragments", cuda_pipeline.stage_lower_fragments),
-    ("hoist_allocs", cuda_pipeline.stage_hoist_allocs),
-    ("insert_sync", cuda_pipeline.stage_insert_sync),
-    ("plan_shared_memory", cuda_pipeline.stage_plan_shared_memory),
-    ("strip_schedule_hints", cuda_pipeline.stage_strip_schedule_hints),
-    ("apply_global_layouts", cuda_pipeline.stage_apply_global_layouts),
-    ("check_fp8_arithmetic", stage_check_fp8_arithmetic),
-    ("lower_exchanges", stage_rocm_exchanges),  # warp ops, T.assume (vendor_exchange.py)
-]
+#: The ROCm pipeline, in order (``vendor_common.vendor_stages``: CUDA's stages and these).
+STAGES = vendor_stages(
+    "rocm",
+    check_dtypes=stage_check_dtypes,
+    lower_exchanges=stage_rocm_exchanges,  # warp ops, T.assume (vendor_exchange.py)
+    pipeline_planning=stage_pipeline_planning,
+    before_exchanges=("check_fp8_arithmetic", stage_check_fp8_arithmetic),
+)
 
 
 def check_arch(arch) -> str:
@@ -89,18 +68,8 @@ def check_arch(arch) -> str:
 
 def lower(func, target=None, pass_configs=None):
     """The thread-level TIRx function for ``func`` on ROCm (:data:`STAGES` in order)."""
-    import tilelang.ops  # noqa: F401 - registers the op rules
-
-    options = dict(build_options(pass_configs))
-    options["ldmatrix"] = False
     arch = check_arch((target or {}).get("arch", DEFAULT_ARCH))
-
-    def lower_one(part):  # each T.Kernel block on its own (tilelang.lowering.kernels)
-        state = CudaLowering(arch, options, collect_global_layouts(part.body))
-        with no_vectors_for(state.global_layouts):
-            return run_stages(part, STAGES, pass_configs, state=state)
-
-    return lower_each_kernel(func, lower_one)
+    return lower_with_stages(func, arch, STAGES, pass_configs)
 
 
 def build(func, target=None, pass_configs=None, compile_flags=None):

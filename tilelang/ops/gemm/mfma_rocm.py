@@ -32,12 +32,16 @@ from tvm_tirx import tirx as _tirx
 from ...layout import expr as E
 from ...layout.mfma_layouts import WAVE, make_mfma_accumulator_fragment, wave_partition
 from ...lowering.irb import seq, store
-from ...lowering.region import RegionView
 from ...lowering.thread_utils import alloc, for_, is_fragment, new_tensor, physical
 from ...lowering.vectorize import vector_call
 from ..registry import layout_rule, lower_rule
+from .matrix_units import (
+    accumulator_layout_rule,
+    clear_accumulator,
+    matrix_unit_lowering,
+    staged_operands,
+)
 from .op import gemm_dims
-from .scalar_cuda import _stage, gemm_layout, lower_gemm_scalar
 
 _CDNA3 = ("gfx940", "gfx941", "gfx942")
 #: gfx94x fp8 formats (AMD's FNUZ encodings) and their 16x16x32 MFMA wrappers
@@ -113,39 +117,8 @@ def mfma_plan(v, ctx) -> MfmaPlan | None:
     return MfmaPlan(inst, m, n, k, *split)
 
 
-@layout_rule("gemm", "rocm")
-def infer_gemm_layout_rocm(v, ctx):
-    """C's MFMA accumulator fragment (strict level), or the scalar fallback's C layout."""
-    if ctx.level != "strict":
-        return {}
-    c = RegionView.of(v.C)
-    if not is_fragment(c.tensor) or ctx.get_layout(c.tensor) is not None:
-        return {}
-    plan = None if ctx.options["gemm_scalar"] else mfma_plan(v, ctx)
-    if plan is None:
-        return gemm_layout(v, ctx)
-    return {c.tensor: plan.c_fragment()}
-
-
-@lower_rule("gemm", "rocm")
-def lower_gemm_rocm(v, ctx):
-    """MFMA when the C layout is the plan's accumulator fragment, else the scalar fallback."""
-    plan = None if ctx.options["gemm_scalar"] else mfma_plan(v, ctx)
-    c = RegionView.of(v.C)
-    if plan is None or not _same(ctx.get_layout(c.tensor), plan.c_fragment()):
-        return lower_gemm_scalar(v, ctx)
-    return lower_gemm_mfma(v, ctx, plan)
-
-
-def _same(got, want) -> bool:
-    if got is None:
-        return False
-    try:
-        return got.is_equal(want)
-    except Exception:  # noqa: BLE001 - fall back to comparing thread tables
-        import numpy as np
-
-        return np.array_equal(got.thread_table(), want.thread_table())
+#: C's MFMA accumulator fragment (strict level), or the scalar fallback's C layout
+infer_gemm_layout_rocm = layout_rule("gemm", "rocm")(accumulator_layout_rule(mfma_plan))
 
 
 def _vector_ok(view, kpl: int, ctx) -> bool:
@@ -185,20 +158,13 @@ def _operand_loads(view, regs, atoms, kpl, at, k_contiguous, element, ctx):
 
 def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
     """Thread-level code of one gemm on MFMAs (see the module docstring)."""
-    a, b, c, _, _, _ = gemm_dims(v)
-    stmts = []
-    if is_fragment(a.tensor):
-        a = _stage(a, ctx, stmts)
-    if is_fragment(b.tensor):
-        b = _stage(b, ctx, stmts)
+    a, b, c, stmts = staged_operands(v, ctx)
     inst, kpl = plan.inst, plan.inst.k_per_lane
     mw, nw = plan.m // plan.wave_m, plan.n // plan.wave_n
     tm, tn = mw // 16, nw // 16
     cl = ctx.local_of(c.tensor)
     if v.clear_accum:
-        z = ir.Var("gz", "int32")
-        zero = ir.const(0, inst.acc_dtype)
-        stmts.append(for_(z, tm * tn * 4, store(cl, [z], zero), ir.ForKind.UNROLLED))
+        stmts.append(clear_accumulator(cl, tm * tn * 4, inst.acc_dtype))
     t = ctx.thread_var
     lane, wave = t % WAVE, t // WAVE
     row0 = (wave // plan.wave_n) * mw + lane % 16
@@ -242,6 +208,10 @@ def lower_gemm_mfma(v, ctx, plan: MfmaPlan):
             body.append(ir.Evaluate(call))
     stmts.append(for_(kv, plan.k // inst.k, seq(body), loc=v.loc))
     return seq(stmts)
+
+
+#: MFMA when the C layout is the plan's accumulator fragment, else the scalar fallback
+lower_gemm_rocm = lower_rule("gemm", "rocm")(matrix_unit_lowering(mfma_plan, lower_gemm_mfma))
 
 
 __all__ = [

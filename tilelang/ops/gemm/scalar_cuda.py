@@ -74,14 +74,23 @@ def _stage(view, ctx, stmts):
     return RegionView(tile, view.begins, view.extents)
 
 
-def lower_gemm_scalar(v, ctx):
-    """Scalar FMAs per owned C element; fragment A/B operands are staged through shared memory."""
-    a, b, c, m, n, k = gemm_dims(v)
+def staged_operands(v, ctx):
+    """``(a, b, c, stmts)``: the gemm's region views, a fragment A or B replaced by a
+    shared copy whose staging statements are ``stmts`` (every rule without register
+    operands: scalar, MFMA, simdgroup)."""
+    a, b, c, _, _, _ = gemm_dims(v)
     stmts = []
     if is_fragment(a.tensor):
         a = _stage(a, ctx, stmts)
     if is_fragment(b.tensor):
         b = _stage(b, ctx, stmts)
+    return a, b, c, stmts
+
+
+def lower_gemm_scalar(v, ctx):
+    """Scalar FMAs per owned C element; fragment A/B operands are staged through shared memory."""
+    a, b, c, stmts = staged_operands(v, ctx)
+    _, _, _, m, n, k = gemm_dims(v)
     layout, cl = ctx.get_layout(c.tensor), ctx.local_of(c.tensor)
     size = layout.get_local_size()
     if v.clear_accum:

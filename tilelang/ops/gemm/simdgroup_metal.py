@@ -27,12 +27,16 @@ from tvm_tirx import tirx as _tirx
 
 from ...layout import expr as E
 from ...layout.simdgroup_layouts import SIMD, group_partition, make_simdgroup_accumulator_fragment
-from ...lowering.irb import seq, store
-from ...lowering.region import RegionView
+from ...lowering.irb import seq
 from ...lowering.thread_utils import for_, is_fragment, is_shared
 from ..registry import layout_rule, lower_rule
+from .matrix_units import (
+    accumulator_layout_rule,
+    clear_accumulator,
+    matrix_unit_lowering,
+    staged_operands,
+)
 from .op import gemm_dims
-from .scalar_cuda import _stage, gemm_layout, lower_gemm_scalar
 
 SUPPORTED = {("float16", "float32"), ("float32", "float32")}
 
@@ -73,47 +77,18 @@ def simdgroup_plan(v, ctx) -> SimdgroupPlan | None:
     return None if split is None else SimdgroupPlan(m, n, k, *split)
 
 
-@layout_rule("gemm", "metal")
-def infer_gemm_layout_metal(v, ctx):
-    """C's simdgroup accumulator fragment (strict level), or the scalar fallback's C layout."""
-    if ctx.level != "strict":
-        return {}
-    c = RegionView.of(v.C)
-    if not is_fragment(c.tensor) or ctx.get_layout(c.tensor) is not None:
-        return {}
-    plan = None if ctx.options["gemm_scalar"] else simdgroup_plan(v, ctx)
-    if plan is None:
-        return gemm_layout(v, ctx)
-    return {c.tensor: plan.c_fragment()}
-
-
-@lower_rule("gemm", "metal")
-def lower_gemm_metal(v, ctx):
-    """simdgroup_matrix MMAs when C has the plan's fragment, else the scalar fallback."""
-    plan = None if ctx.options["gemm_scalar"] else simdgroup_plan(v, ctx)
-    c = RegionView.of(v.C)
-    got = ctx.get_layout(c.tensor)
-    if plan is None or got is None or not got.is_equal(plan.c_fragment()):
-        return lower_gemm_scalar(v, ctx)
-    return lower_gemm_simdgroup(v, ctx, plan)
+#: C's simdgroup accumulator fragment (strict level), or the scalar fallback's C layout
+infer_gemm_layout_metal = layout_rule("gemm", "metal")(accumulator_layout_rule(simdgroup_plan))
 
 
 def lower_gemm_simdgroup(v, ctx, plan: SimdgroupPlan):
     """Thread-level code of one gemm on simdgroup matrices (see the module docstring)."""
-    a, b, c, _, _, _ = gemm_dims(v)
-    stmts = []
-    if is_fragment(a.tensor):
-        a = _stage(a, ctx, stmts)
-    if is_fragment(b.tensor):
-        b = _stage(b, ctx, stmts)
+    a, b, c, stmts = staged_operands(v, ctx)
     mw, nw = plan.m // plan.group_m, plan.n // plan.group_n
     tm, tn = mw // 8, nw // 8
     cl = ctx.local_of(c.tensor)
     if v.clear_accum:
-        z = ir.Var("gz", "int32")
-        stmts.append(
-            for_(z, tm * tn * 2, store(cl, [z], ir.const(0, c.dtype)), ir.ForKind.UNROLLED)
-        )
+        stmts.append(clear_accumulator(cl, tm * tn * 2, c.dtype))
     group = ctx.thread_var // SIMD
     row0 = (group // plan.group_n) * mw
     col0 = (group % plan.group_n) * nw
@@ -138,6 +113,12 @@ def lower_gemm_simdgroup(v, ctx, plan: SimdgroupPlan):
     body = [ir.Evaluate(call)]
     stmts.append(for_(kv, plan.k // 8, seq(body), loc=v.loc))
     return seq(stmts)
+
+
+#: simdgroup_matrix MMAs when C has the plan's fragment, else the scalar fallback
+lower_gemm_metal = lower_rule("gemm", "metal")(
+    matrix_unit_lowering(simdgroup_plan, lower_gemm_simdgroup)
+)
 
 
 __all__ = ["SimdgroupPlan", "infer_gemm_layout_metal", "lower_gemm_metal", "simdgroup_plan"]

@@ -66,7 +66,7 @@ def test_simdgroup_gemm_matches_float64(m, n, k, ta, tb, dtype, rng):
     assert "tl::simdgroup_gemm_8x8<" in lowered.script()
     a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
     b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
-    c = emulate(lowered, a, b, np.zeros((m, n), np.float32))[2]
+    c = emulate(lowered, a, b, np.zeros((m, n), np.float32), check_races=True)[2]
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     ref = (a64.T if ta else a64) @ (b64.T if tb else b64)
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
@@ -78,7 +78,7 @@ def test_simdgroup_gemm_matches_float64(m, n, k, ta, tb, dtype, rng):
 def test_simd_reduction_matches_float64(kind, threads, n, bm, rng):
     x = rng.standard_normal((10, n)).astype(np.float32)
     lowered = pipeline.lower(row_reduce.get_tir(10, n, kind, bM=bm, threads=threads), METAL)
-    out = emulate(lowered, x, np.zeros((10,), np.float32))[1]
+    out = emulate(lowered, x, np.zeros((10,), np.float32), check_races=True)[1]
     ref = {"sum": np.sum, "max": np.max, "min": np.min}[kind](x.astype(np.float64), axis=1)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
@@ -88,7 +88,7 @@ def test_flash_attention_forward_emulated(rng):
     path = "flash_attention/example_mha_fwd_bshd.py"
     lowered = pipeline.lower(example_tir(path, "flashattn", (b, h, s, d, False)), METAL)
     q, k, v = (rng.standard_normal((b, s, h, d)).astype(np.float16) for _ in range(3))
-    out = emulate(lowered, q, k, v, np.zeros((b, s, h, d), np.float16))[3]
+    out = emulate(lowered, q, k, v, np.zeros((b, s, h, d), np.float16), check_races=True)[3]
     qt, kt, vt = (torch.from_numpy(x).double().transpose(1, 2) for x in (q, k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
     np.testing.assert_allclose(out.astype(np.float64), ref.transpose(1, 2).numpy(), atol=2e-2)

@@ -3,26 +3,17 @@ shuffles emulated lane by lane), compared with float64 references: no AMD GPU ne
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
 from example_kernels import example_tir
-from vendor_kernels import matmul, row_reduce
+from vendor_kernels import check_matmul, matmul, row_reduce
 
 from tilelang.backends.rocm import pipeline
 from tilelang.testing.rocm_emulator import emulate
 
 GFX90A = {"kind": "rocm", "arch": "gfx90a"}
 GFX940 = {"kind": "rocm", "arch": "gfx940"}
-NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8, "float32": np.float32,
-      "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz}  # fmt: skip
-
-
-def _inputs(rng, shape, dtype):
-    if dtype == "int8":
-        return rng.integers(-8, 8, size=shape).astype(np.int8)
-    return rng.standard_normal(shape).astype(NP[dtype])
 
 
 @pytest.mark.parametrize(
@@ -42,15 +33,11 @@ def test_mfma_gemm_matches_float64(m, n, k, trans_a, trans_b, in_dtype, acc, tar
                           accum_dtype=acc, out_dtype=acc)  # fmt: skip
     lowered = pipeline.lower(func, target)
     assert "tl::mfma" in lowered.script()
-    a = _inputs(rng, (k, m) if trans_a else (m, k), in_dtype)
-    b = _inputs(rng, (n, k) if trans_b else (k, n), in_dtype)
-    c = emulate(lowered, a, b, np.zeros((m, n), NP[acc] if acc != "int32" else np.int32))[2]
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    ref = (a64.T if trans_a else a64) @ (b64.T if trans_b else b64)
-    if acc == "int32":
-        np.testing.assert_array_equal(c, ref.astype(np.int32))
-    else:
-        np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+    def run(a, b, c):
+        return emulate(lowered, a, b, c, check_races=True)[2]
+
+    check_matmul(run, rng, m, n, k, trans_a, trans_b, in_dtype, acc)
 
 
 @pytest.mark.parametrize("kind,threads,n", [("sum", 256, 300), ("max", 256, 70), ("min", 64, 129)])
@@ -58,7 +45,7 @@ def test_row_reduction_matches_float64(kind, threads, n, rng):
     m = 10
     x = rng.standard_normal((m, n)).astype(np.float32)
     lowered = pipeline.lower(row_reduce.get_tir(m, n, kind, threads=threads), GFX90A)
-    out = emulate(lowered, x, np.zeros((m,), np.float32))[1]
+    out = emulate(lowered, x, np.zeros((m,), np.float32), check_races=True)[1]
     ref = {"sum": np.sum, "max": np.max, "min": np.min}[kind](x.astype(np.float64), axis=1)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
@@ -68,7 +55,7 @@ def test_example_gemm(rng):
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
     lowered = pipeline.lower(example_tir("gemm/example_gemm.py", "matmul", (m, n, k)), GFX90A)
-    c = emulate(lowered, a, b, np.zeros((m, n), np.float16))[2]
+    c = emulate(lowered, a, b, np.zeros((m, n), np.float16), check_races=True)[2]
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
@@ -78,7 +65,7 @@ def test_example_softmax(rng):
     lowered = pipeline.lower(
         example_tir("softmax/example_softmax.py", "softmax", (70, 192)), GFX90A
     )
-    y = emulate(lowered, x, np.zeros_like(x))[1]
+    y = emulate(lowered, x, np.zeros_like(x), check_races=True)[1]
     ref = torch.softmax(torch.from_numpy(x).double(), -1).numpy()
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
@@ -88,7 +75,7 @@ def test_example_flash_attention_forward(rng):
     path = "flash_attention/example_mha_fwd_bshd.py"
     lowered = pipeline.lower(example_tir(path, "flashattn", (b, h, s, d, True)), GFX90A)
     q, k, v = (rng.standard_normal((b, s, h, d)).astype(np.float16) for _ in range(3))
-    out = emulate(lowered, q, k, v, np.zeros((b, s, h, d), np.float16))[3]
+    out = emulate(lowered, q, k, v, np.zeros((b, s, h, d), np.float16), check_races=True)[3]
     qt, kt, vt = (torch.from_numpy(x).double().transpose(1, 2) for x in (q, k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
     np.testing.assert_allclose(out.astype(np.float64), ref.transpose(1, 2).numpy(), atol=2e-2)

@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
+
 import tilelang
 import tilelang.language as T
+
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8, "float32": np.float32,
+      "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz}  # fmt: skip
+
+
+def random_operand(rng, shape, dtype):
+    """Fresh random values of ``dtype`` (small integers for int8, normals otherwise)."""
+    if dtype == "int8":
+        return rng.integers(-8, 8, size=shape).astype(np.int8)
+    return rng.standard_normal(shape).astype(NP[dtype])
+
+
+def check_matmul(run, rng, m, n, k, trans_a, trans_b, in_dtype, acc):
+    """Run ``run(a, b, c) -> c`` on random operands of :func:`matmul`'s shapes and compare C
+    with the float64 product (exactly for int32 accumulators)."""
+    a = random_operand(rng, (k, m) if trans_a else (m, k), in_dtype)
+    b = random_operand(rng, (n, k) if trans_b else (k, n), in_dtype)
+    c = run(a, b, np.zeros((m, n), np.int32 if acc == "int32" else NP[acc]))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = (a64.T if trans_a else a64) @ (b64.T if trans_b else b64)
+    if acc == "int32":
+        np.testing.assert_array_equal(c, ref.astype(np.int32))
+    else:
+        np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
 @tilelang.jit(out_idx=-1)
 def matmul(M, N, K, bM=64, bN=64, bK=32, trans_A=False, trans_B=False, in_dtype="float16",
-           accum_dtype="float32", out_dtype="float32", threads=128):  # fmt: skip
-    """C = op(A) @ op(B); A stored (K, M) when trans_A, B stored (N, K) when trans_B."""
+           accum_dtype="float32", out_dtype="float32", threads=128, num_stages=2):  # fmt: skip
+    """C = op(A) @ op(B); A stored (K, M) when trans_A, B stored (N, K) when trans_B; the k
+    loop is ``T.Pipelined(..., num_stages=num_stages)``."""
     A_shape, A_tile = ((K, M), (bK, bM)) if trans_A else ((M, K), (bM, bK))
     B_shape, B_tile = ((N, K), (bN, bK)) if trans_B else ((K, N), (bK, bN))
 
@@ -24,7 +52,7 @@ def matmul(M, N, K, bM=64, bN=64, bK=32, trans_A=False, trans_B=False, in_dtype=
             Bs = T.alloc_shared(B_tile, in_dtype)
             Cf = T.alloc_fragment((bM, bN), accum_dtype)
             T.clear(Cf)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=2):
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=num_stages):
                 if trans_A:
                     T.copy(A[k * bK, by * bM], As)
                 else:

@@ -20,7 +20,8 @@ loop; treated as one unit, a shared tile copied and read by a gemm inside it got
 barrier at all (a race on a GPU).
 
 A loop annotated ``tl_async_stages`` (software pipelining's split mma.sync schedule,
-``pipeline_planning._plan_split``) vouches that each of its cp.async copies writes a
+``pipeline_planning._plan_split``; ROCm's register-staged schedule, whose
+``tl::stage_copy`` stores count as such copies: ``backends/rocm/pipelining.py``) vouches that each of its cp.async copies writes a
 pipeline stage that no statement of the loop reads or writes until the loop's own
 ``cp.async.wait_group`` + barrier, and that the stage was last read before the previous
 such barrier: inside it (and for the loop as a whole against what precedes it) cp.async
@@ -62,7 +63,8 @@ class _State:
 # asynchronous copies that never overlap another async copy of the same tile op.
 # (tl::wgmma_m64n*: wgmma.mma_async only reads its shared A/B tiles, via the descriptors.)
 _READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n")
-_ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs", "tl::tma_load_")
+# (tl::stage_copy: ROCm's register -> LDS stores into a pipeline stage, backends/rocm/pipelining.py)
+_ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs", "tl::tma_load_", "tl::stage_copy")
 # mbarrier operations (TMA pipelining, passes/tma_lowering.py) synchronise by themselves:
 # their barrier words are no data for the barrier analysis.
 _SYNC_OBJECT_EXTERNS = ("tl::mbarrier_",)

@@ -51,6 +51,9 @@ LIMITS = {
 
 
 def smem_limit(arch: str) -> int:
+    """Shared-memory bytes one block may use on ``arch`` (CUDA sm_*, or a ROCm gfx* arch)."""
+    if arch.startswith("gfx"):
+        return 64 * 1024  # LDS per workgroup on CDNA2/3 (gfx90a, gfx94x)
     base = arch.rstrip("af")
     return LIMITS.get(base, 48 * 1024)
 

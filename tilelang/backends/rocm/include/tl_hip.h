@@ -4,7 +4,8 @@
 // file, so it supplies what the printed code and the tile-op rules refer to:
 //
 //   half / nv_bfloat16 / uint / uchar / ushort   element and shorthand types
-//   tl::copy_vec<N>(dst, src), tl::zero_vec<N>(dst), tl::is_aligned(p, n)
+//   tl::copy_vec<N>(dst, src), tl::zero_vec<N>(dst), tl::is_aligned(p, n),
+//   tl::load_vec<N>(regs, global), tl::stage_copy<N>(lds, regs)
 //                                                N-byte vector moves (N = 2, 4, 8, 16)
 //   tl::AtomicAdd / AtomicMax / AtomicMin        as the CUDA helpers (return the old value)
 //   __shfl_xor(half|bf16, mask, width)           HIP only has 32/64-bit shuffles
@@ -71,6 +72,18 @@ template <int N> __device__ __forceinline__ void copy_vec(void* dst, const void*
 template <int N> __device__ __forceinline__ void zero_vec(void* dst) {
   using V = typename VecBytes<N>::type;
   *reinterpret_cast<V*>(dst) = V{};
+}
+
+// N bytes from a global address of any alignment (software pipelining's register loads):
+// memcpy is one global_load_dwordx4 for N = 16 (unaligned dword access on CDNA).
+template <int N> __device__ __forceinline__ void load_vec(void* dst, const void* src) {
+  __builtin_memcpy(dst, src, N);
+}
+
+// A register -> LDS store into a software-pipeline stage (backends/rocm/pipelining.py):
+// copy_vec under the name the barrier analysis reads as a pipeline-stage write.
+template <int N> __device__ __forceinline__ void stage_copy(void* dst, const void* src) {
+  copy_vec<N>(dst, src);
 }
 
 __device__ __forceinline__ bool is_aligned(const void* ptr, int n) {
