@@ -6,6 +6,8 @@ Usage (from anywhere; re-run after adding names)::
     python3 scripts/api_coverage.py                     # writes docs/api-coverage.md
     python3 scripts/api_coverage.py --check             # exit 1 if the file is out of date
     UPSTREAM_PYTHON=/path/to/python python3 scripts/api_coverage.py
+    python3 scripts/api_coverage.py --upstream-src /path/to/upstream/checkout \
+        --upstream-label "tile-ai/tilelang@<commit>"   # re-scan upstream's examples and tests
 
 Upstream's names are listed by running the upstream venv's interpreter (``--upstream-python``,
 ``$UPSTREAM_PYTHON``, default ``/work/upstream-venv/bin/python``) outside this repository, so
@@ -16,6 +18,12 @@ object), ``error`` (the attribute exists as an explanation: reading it raises At
 with a message, e.g. ``tilelang.tvm.arith``) or ``missing``. ``PROBES`` (scripts/api_probes.py)
 runs small calls on this machine and reports the outcome (e.g. CPU ok / RuntimeError without a
 GPU); ``NOT_PROVIDED`` there gives the reason for deliberate gaps.
+
+The last section lists every name upstream's ``examples/`` and ``testing/python/language/``
+use (found by scripts/upstream_usage.py in a checkout given with ``--upstream-src``; without
+it, the names and file counts recorded in the current report are re-checked), with its state
+here; ``TARGET_LIMITS`` (api_probes.py) says on which targets a present name refuses with a
+clear "not supported on <target>" error.
 """
 
 from __future__ import annotations
@@ -172,6 +180,26 @@ def local_state(modname: str, name: str) -> tuple[str, str]:
     return "present", _kind(obj)
 
 
+def used_state(modname: str, name: str) -> tuple[str, str, str]:
+    """(category, here, note) of a name upstream's examples or tests use (see upstream_usage)."""
+    from api_probes import TARGET_LIMITS, not_provided_reason
+
+    key = f"{modname}:{name}"
+    state, detail = local_state(modname, name)
+    if state == "missing":
+        try:
+            importlib.import_module(f"{modname}.{name}")
+            state, detail = "present", "module"
+        except Exception:  # noqa: BLE001 - not a module here either
+            pass
+    if state == "present":
+        works, text = TARGET_LIMITS.get(key, (True, ""))
+        return ("present", detail, text) if works else ("error", "error", text)
+    if state == "error":
+        return "error", "error", _cell(detail)
+    return "missing", "missing", not_provided_reason(modname, name)
+
+
 def run_probe(probe) -> str:
     try:
         result = probe()
@@ -260,6 +288,24 @@ def build_report(upstream: dict) -> str:
     return "\n".join(out)
 
 
+def usage_report(path: Path, checkout: str | None, label: str | None) -> str:
+    """The "names used by upstream examples and language tests" section."""
+    import upstream_usage
+
+    if checkout:
+        users = upstream_usage.scan(Path(checkout))
+        usage = {pair: (len(files), files[0]) for pair, files in users.items()}
+        label = label or str(checkout)
+    else:
+        usage, recorded_label = upstream_usage.recorded_usage(
+            path.read_text() if path.exists() else ""
+        )
+        if not usage:
+            return ""
+        label = label or recorded_label
+    return upstream_usage.usage_section(usage, label, used_state)
+
+
 def main() -> int:
     """Write (or with ``--check`` verify) docs/api-coverage.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -269,6 +315,12 @@ def main() -> int:
     )
     parser.add_argument("--output", default=str(REPO / "docs" / "api-coverage.md"))
     parser.add_argument("--check", action="store_true", help="fail if the output would change")
+    parser.add_argument(
+        "--upstream-src",
+        help="an upstream checkout whose examples/ and testing/python/language/ are scanned "
+        "(default: re-check the names recorded in the current report)",
+    )
+    parser.add_argument("--upstream-label", help="what --upstream-src is (e.g. repo@commit)")
     args = parser.parse_args()
     if not Path(args.upstream_python).exists():
         raise SystemExit(f"no upstream interpreter at {args.upstream_python} (--upstream-python)")
@@ -278,6 +330,8 @@ def main() -> int:
         if "crashed" in info:
             upstream[modname] = recorded_upstream(path, modname, info["crashed"])
     report = build_report(upstream) + "\n"
+    usage = usage_report(path, args.upstream_src, args.upstream_label)
+    report += usage
     if args.check:
         current = path.read_text() if path.exists() else ""
         if current != report:
@@ -286,6 +340,7 @@ def main() -> int:
         return 0
     path.write_text(report)
     print(report.split("\n## ")[0])
+    print("\n".join(line for line in usage.splitlines() if line.startswith("**Used names")))
     return 0
 
 

@@ -182,3 +182,49 @@ for _name in (
     "ascend_driver",
 ):
     NOT_PROVIDED[f"tilelang.carver.arch.driver:{_name}"] = _NO_ASCEND
+
+# ---- names used by upstream's examples and language tests (the report's last section) ----
+
+#: ``TARGET_LIMITS["module:name"] = (works_somewhere, note)``: where a present name refuses
+#: with a clear "not supported on <target>" error. ``works_somewhere=False`` counts the name
+#: as "clear error" (it refuses on every target tilelang compiles for).
+TARGET_LIMITS: dict[str, tuple[bool, str]] = {}
+
+_INTERNAL = "upstream's internal module ({}); not part of the API tilelang reproduces"
+#: Reasons for whole upstream modules that are deliberately absent, by module prefix.
+NOT_PROVIDED_MODULES = {
+    "tilelang.cuda": _INTERNAL.format("CUDA target package: intrinsic emitters, layouts, "
+                                      "passes"),
+    "tilelang.rocm": _INTERNAL.format("ROCm target package"),
+    "tilelang.metal": _INTERNAL.format("Metal target package"),
+    "tilelang.webgpu": "no WebGPU backend",
+    "tilelang.cpu": _INTERNAL.format("CPU target package"),
+    "tilelang.tileop": _INTERNAL.format("tile-op classes of its TVM fork"),
+    "tilelang.ir": _INTERNAL.format("IR node classes and span helpers of its TVM fork"),
+    "tilelang._ffi_api": _INTERNAL.format("FFI bindings of libtilelang.so"),
+    "tilelang.jit.adapter": _INTERNAL.format("execution adapters; tilelang has one kernel "
+                                             "type, JITKernel"),
+    "tilelang.contrib.cutedsl": "no CuTe DSL backend",
+    "tilelang.tools.cuda": _INTERNAL.format("IKET CUDA event tracer"),
+    "tilelang.tools.Analyzer": "upstream's roofline analyzer of its TVM IR; not provided",
+    "tilelang.backend": _INTERNAL.format("target/pass-pipeline registry; use "
+                                         "tilelang.utils.target.determine_target"),
+    "tilelang.engine.callback": "source post-processing hooks are not provided yet",
+    "tilelang.language.tir": _INTERNAL.format("TIR export tables of its TVM fork"),
+    "tilelang.language.eager.ast": _INTERNAL.format("AST mutator of its eager builder"),
+    "tilelang.utils.language": _UPSTREAM_IR,
+    "tilelang.carver.template": _INTERNAL.format("carver templates"),
+    "tilelang.carver.roller": _INTERNAL.format("carver roller"),
+}
+
+
+def not_provided_reason(modname: str, name: str) -> str:
+    """Why ``modname.name`` is absent ('' when no reason is recorded)."""
+    key = f"{modname}:{name}"
+    if key in NOT_PROVIDED:
+        return NOT_PROVIDED[key]
+    dotted = f"{modname}.{name}"
+    for prefix in sorted(NOT_PROVIDED_MODULES, key=len, reverse=True):
+        if dotted == prefix or dotted.startswith(prefix + "."):
+            return NOT_PROVIDED_MODULES[prefix]
+    return ""
