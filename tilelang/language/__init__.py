@@ -245,3 +245,36 @@ from .builtin_ext import (  # noqa: E402
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update  # noqa: E402
 
 # ---- end T.* surface part 2 ----
+
+# ---- upstream names used by its examples and language tests (issue 10) ----
+# isort: split
+from . import fp8  # noqa: E402, F401 - T.fp8.determine_fp8_type
+from .not_lowered import refusal as _refusal  # noqa: E402
+from .tile_scheduler import BaseTileScheduler, PersistentTileScheduler  # noqa: E402
+from .upstream_names import (  # noqa: E402
+    FAST_MATH as _FAST_MATH,
+)
+from .upstream_names import (
+    PrimExpr,
+    Var,
+    annotate_consumer_reg_alloc,
+    annotate_producer_reg_dealloc,
+    parallel,
+    pdl_sync,
+    pdl_trigger,
+)
+from .upstream_names import ffs as _ffs  # noqa: E402
+
+globals().update(_FAST_MATH)  # T.__exp, T.__log2, T.__sin, ... (precise here)
+globals()["__ffs"] = _ffs
+
+
+def __getattr__(name: str):
+    """``T.<name>`` of an upstream op that no tilelang target lowers: a clear error."""
+    message = _refusal(name)
+    if message is None:
+        raise AttributeError(f"module 'tilelang.language' has no attribute {name!r}")
+    raise AttributeError(message)
+
+
+# ---- end upstream names block ----
