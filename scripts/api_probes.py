@@ -193,8 +193,7 @@ TARGET_LIMITS: dict[str, tuple[bool, str]] = {}
 _INTERNAL = "upstream's internal module ({}); not part of the API tilelang reproduces"
 #: Reasons for whole upstream modules that are deliberately absent, by module prefix.
 NOT_PROVIDED_MODULES = {
-    "tilelang.cuda": _INTERNAL.format("CUDA target package: intrinsic emitters, layouts, "
-                                      "passes"),
+    "tilelang.cuda": _INTERNAL.format("CUDA target package: intrinsic emitters, layouts, passes"),
     "tilelang.rocm": _INTERNAL.format("ROCm target package"),
     "tilelang.metal": _INTERNAL.format("Metal target package"),
     "tilelang.webgpu": "no WebGPU backend",
@@ -202,13 +201,15 @@ NOT_PROVIDED_MODULES = {
     "tilelang.tileop": _INTERNAL.format("tile-op classes of its TVM fork"),
     "tilelang.ir": _INTERNAL.format("IR node classes and span helpers of its TVM fork"),
     "tilelang._ffi_api": _INTERNAL.format("FFI bindings of libtilelang.so"),
-    "tilelang.jit.adapter": _INTERNAL.format("execution adapters; tilelang has one kernel "
-                                             "type, JITKernel"),
+    "tilelang.jit.adapter": _INTERNAL.format(
+        "execution adapters; tilelang has one kernel type, JITKernel"
+    ),
     "tilelang.contrib.cutedsl": "no CuTe DSL backend",
     "tilelang.tools.cuda": _INTERNAL.format("IKET CUDA event tracer"),
     "tilelang.tools.Analyzer": "upstream's roofline analyzer of its TVM IR; not provided",
-    "tilelang.backend": _INTERNAL.format("target/pass-pipeline registry; use "
-                                         "tilelang.utils.target.determine_target"),
+    "tilelang.backend": _INTERNAL.format(
+        "target/pass-pipeline registry; use tilelang.utils.target.determine_target"
+    ),
     "tilelang.engine.callback": "source post-processing hooks are not provided yet",
     "tilelang.language.tir": _INTERNAL.format("TIR export tables of its TVM fork"),
     "tilelang.language.eager.ast": _INTERNAL.format("AST mutator of its eager builder"),

@@ -166,8 +166,10 @@ def usage_section(usage: dict[tuple[str, str], tuple[int, str]], label: str, sta
     ``state_of(module, name)`` returns (category, here, note) with category one of
     "present", "error" (a clear per-target or explanatory error everywhere) or "missing".
     """
-    rows, counts, t_counts = [], {"present": 0, "error": 0, "missing": 0}, dict.fromkeys(
-        ("present", "error", "missing"), 0
+    rows, counts, t_counts = (
+        [],
+        {"present": 0, "error": 0, "missing": 0},
+        dict.fromkeys(("present", "error", "missing"), 0),
     )
     ordered = sorted(usage.items(), key=lambda kv: (-kv[1][0], kv[0]))
     for (module, name), (count, example) in ordered:

@@ -259,6 +259,7 @@ from .upstream_names import (
     Var,
     annotate_consumer_reg_alloc,
     annotate_producer_reg_dealloc,
+    atomic_or,
     parallel,
     pdl_sync,
     pdl_trigger,

@@ -12,6 +12,8 @@
 - ``T.pdl_trigger()`` / ``T.pdl_sync()``: programmatic dependent launch (``griddepcontrol``).
   tilelang launches kernels without the PDL attribute, where ``griddepcontrol.wait`` returns at
   once and ``launch_dependents`` has nothing to release, so both are correctly no-ops.
+- ``T.atomic_or(dst, value, memory_order=None)``: atomic OR of one integer element
+  (``tilelang/ops/atomic/bitwise.py``; CPU, CUDA and ROCm).
 - ``T.annotate_producer_reg_dealloc`` / ``T.annotate_consumer_reg_alloc``: register split hints
   for upstream's warp-specialized kernels; tilelang's warp specialization keeps the default
   split, so they are validated and accepted (like ``T.no_set_max_nreg``).
@@ -21,8 +23,11 @@ from __future__ import annotations
 
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
+from tvm_tirx.script import tirx as _T
 
-from .. import errors
+from .. import dtypes, errors
+from ..lowering.region import region_extents, to_region
+from ..ops.atomic import bitwise
 from . import builder
 from . import math as _math
 from .builder import LoopSpec
@@ -117,3 +122,37 @@ def annotate_producer_reg_dealloc(reg_count: int = 24):
 def annotate_consumer_reg_alloc(reg_count: int = 240):
     """Registers for consumer warp groups (a hint; accepted, the default split is kept)."""
     _reg_count("annotate_consumer_reg_alloc", reg_count)
+
+
+MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
+
+
+def atomic_or(dst, value, memory_order=None):
+    """Atomically ``dst |= value``; ``dst`` is one int32 or uint32 element of a global
+    or shared tensor (upstream: scalar addresses only)."""
+    st = builder.state()
+    st.uses_atomics = True
+    if memory_order is not None and memory_order not in MEMORY_ORDERS:
+        raise errors.TraceError(
+            f"T.atomic_or: memory_order must be one of {MEMORY_ORDERS}, got {memory_order!r}"
+        )
+    dst_r = to_region(builder.unwrap(dst), what="T.atomic_or dst")
+    extents = [builder.static_value(e) for e in region_extents(dst_r)]
+    if any(e != 1 for e in extents):
+        raise errors.TraceError(
+            f"T.atomic_or: dst must be one element (e.g. A[i]), got extents {extents}"
+        )
+    dtype = str(dst_r.source.ty.dtype)
+    if dtype not in bitwise.DTYPES:
+        raise errors.TraceError(
+            f"T.atomic_or: {dst_r.source.name} is {dtype}; atomic_or takes "
+            f"{', '.join(bitwise.DTYPES)} elements"
+        )
+    value = dtypes.scalar_value(builder.unwrap(value), dtype, "T.atomic_or value")
+    call = bitwise.ATOMIC_OR.make(
+        dst_r,
+        value,
+        loc=builder.user_loc(),
+        memory_order="" if memory_order in (None, "relaxed") else memory_order,
+    )
+    _T.emit_(ir.Evaluate(call, loc=call.loc))

@@ -299,6 +299,99 @@ def test_fp8_module():
         T.fp8.determine_fp8_type("e3m4")
 
 
+# ------------------------------------------------------------------------ T.atomic_or
+def atomic_or_kernel(n, dtype, slots, memory_order=None):
+    @T.prim_func
+    def main(x: T.Tensor((n,), dtype), acc: T.Tensor((slots,), dtype)):
+        with T.Kernel(T.ceildiv(n, 64), threads=64) as bx:
+            for t in T.Parallel(64):
+                i = bx * 64 + t
+                if i < n:
+                    T.atomic_or(acc[i % slots], x[i], memory_order=memory_order)
+            T.atomic_or(acc[0], 1 << 30)  # thread-independent: idempotent
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32"])
+@pytest.mark.parametrize("memory_order", [None, "release", "seq_cst"])
+def test_atomic_or_cpu(dtype, memory_order, rng):
+    n, slots = 150, 5
+    bits = 31
+    x = np.left_shift(np.ones(n, np.uint64), rng.integers(0, bits, n).astype(np.uint64))
+    x[rng.random(n) < 0.7] = 0  # sparse bits: the OR does not saturate
+    init = np.left_shift(np.ones(slots, np.uint64), rng.integers(0, bits, slots).astype(np.uint64))
+    torch_dtype = {"int32": torch.int32, "uint32": torch.uint32}[dtype]
+    xt = torch.from_numpy(x.astype(np.int64)).to(torch_dtype)
+    acc = torch.from_numpy(init.astype(np.int64)).to(torch_dtype)
+    tilelang.compile(atomic_or_kernel(n, dtype, slots, memory_order), target="cpu")(xt, acc)
+    ref = init.copy()
+    for i in range(n):
+        ref[i % slots] |= x[i]
+    ref[0] |= np.uint64(1 << 30)
+    got = acc.to(torch.int64).numpy().astype(np.uint64)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize(
+    "dst,value,order,words",
+    [
+        ("f", "1", None, "float32; atomic_or takes int32, uint32 elements"),
+        ("a2", "1", None, "dst must be one element"),
+        ("a", "1", "strong", "memory_order must be one of"),
+    ],
+)
+def test_atomic_or_errors_name_the_line(dst, value, order, words):
+    def make():
+        @T.prim_func
+        def main(a: T.Tensor((8,), "int32"), f: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                operands = {"a": a[1], "a2": a[0:2], "f": f[0]}
+                T.atomic_or(operands[dst], 1, memory_order=order)
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError) as info:
+        make()
+    assert words in str(info.value)
+    assert f":{line_of(make, 'T.atomic_or(operands[dst], 1, memory_order=order)')}" in str(
+        info.value
+    )
+
+
+def test_atomic_or_is_refused_on_metal():
+    from tilelang.backends.metal import pipeline as metal_pipeline
+
+    with pytest.raises(
+        tilelang.TileLangError, match="T.atomic_or is not supported on the metal target"
+    ):
+        metal_pipeline.lower(atomic_or_kernel(100, "int32", 3), {"kind": "metal"})
+
+
+def test_atomic_or_rocm_source():
+    from tilelang.backends.rocm import build as rocm_build
+    from tilelang.backends.rocm import pipeline as rocm_pipeline
+
+    target = {"kind": "rocm", "arch": "gfx90a"}
+    kernel = atomic_or_kernel(100, "uint32", 3, "acq_rel")
+    if rocm_build.find_toolchain() is None:
+        lowered = rocm_pipeline.lower(kernel, target)
+        assert str(lowered).count("atomicOr") == 2
+        return
+    source = rocm_pipeline.build(kernel, target).kernel_source
+    assert source.count("atomicOr(") == 2 and source.count("__threadfence()") == 2
+
+
+@needs_nvcc
+def test_atomic_or_cuda_source_fences_by_memory_order():
+    for order, fences in [(None, 0), ("acquire", 1), ("release", 1), ("acq_rel", 2)]:
+        art = cuda_pipeline.build(atomic_or_kernel(100, "int32", 3, order), SM80, compiler="nvcc")
+        assert art.device_binary
+        source = art.kernel_source
+        assert source.count("atomicOr(") == 2
+        assert source.count("__threadfence()") == fences * 1, order
+
+
 # ---------------------------------------------------------------- names no target lowers
 @pytest.mark.parametrize("name", sorted(NOT_LOWERED))
 def test_not_lowered_names_explain_themselves(name):
@@ -340,6 +433,7 @@ def test_nvcc_builds(target):
         fast_math_kernel(53),
         ffs_kernel(70, "int32"),
         ffs_kernel(70, "int64"),
+        atomic_or_kernel(100, "uint32", 3, "seq_cst"),
     ]
     for kernel in kernels:
         art = cuda_pipeline.build(kernel, target, compiler="nvcc")
