@@ -169,15 +169,46 @@ def local_state(modname: str, name: str) -> tuple[str, str]:
     try:
         mod = importlib.import_module(modname)
     except Exception as err:  # noqa: BLE001
+        explained = _explained_import_error(err)
+        if explained:
+            return "error", explained
         return "missing", f"module not importable: {type(err).__name__}"
     try:
         obj = getattr(mod, name)
     except AttributeError as err:
         msg = str(err)
         if "has no attribute" in msg:
+            try:  # an upstream submodule that tilelang explains (tilelang/utils/upstream_modules.py)
+                importlib.import_module(f"{modname}.{name}")
+            except Exception as import_err:  # noqa: BLE001
+                explained = _explained_import_error(import_err)
+                if explained:
+                    return "error", explained
             return "missing", ""
         return "error", msg
     return "present", _kind(obj)
+
+
+def _explained_import_error(err: Exception) -> str:
+    """The message of a ModuleNotFoundError that says why the module is absent ('' for a
+    bare "No module named ...")."""
+    msg = str(err)
+    if isinstance(err, ModuleNotFoundError) and ": it is " in msg:
+        return "import raises ModuleNotFoundError: " + msg.split(": it is ", 1)[1]
+    return ""
+
+
+def attribute_chain(dotted: str):
+    """What ``tilelang.a.b`` evaluates to in user code (attribute by attribute from the
+    package, e.g. ``tilelang.env`` is an object there), or None when it fails."""
+    parts = dotted.split(".")
+    try:
+        obj = importlib.import_module(parts[0])
+        for part in parts[1:]:
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - not reachable that way
+        return None
+    return obj
 
 
 def used_state(modname: str, name: str) -> tuple[str, str, str]:
@@ -191,7 +222,9 @@ def used_state(modname: str, name: str) -> tuple[str, str, str]:
             importlib.import_module(f"{modname}.{name}")
             state, detail = "present", "module"
         except Exception:  # noqa: BLE001 - not a module here either
-            pass
+            found = attribute_chain(f"{modname}.{name}")
+            if found is not None:
+                state, detail = "present", _kind(found)
     if state == "present":
         works, text = TARGET_LIMITS.get(key, (True, ""))
         return ("present", detail, text) if works else ("error", "error", text)
@@ -268,7 +301,8 @@ def build_report(upstream: dict) -> str:
     out += [
         "",
         "States: **present** (followed by the kind of object here), **error** (reading it raises "
-        "an AttributeError that explains why it is not provided), **missing**. "
+        "an AttributeError, or importing it a ModuleNotFoundError, that explains why it is not "
+        "provided), **missing**. "
         '"probe" is the outcome of a small call on the machine that generated this file '
         '(`scripts/api_probes.py`); "ok" means it ran.',
         "",

@@ -189,6 +189,60 @@ for _name in (
 #: with a clear "not supported on <target>" error. ``works_somewhere=False`` counts the name
 #: as "clear error" (it refuses on every target tilelang compiles for).
 TARGET_LIMITS: dict[str, tuple[bool, str]] = {}
+_HOPPER = (
+    "CUDA sm_90+ ({}); cpu, rocm, metal and older CUDA archs: 'T.{} is not supported on ...' "
+    "at the user's line"
+)
+for _name, _arch in {
+    "alloc_barrier": "sm_90",
+    "mbarrier_arrive": "sm_90",
+    "mbarrier_expect_tx": "sm_90",
+    "mbarrier_arrive_expect_tx": "sm_90",
+    "mbarrier_wait_parity": "sm_90",
+    "barrier_arrive": "sm_90",
+    "barrier_wait": "sm_90",
+    "fence_proxy_async": "sm_90",
+    "cluster_arrive": "sm_90",
+    "cluster_arrive_relaxed": "sm_90",
+    "cluster_wait": "sm_90",
+    "cluster_sync": "sm_90",
+    "block_rank_in_cluster": "sm_90",
+    "named_barrier_arrive": "sm_90",
+    "named_barrier_sync": "sm_90",
+    "set_max_nreg": "sm_90a",
+    "inc_max_nreg": "sm_90a",
+    "dec_max_nreg": "sm_90a",
+    "warpgroup_arrive": "sm_90a",
+    "warpgroup_commit_batch": "sm_90a",
+    "warpgroup_wait": "sm_90a",
+    "wait_wgmma": "sm_90a",
+    "wgmma_gemm": "sm_90a",
+}.items():
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (True, _HOPPER.format(_arch, _name))
+TARGET_LIMITS["tilelang.language:atomic_or"] = (
+    True,
+    "cpu, cuda, rocm (int32/uint32); metal: 'T.atomic_or is not supported on the metal "
+    "target' at the user's line",
+)
+TARGET_LIMITS["tilelang.language:PersistentTileScheduler"] = (
+    True,
+    "every target; num_workers defaults to the GPU's SM count (without a GPU: pass it)",
+)
+for _name in ("__exp", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan"):
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (
+        True,
+        f"every target; the precise T.{_name[2:]} (upstream: CUDA's approximate intrinsic)",
+    )
+for _name in ("pdl_sync", "pdl_trigger"):
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (
+        True,
+        "every target; a no-op (tilelang launches without programmatic dependent launch)",
+    )
+for _name in ("annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc"):
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (
+        True,
+        "a register-split hint: validated, accepted",
+    )
 
 _INTERNAL = "upstream's internal module ({}); not part of the API tilelang reproduces"
 #: Reasons for whole upstream modules that are deliberately absent, by module prefix.
@@ -217,6 +271,22 @@ NOT_PROVIDED_MODULES = {
     "tilelang.carver.template": _INTERNAL.format("carver templates"),
     "tilelang.carver.roller": _INTERNAL.format("carver roller"),
 }
+
+
+_FP4_UNPACKED = "helpers of upstream's float4_e2m1_unpacked storage type, which is not provided"
+NOT_PROVIDED.update(
+    {
+        "tilelang.language.dtypes:is_float4": _FP4_UNPACKED,
+        "tilelang.language.dtypes:is_float4_e2m1fn": _FP4_UNPACKED,
+        "tilelang.language.dtypes:is_float4_e2m1_unpacked": _FP4_UNPACKED,
+        "tilelang.language.dtypes:resolve_torch_storage_dtype": "upstream's torch-storage "
+        "dtype mapping; use tilelang.dtypes.as_torch",
+        "tilelang.errors:enrich_error": "upstream's internal error-rewriting helper; tilelang's "
+        "errors carry the user's line when raised",
+        "tilelang.layout:make_gemm_fragment_8x8_transposed": "upstream's internal fragment of "
+        "its 8x8 ldmatrix copies; see tilelang.layout.make_mma_*_fragment",
+    }
+)
 
 
 def not_provided_reason(modname: str, name: str) -> str:

@@ -251,10 +251,8 @@ from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_upda
 from . import fp8  # noqa: E402, F401 - T.fp8.determine_fp8_type
 from .not_lowered import refusal as _refusal  # noqa: E402
 from .tile_scheduler import BaseTileScheduler, PersistentTileScheduler  # noqa: E402
+from .upstream_names import FAST_MATH as _FAST_MATH  # noqa: E402
 from .upstream_names import (  # noqa: E402
-    FAST_MATH as _FAST_MATH,
-)
-from .upstream_names import (
     PrimExpr,
     Var,
     annotate_consumer_reg_alloc,
@@ -268,6 +266,8 @@ from .upstream_names import ffs as _ffs  # noqa: E402
 
 globals().update(_FAST_MATH)  # T.__exp, T.__log2, T.__sin, ... (precise here)
 globals()["__ffs"] = _ffs
+# upstream's import path of the dtype module: `from tilelang.language.dtypes import dtype`
+__import__("sys").modules.setdefault(f"{__name__}.dtypes", dtypes)
 
 
 def __getattr__(name: str):

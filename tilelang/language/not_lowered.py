@@ -1,4 +1,5 @@
-"""Upstream ``T.*`` names that no tilelang target lowers, each with the reason.
+"""Upstream ``T.*`` names that no tilelang target lowers (or that are not provided), each with
+the reason.
 
 Reading one of these names (``T.alloc_tmem``, ``from tilelang.language import tcgen05_gemm``)
 raises an AttributeError that names the op, the targets it is not supported on and why, so a
@@ -35,6 +36,15 @@ _VEC_MEM = (
 _TIR_SCRIPT = (
     "it is a TVMScript (TIR block/buffer-binding) construct of upstream's TVM fork; tilelang "
     "traces Python kernels (T.Kernel, T.Tensor annotations) and has no TIR blocks"
+)
+
+_JIT_OPTIONS = (
+    "kernel-carried compile options are not provided yet; pass compile_flags= / pass_configs= "
+    "to tilelang.compile or tilelang.jit"
+)
+_VECTOR_EXPR = (
+    "tilelang's traced kernels have no vector-valued scalar expressions to build or take lanes "
+    "from (vector dtypes name tensor element types); index the tensor instead"
 )
 
 #: name -> why no target lowers it
@@ -102,6 +112,16 @@ NOT_LOWERED: dict[str, str] = {
         "tilelang does not splice user C/CUDA source into a traced kernel; write the whole "
         "kernel with T.CUDASourceCodeKernel, or call a library function with T.call_extern"
     ),
+    "annotate_compile_flags": _JIT_OPTIONS,
+    "annotate_pass_configs": _JIT_OPTIONS,
+    "extract_lane": _VECTOR_EXPR,
+    "Shuffle": _VECTOR_EXPR,
+    "Ramp": _VECTOR_EXPR,
+    "Ref": (
+        "upstream's by-reference macro argument of its eager builder is not provided; return "
+        "the new value from the T.macro instead"
+    ),
+    "__fns": "CUDA's find-n-th-set-bit intrinsic is not provided yet (T.__ffs is)",
     "float4_e2m1_unpacked": (
         "upstream's one-fp4-per-byte shared-memory storage hint for sm_100 TMA loads; use "
         "T.float4_e2m1fn"
