@@ -228,6 +228,24 @@ TARGET_LIMITS["tilelang.language:PersistentTileScheduler"] = (
     True,
     "every target; num_workers defaults to the GPU's SM count (without a GPU: pass it)",
 )
+TARGET_LIMITS["tilelang.language:ClusterKernel"] = (
+    True,
+    "every target with one-block clusters; cluster_dims > 1: a TraceError at the user's line "
+    "(cluster launches are not supported yet)",
+)
+TARGET_LIMITS["tilelang.language:sync_grid"] = (
+    False,
+    "refused on every target at the user's line (needs a cooperative launch)",
+)
+TARGET_LIMITS["tilelang.language:CUDASourceCodeKernel"] = (
+    False,
+    "refused on every target at the user's line (kernels from CUDA source are not supported yet)",
+)
+TARGET_LIMITS["tilelang.language:Persistent"] = (
+    False,
+    "refused on every target at the user's line ('T.Persistent is not supported yet'); "
+    "T.PersistentTileScheduler walks tiles persistently",
+)
 for _name in ("__exp", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan"):
     TARGET_LIMITS[f"tilelang.language:{_name}"] = (
         True,
