@@ -228,6 +228,17 @@ TARGET_LIMITS["tilelang.language:PersistentTileScheduler"] = (
     True,
     "every target; num_workers defaults to the GPU's SM count (without a GPU: pass it)",
 )
+for _name in ("ptx_cp_async", "async_copy", "ptx_commit_group", "ptx_wait_group"):
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (
+        True,
+        "every target; the copy is done synchronously at issue (commit/wait have nothing "
+        "pending), see tilelang/language/cp_async.py",
+    )
+TARGET_LIMITS["tilelang.language:cp_async_barrier_noinc"] = (
+    True,
+    "CUDA sm_90+ (one mbarrier arrival, the copies being done); elsewhere 'T.mbarrier_arrive "
+    "is not supported on ...' at the user's line",
+)
 TARGET_LIMITS["tilelang.language:ClusterKernel"] = (
     True,
     "every target with one-block clusters; cluster_dims > 1: a TraceError at the user's line "

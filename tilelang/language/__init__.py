@@ -249,6 +249,13 @@ from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_upda
 # ---- upstream names used by its examples and language tests (issue 10) ----
 # isort: split
 from . import fp8  # noqa: E402, F401 - T.fp8.determine_fp8_type
+from .cp_async import (  # noqa: E402
+    async_copy,
+    cp_async_barrier_noinc,
+    ptx_commit_group,
+    ptx_cp_async,
+    ptx_wait_group,
+)
 from .not_lowered import refusal as _refusal  # noqa: E402
 from .tile_scheduler import BaseTileScheduler, PersistentTileScheduler  # noqa: E402
 from .upstream_names import FAST_MATH as _FAST_MATH  # noqa: E402

@@ -25,10 +25,6 @@ _WS_SCHEDULE = (
     "it belongs to upstream's experimental warp-specialization schedule API; write warp roles "
     "with T.ws(...) blocks, or let T.Pipelined warp-specialize on sm_90"
 )
-_CP_ASYNC = (
-    "tilelang has no user-managed cp.async API; T.copy into shared memory inside T.Pipelined "
-    "lowers to cp.async (commit/wait groups included) on sm_80+ by itself"
-)
 _VEC_MEM = (
     "tilelang has no explicit-width PTX load/store API; T.copy and T.vectorized loops emit "
     "vector loads and stores"
@@ -81,11 +77,6 @@ NOT_LOWERED: dict[str, str] = {
     "alloc_wgmma_desc": (
         "tilelang has no user-built wgmma descriptors; T.gemm and T.wgmma_gemm build them"
     ),
-    "ptx_cp_async": _CP_ASYNC,
-    "async_copy": _CP_ASYNC,
-    "ptx_commit_group": _CP_ASYNC,
-    "ptx_wait_group": _CP_ASYNC,
-    "cp_async_barrier_noinc": _CP_ASYNC,
     "gemm_sp": "sparse tensor-core GEMM (2:4 metadata) is not lowered",
     "WSID": _WS_SCHEDULE,
     "WSPipeline": _WS_SCHEDULE,

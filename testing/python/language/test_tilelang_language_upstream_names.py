@@ -438,3 +438,41 @@ def test_nvcc_builds(target):
     for kernel in kernels:
         art = cuda_pipeline.build(kernel, target, compiler="nvcc")
         assert art.device_binary
+
+
+@pytest.mark.cuda
+def test_scheduler_fast_math_ffs_atomic_or_on_gpu(rng):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    m, n, bm, bn, workers = 37, 29, 8, 16, 3
+    a = rng.standard_normal((m, n))
+    at = torch.from_numpy(a).float().cuda()
+    b = torch.zeros_like(at)
+    tilelang.compile(persistent_add(m, n, bm, bn, workers), target="cuda")(at, b)
+    ref = _persistent_add_reference(at.double().cpu().numpy(), m, n, bm, bn, workers)
+    np.testing.assert_allclose(b.double().cpu().numpy(), ref, rtol=1e-6, atol=1e-6)
+
+    x = rng.uniform(0.1, 1.4, 53)
+    y = torch.zeros(len(FAST), 53, device="cuda")
+    tilelang.compile(fast_math_kernel(53), target="cuda")(torch.from_numpy(x).float().cuda(), y)
+    for k, name in enumerate(FAST):
+        ref = NUMPY[name](torch.from_numpy(x).float().double().numpy())
+        np.testing.assert_allclose(y[k].double().cpu().numpy(), ref, rtol=2e-5, err_msg=name)
+
+    v = rng.integers(-(2**31), 2**31, 70, dtype=np.int64)
+    v[0] = 0
+    vt = torch.from_numpy(v.astype(np.uint32).view(np.int32)).cuda()
+    out = torch.zeros(70, dtype=torch.int32, device="cuda")
+    tilelang.compile(ffs_kernel(70, "int32"), target="cuda")(vt, out)
+    np.testing.assert_array_equal(out.cpu().numpy(), [_ffs(int(e), 32) for e in v])
+
+    bits = np.left_shift(1, rng.integers(0, 30, 150))
+    bits[rng.random(150) < 0.7] = 0
+    acc = torch.zeros(5, dtype=torch.int32, device="cuda")
+    xt = torch.from_numpy(bits).to(torch.int32).cuda()
+    tilelang.compile(atomic_or_kernel(150, "int32", 5, "acq_rel"), target="cuda")(xt, acc)
+    ref = np.zeros(5, np.int64)
+    for i in range(150):
+        ref[i % 5] |= bits[i]
+    ref[0] |= 1 << 30
+    np.testing.assert_array_equal(acc.cpu().numpy(), ref)
