@@ -239,6 +239,16 @@ TARGET_LIMITS["tilelang.language:cp_async_barrier_noinc"] = (
     "CUDA sm_90+ (one mbarrier arrival, the copies being done); elsewhere 'T.mbarrier_arrive "
     "is not supported on ...' at the user's line",
 )
+for _name in ("ldg32", "ldg64", "ldg128", "ldg256", "lds32", "lds64", "lds128"):
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (
+        True,
+        "every target; element loads packed into uint32 words (upstream: one PTX vector load)",
+    )
+for _name in ("stg32", "stg64", "stg128", "stg256", "sts32", "sts64", "sts128"):
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (
+        True,
+        "every target; element stores of the words' bits (upstream: one PTX vector store)",
+    )
 TARGET_LIMITS["tilelang.language:ClusterKernel"] = (
     True,
     "every target with one-block clusters; cluster_dims > 1: a TraceError at the user's line "

@@ -270,6 +270,22 @@ from .upstream_names import (  # noqa: E402
     pdl_trigger,
 )
 from .upstream_names import ffs as _ffs  # noqa: E402
+from .wide_access import (  # noqa: E402
+    ldg32,
+    ldg64,
+    ldg128,
+    ldg256,
+    lds32,
+    lds64,
+    lds128,
+    stg32,
+    stg64,
+    stg128,
+    stg256,
+    sts32,
+    sts64,
+    sts128,
+)
 
 globals().update(_FAST_MATH)  # T.__exp, T.__log2, T.__sin, ... (precise here)
 globals()["__ffs"] = _ffs

@@ -25,10 +25,6 @@ _WS_SCHEDULE = (
     "it belongs to upstream's experimental warp-specialization schedule API; write warp roles "
     "with T.ws(...) blocks, or let T.Pipelined warp-specialize on sm_90"
 )
-_VEC_MEM = (
-    "tilelang has no explicit-width PTX load/store API; T.copy and T.vectorized loops emit "
-    "vector loads and stores"
-)
 _TIR_SCRIPT = (
     "it is a TVMScript (TIR block/buffer-binding) construct of upstream's TVM fork; tilelang "
     "traces Python kernels (T.Kernel, T.Tensor annotations) and has no TIR blocks"
@@ -118,10 +114,6 @@ NOT_LOWERED: dict[str, str] = {
         "T.float4_e2m1fn"
     ),
 }
-for _name in ("ldg32", "ldg64", "ldg128", "ldg256", "stg32", "stg64", "stg128", "stg256"):
-    NOT_LOWERED[_name] = _VEC_MEM + " (T.__ldg reads one element through the read-only cache)"
-for _name in ("lds32", "lds64", "lds128", "sts32", "sts64", "sts128"):
-    NOT_LOWERED[_name] = _VEC_MEM
 
 
 def refusal(name: str) -> str | None:
