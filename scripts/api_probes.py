@@ -249,6 +249,17 @@ for _name in ("stg32", "stg64", "stg128", "stg256", "sts32", "sts64", "sts128"):
         True,
         "every target; element stores of the words' bits (upstream: one PTX vector store)",
     )
+TARGET_LIMITS["tilelang.language:tma_copy"] = (
+    True,
+    "done synchronously as T.copy (tilelang/language/tma_explicit.py); the load form's "
+    "mbarrier needs CUDA sm_90+ (elsewhere 'T.alloc_barrier is not supported on ...'); "
+    "cluster_mask / leader_scope_threads: a TraceError",
+)
+for _name in ("tma_store_arrive", "tma_store_wait"):
+    TARGET_LIMITS[f"tilelang.language:{_name}"] = (
+        True,
+        "every target; a no-op (T.tma_copy stores complete when issued)",
+    )
 TARGET_LIMITS["tilelang.language:ClusterKernel"] = (
     True,
     "every target with one-block clusters; cluster_dims > 1: a TraceError at the user's line "

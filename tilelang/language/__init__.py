@@ -258,6 +258,7 @@ from .cp_async import (  # noqa: E402
 )
 from .not_lowered import refusal as _refusal  # noqa: E402
 from .tile_scheduler import BaseTileScheduler, PersistentTileScheduler  # noqa: E402
+from .tma_explicit import tma_copy, tma_store_arrive, tma_store_wait  # noqa: E402
 from .upstream_names import FAST_MATH as _FAST_MATH  # noqa: E402
 from .upstream_names import (  # noqa: E402
     PrimExpr,

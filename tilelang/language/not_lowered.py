@@ -61,10 +61,7 @@ NOT_LOWERED: dict[str, str] = {
         "lowered; T.alloc_barrier makes CTA-local ones and T.cluster_sync synchronizes a cluster"
     ),
     "mma_gemm_blockscaled": _SM120,
-    "tma_copy": _TMA_EXPLICIT,
     "tma_load": _TMA_EXPLICIT,
-    "tma_store_arrive": _TMA_EXPLICIT,
-    "tma_store_wait": _TMA_EXPLICIT,
     "create_tma_descriptor": _TMA_EXPLICIT,
     "im2col": "the TMA im2col copy is not lowered; write the im2col gather with T.Parallel",
     "tma_gather4": _TMA_GATHER,
