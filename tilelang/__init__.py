@@ -40,3 +40,8 @@ from .version import __version__  # noqa: F401
 from .utils import upstream_modules as _upstream_modules
 
 _upstream_modules.install()  # `import tilelang.cuda...` (upstream-only): a clear error
+
+
+def __getattr__(name: str):
+    """``tilelang.cuda`` and the other upstream-only packages: an AttributeError saying why."""
+    raise _upstream_modules.attribute_error(__name__, name)

@@ -298,7 +298,9 @@ def __getattr__(name: str):
     """``T.<name>`` of an upstream op that no tilelang target lowers: a clear error."""
     message = _refusal(name)
     if message is None:
-        raise AttributeError(f"module 'tilelang.language' has no attribute {name!r}")
+        from ..utils.upstream_modules import attribute_error
+
+        raise attribute_error(__name__, name)  # T.tir: why; other names: the usual message
     raise AttributeError(message)
 
 

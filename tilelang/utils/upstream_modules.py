@@ -55,6 +55,15 @@ def reason(fullname: str) -> str | None:
     return None
 
 
+def attribute_error(module: str, name: str) -> AttributeError:
+    """The AttributeError for ``module.name``: why it is absent when it is a listed upstream
+    module, else Python's usual message (for a module-level ``__getattr__``)."""
+    why = reason(f"{module}.{name}")
+    if why is None:
+        return AttributeError(f"module {module!r} has no attribute {name!r}")
+    return AttributeError(f"{module}.{name} is {why}. See docs/api-coverage.md.")
+
+
 class UpstreamModuleFinder:
     """A ``sys.meta_path`` finder that explains the upstream modules listed in ABSENT."""
 

@@ -128,3 +128,24 @@ def test_unlisted_and_real_modules_are_untouched():
     assert sum(isinstance(f, upstream_modules.UpstreamModuleFinder) for f in sys.meta_path) == 1
     upstream_modules.install()
     assert sum(isinstance(f, upstream_modules.UpstreamModuleFinder) for f in sys.meta_path) == 1
+
+
+@pytest.mark.parametrize(
+    "get,words",
+    [
+        (lambda: tilelang.cuda, "tilelang.cuda is upstream's CUDA target package"),
+        (lambda: tilelang.tileop, "tilelang.tileop is upstream's tile-op classes"),
+        (lambda: T.tir, "tilelang.language.tir is upstream's TIR export tables"),
+    ],
+    ids=["tilelang.cuda", "tilelang.tileop", "T.tir"],
+)
+def test_attribute_access_of_upstream_packages_explains(get, words):
+    with pytest.raises(AttributeError, match=words):
+        get()
+
+
+def test_unknown_attributes_keep_the_usual_message():
+    with pytest.raises(AttributeError, match="module 'tilelang' has no attribute 'nope'"):
+        tilelang.nope  # noqa: B018
+    with pytest.raises(AttributeError, match="module 'tilelang.language' has no attribute 'nope'"):
+        T.nope  # noqa: B018
