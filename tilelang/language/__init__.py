@@ -271,6 +271,7 @@ from .upstream_names import (  # noqa: E402
     pdl_trigger,
 )
 from .upstream_names import ffs as _ffs  # noqa: E402
+from .upstream_names import fns as _fns  # noqa: E402
 from .wide_access import (  # noqa: E402
     ldg32,
     ldg64,
@@ -290,6 +291,7 @@ from .wide_access import (  # noqa: E402
 
 globals().update(_FAST_MATH)  # T.__exp, T.__log2, T.__sin, ... (precise here)
 globals()["__ffs"] = _ffs
+globals()["__fns"] = _fns
 # upstream's import path of the dtype module: `from tilelang.language.dtypes import dtype`
 __import__("sys").modules.setdefault(f"{__name__}.dtypes", dtypes)
 

@@ -105,7 +105,6 @@ NOT_LOWERED: dict[str, str] = {
         "upstream's by-reference macro argument of its eager builder is not provided; return "
         "the new value from the T.macro instead"
     ),
-    "__fns": "CUDA's find-n-th-set-bit intrinsic is not provided yet (T.__ffs is)",
     "float4_e2m1_unpacked": (
         "upstream's one-fp4-per-byte shared-memory storage hint for sm_100 TMA loads; use "
         "T.float4_e2m1fn"

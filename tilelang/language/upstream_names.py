@@ -6,6 +6,8 @@
   intrinsics' error bounds on every target.
 - ``T.__ffs(x)``: one-based position of the lowest set bit of an integer, 0 for 0 (CUDA's
   ``__ffs`` / ``__ffsll``), computed with a population count on every target.
+- ``T.__fns(mask, base, offset)``: the ``offset``-th set bit from ``base`` (CUDA's ``__fns``),
+  from population counts / leading-zero counts on every target.
 - ``T.parallel(start, stop=None)``: the TIR spelling of a parallel loop (= ``T.Parallel`` over
   one range).
 - ``T.PrimExpr`` / ``T.Var``: classes for ``isinstance`` checks on traced values.
@@ -156,3 +158,35 @@ def atomic_or(dst, value, memory_order=None):
         memory_order="" if memory_order in (None, "relaxed") else memory_order,
     )
     _T.emit_(ir.Evaluate(call, loc=call.loc))
+
+
+def _u32(x):
+    if isinstance(x, int):
+        return ir.const(x & 0xFFFFFFFF, "uint32")
+    return _tirx.Cast("uint32", x)
+
+
+def fns(mask, base, offset):
+    """Bit position of the ``offset``-th set bit of the 32-bit ``mask`` counted from bit
+    ``base`` (toward the MSB for ``offset > 0``, the LSB for ``offset < 0``; ``offset == 0``:
+    ``base`` itself if set), or 0xFFFFFFFF when there is none (CUDA's ``__fns``, PTX
+    ``fns.b32``). ``offset`` must be known when tracing; ``base`` must be in [0, 31]."""
+    offset = builder.static_value(builder.unwrap(offset))
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise errors.TraceError("T.__fns: offset must be an int known when tracing")
+    m, b = _u32(builder.unwrap(mask)), _u32(builder.unwrap(base))
+    zero, one, none = ir.const(0, "uint32"), ir.const(1, "uint32"), ir.const(0xFFFFFFFF, "uint32")
+    if offset == 0:
+        return _tirx.Select(((m >> b) & one) == one, b, none)
+    if offset > 0:
+        m = m & (none << b)  # bits base..31
+        for _ in range(offset - 1):
+            m = m & (m - one)  # drop the lowest set bit
+        lowest = _tirx.Cast("uint32", _tirx.popcount(m ^ (m - one))) - one
+        return _tirx.Select(m == zero, none, lowest)
+    m = m & (none >> (ir.const(31, "uint32") - b))  # bits 0..base
+    for _ in range(-offset - 1):  # drop the highest set bit
+        top = ir.const(31, "uint32") - _tirx.Cast("uint32", _tirx.clz(m))
+        m = _tirx.Select(m == zero, zero, m ^ (one << top))
+    highest = ir.const(31, "uint32") - _tirx.Cast("uint32", _tirx.clz(m))
+    return _tirx.Select(m == zero, none, highest)

@@ -476,3 +476,65 @@ def test_scheduler_fast_math_ffs_atomic_or_on_gpu(rng):
         ref[i % 5] |= bits[i]
     ref[0] |= 1 << 30
     np.testing.assert_array_equal(acc.cpu().numpy(), ref)
+
+
+# ---------------------------------------------------------------------------- T.__fns
+def fns_reference(mask: int, base: int, offset: int) -> int:
+    """PTX fns.b32, step by step."""
+    if offset == 0:
+        return base if (mask >> base) & 1 else 0xFFFFFFFF
+    pos, count, inc = base, abs(offset) - 1, 1 if offset > 0 else -1
+    while 0 <= pos < 32:
+        if (mask >> pos) & 1:
+            if count == 0:
+                return pos
+            count -= 1
+        pos += inc
+    return 0xFFFFFFFF
+
+
+def fns_kernel(n, offset):
+    @T.prim_func
+    def main(
+        mask: T.Tensor((n,), "uint32"), base: T.Tensor((n,), "int32"), y: T.Tensor((n,), "uint32")
+    ):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(n):
+                y[i] = getattr(T, "__fns")(mask[i], base[i], offset)
+
+    return main
+
+
+@pytest.mark.parametrize("offset", [-5, -2, -1, 0, 1, 3, 7])
+def test_fns_cpu(offset, rng):
+    n = 96
+    mask = rng.integers(0, 2**32, n, dtype=np.uint64)
+    mask[:3] = [0, 0xFFFFFFFF, 0xAAAAAAAA]
+    mask[3:40] &= rng.integers(0, 2**32, 37, dtype=np.uint64)  # sparser masks
+    base = rng.integers(0, 32, n)
+    y = torch.zeros(n, dtype=torch.uint32)
+    mt = torch.from_numpy(mask.astype(np.int64)).to(torch.uint32)
+    tilelang.compile(fns_kernel(n, offset), target="cpu")(mt, torch.from_numpy(base).int(), y)
+    ref = [fns_reference(int(m), int(b), offset) for m, b in zip(mask, base)]
+    np.testing.assert_array_equal(y.to(torch.int64).numpy() & 0xFFFFFFFF, ref)
+
+
+def test_fns_needs_a_static_offset():
+    with pytest.raises(tilelang.TileLangError, match="offset must be an int known when tracing"):
+        fns_kernel_dynamic()
+
+
+def fns_kernel_dynamic():
+    @T.prim_func
+    def main(mask: T.Tensor((4,), "uint32"), off: T.Tensor((4,), "int32")):
+        with T.Kernel(1, threads=4):
+            for i in T.Parallel(4):
+                mask[i] = getattr(T, "__fns")(mask[i], 0, off[i])
+
+    return main
+
+
+@needs_nvcc
+def test_fns_nvcc():
+    for offset in (-2, 0, 3):
+        assert cuda_pipeline.build(fns_kernel(64, offset), SM80, compiler="nvcc").device_binary
