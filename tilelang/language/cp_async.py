@@ -50,22 +50,25 @@ def _static_count(value, name: str) -> int:
     return count
 
 
-def ptx_cp_async(dst, src, num_elems):
-    """Copy ``num_elems`` consecutive elements from ``src`` (global) to ``dst`` (shared);
-    both are ``T.access_ptr(X[...], ...)`` (or elements ``X[...]``)."""
+def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems, predicate=None):
+    """Copy ``num_elems`` consecutive elements from ``src_access_ptr`` (global) to
+    ``dst_access_ptr`` (shared); both are ``T.access_ptr(X[...], ...)`` (or elements
+    ``X[...]``). Where ``predicate`` is false nothing is copied."""
     builder.state()
-    d = _element(dst, "ptx_cp_async", "dst")
-    s = _element(src, "ptx_cp_async", "src")
+    d = _element(dst_access_ptr, "ptx_cp_async", "dst")
+    s = _element(src_access_ptr, "ptx_cp_async", "src")
     n = _static_count(num_elems, "ptx_cp_async")
     d_type, s_type = str(d.source.ty.dtype), str(s.source.ty.dtype)
     if d_type != s_type:
         raise errors.TraceError(
             f"T.ptx_cp_async: dst {d.source.name} is {d_type} but src {s.source.name} is {s_type}"
         )
-    for k in range(n):
-        d_idx = [*d.indices[:-1], d.indices[-1] + k if k else d.indices[-1]]
-        s_idx = [*s.indices[:-1], s.indices[-1] + k if k else s.indices[-1]]
-        builder.store(d.source, d_idx, ir.TensorLoad(s.source, s_idx))
+    with builder.if_(True if predicate is None else predicate) as frame, frame.then() as taken:
+        if taken:
+            for k in range(n):
+                d_idx = [*d.indices[:-1], d.indices[-1] + k if k else d.indices[-1]]
+                s_idx = [*s.indices[:-1], s.indices[-1] + k if k else s.indices[-1]]
+                builder.store(d.source, d_idx, ir.TensorLoad(s.source, s_idx))
 
 
 def ptx_commit_group():
@@ -83,12 +86,12 @@ def ptx_wait_group(num=0):
         )
 
 
-def cp_async_barrier_noinc(mbarrier):
-    """Arrive on ``mbarrier`` once this thread's copies are done (they are: one arrival)."""
-    mbarrier_arrive(mbarrier)
+def cp_async_barrier_noinc(barrier):
+    """Arrive on ``barrier`` once this thread's copies are done (they are: one arrival)."""
+    mbarrier_arrive(barrier)
 
 
-def async_copy(src, dst, **kwargs):
+def async_copy(src, dst, coalesced_width=None, annotations=None, loop_layout=None):
     """``T.copy(src, dst)`` of a global region into shared memory (upstream: cp.async
     without a wait)."""
     builder.state()
@@ -107,4 +110,6 @@ def async_copy(src, dst, **kwargs):
                 f"T.async_copy: {what} {value.name} is in {scope or 'global'} memory; "
                 "async_copy copies global memory into shared memory"
             )
-    copy(src, dst, **kwargs)
+    copy(
+        src, dst, coalesced_width=coalesced_width, loop_layout=loop_layout, annotations=annotations
+    )

@@ -62,6 +62,39 @@ def test_ptx_cp_async_cpu(dtype, vec, rng):
     np.testing.assert_allclose(b.double().numpy(), ref, rtol=tol, atol=tol)
 
 
+def predicated_copy(n, vec):
+    """Upstream's keyword names; copy only the pieces whose index is even."""
+
+    @T.prim_func
+    def main(a: T.Tensor((n,), "float32"), b: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=n // vec) as _:
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((n,), "float32")
+            T.ptx_cp_async(
+                dst_access_ptr=T.access_ptr(s[tx * vec], "w", vec),
+                src_access_ptr=T.access_ptr(a[tx * vec], "r", vec),
+                num_elems=vec,
+                predicate=tx % 2 == 0,
+            )
+            T.ptx_commit_group()
+            T.ptx_wait_group(0)
+            T.sync_threads()
+            for i in T.Parallel(n):
+                b[i] = T.if_then_else((i // vec) % 2 == 0, s[i], -1.0)
+
+    return main
+
+
+def test_predicated_ptx_cp_async_cpu(rng):
+    n, vec = 48, 4
+    a = rng.standard_normal(n)
+    at = torch.from_numpy(a).float()
+    b = torch.zeros(n)
+    tilelang.compile(predicated_copy(n, vec), target="cpu")(at, b)
+    ref = np.where((np.arange(n) // vec) % 2 == 0, at.double().numpy(), -1.0)
+    np.testing.assert_allclose(b.double().numpy(), ref, rtol=1e-6)
+
+
 def async_copy_kernel(n, block):
     @T.prim_func
     def main(a: T.Tensor((n,), "float32"), b: T.Tensor((n,), "float32")):
@@ -154,7 +187,11 @@ def noinc_kernel(n):
 @needs_nvcc
 @pytest.mark.parametrize("target", [SM80, SM90], ids=["sm_80", "sm_90a"])
 def test_nvcc_builds(target):
-    for kernel in (staged_copy(5, 48, 8, "float16"), async_copy_kernel(203, 64)):
+    for kernel in (
+        staged_copy(5, 48, 8, "float16"),
+        async_copy_kernel(203, 64),
+        predicated_copy(48, 4),
+    ):
         assert cuda_pipeline.build(kernel, target, compiler="nvcc").device_binary
     if target is SM90:
         assert cuda_pipeline.build(noinc_kernel(256), target, compiler="nvcc").device_binary
