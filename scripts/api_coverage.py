@@ -104,7 +104,14 @@ for modname in sys.argv[1:]:
         except Exception: continue
         if is_api(modname, n, obj): names[n] = kind_of(obj)
         else: incidental.append(n)
-    out[modname] = {"names": names, "incidental": incidental}
+    params = {}
+    for n in names:
+        obj = getattr(mod, n, None)
+        if inspect.isclass(obj) or not callable(obj): continue
+        try: sig = inspect.signature(obj)
+        except Exception: continue
+        params[n] = [[p.name, p.kind.name] for p in sig.parameters.values() if p.name != "span"]
+    out[modname] = {"names": names, "incidental": incidental, "params": params}
 print("@@JSON@@" + json.dumps(out))
 """
 
@@ -211,7 +218,43 @@ def attribute_chain(dotted: str):
     return obj
 
 
-def used_state(modname: str, name: str) -> tuple[str, str, str]:
+def signature_difference(modname: str, name: str, upstream_params: dict | None) -> str:
+    """'' when ``modname.name`` takes upstream's parameters (by name, positional ones in
+    upstream's order), else a note naming what differs."""
+    import inspect
+
+    wanted = (upstream_params or {}).get(modname, {}).get(name)
+    obj = attribute_chain(f"{modname}.{name}")
+    if not wanted or obj is None or inspect.isclass(obj) or not callable(obj):
+        return ""
+    try:
+        here = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):
+        return ""
+    kinds = {p.kind.name for p in here}
+    positional = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
+    up_pos = [n for n, kind in wanted if kind in positional]
+    here_pos = [p.name for p in here if p.kind.name in positional]
+    notes = []
+    if "VAR_POSITIONAL" not in kinds and here_pos[: len(up_pos)] != up_pos[: len(here_pos)]:
+        notes.append(
+            f"positional parameters ({', '.join(here_pos)}), upstream ({', '.join(up_pos)})"
+        )
+    if "VAR_KEYWORD" not in kinds:
+        names = {p.name for p in here}
+        lacking = [
+            n
+            for n, kind in wanted
+            if kind not in ("VAR_POSITIONAL", "VAR_KEYWORD") and n not in names
+        ]
+        if lacking:
+            notes.append(f"upstream keyword(s) not accepted: {', '.join(lacking)}")
+    return "signature differs: " + "; ".join(notes) if notes else ""
+
+
+def used_state(
+    modname: str, name: str, upstream_params: dict | None = None
+) -> tuple[str, str, str]:
     """(category, here, note) of a name upstream's examples or tests use (see upstream_usage)."""
     from api_probes import TARGET_LIMITS, not_provided_reason
 
@@ -227,7 +270,10 @@ def used_state(modname: str, name: str) -> tuple[str, str, str]:
                 state, detail = "present", _kind(found)
     if state == "present":
         works, text = TARGET_LIMITS.get(key, (True, ""))
-        return ("present", detail, text) if works else ("error", "error", text)
+        differs = signature_difference(modname, name, upstream_params)
+        if differs:
+            text = f"{text}; {differs}" if text else differs
+        return ("present", detail, _cell(text)) if works else ("error", "error", _cell(text))
     if state == "error":
         return "error", "error", _cell(detail)
     return "missing", "missing", not_provided_reason(modname, name)
@@ -322,7 +368,9 @@ def build_report(upstream: dict) -> str:
     return "\n".join(out)
 
 
-def usage_report(path: Path, checkout: str | None, label: str | None) -> str:
+def usage_report(
+    path: Path, checkout: str | None, label: str | None, upstream: dict | None = None
+) -> str:
     """The "names used by upstream examples and language tests" section."""
     import upstream_usage
 
@@ -337,7 +385,10 @@ def usage_report(path: Path, checkout: str | None, label: str | None) -> str:
         if not usage:
             return ""
         label = label or recorded_label
-    return upstream_usage.usage_section(usage, label, used_state)
+    params = {mod: info.get("params", {}) for mod, info in (upstream or {}).items()}
+    return upstream_usage.usage_section(
+        usage, label, lambda mod, name: used_state(mod, name, params)
+    )
 
 
 def main() -> int:
@@ -364,7 +415,7 @@ def main() -> int:
         if "crashed" in info:
             upstream[modname] = recorded_upstream(path, modname, info["crashed"])
     report = build_report(upstream) + "\n"
-    usage = usage_report(path, args.upstream_src, args.upstream_label)
+    usage = usage_report(path, args.upstream_src, args.upstream_label, upstream)
     report += usage
     if args.check:
         current = path.read_text() if path.exists() else ""

@@ -172,11 +172,13 @@ def usage_section(usage: dict[tuple[str, str], tuple[int, str]], label: str, sta
         dict.fromkeys(("present", "error", "missing"), 0),
     )
     ordered = sorted(usage.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    differ = 0
     for (module, name), (count, example) in ordered:
         if not is_reported(name):
             continue
         category, here, note = state_of(module, name)
         counts[category] += 1
+        differ += "signature differs" in note
         if module == "tilelang.language":
             t_counts[category] += 1
         rows.append(f"| `{module}.{name}` | {count} | `{example}` | {here} | {note} |")
@@ -197,7 +199,8 @@ def usage_section(usage: dict[tuple[str, str], tuple[int, str]], label: str, sta
         f"**Used names: {total}; present {counts['present']}, clear error {counts['error']}, "
         f"missing {counts['missing']}.** Of them `tilelang.language` (T.*): {t_total}; "
         f"present {t_counts['present']}, clear error {t_counts['error']}, "
-        f"missing {t_counts['missing']}.",
+        f"missing {t_counts['missing']}. Signatures that differ from upstream's (see the "
+        f"notes): {differ}.",
         "",
         "| name | upstream files | e.g. | here | notes |",
         "|---|---|---|---|---|",
