@@ -99,3 +99,16 @@ def test_section_counts_and_round_trip(tmp_path):
 def test_scan_rejects_a_directory_without_tilelang(tmp_path):
     with pytest.raises(SystemExit, match="not an upstream tilelang checkout"):
         upstream_usage.scan(tmp_path)
+
+
+def test_signature_difference_names_what_differs():
+    import api_coverage
+
+    pos = "POSITIONAL_OR_KEYWORD"
+    same = {"tilelang.language": {"reinterpret": [["value", pos], ["dtype", pos]]}}
+    assert api_coverage.signature_difference("tilelang.language", "reinterpret", same) == ""
+    other = {"tilelang.language": {"reinterpret": [["x", pos], ["dtype", pos], ["span", pos]]}}
+    note = api_coverage.signature_difference("tilelang.language", "reinterpret", other)
+    assert "positional parameters (value, dtype), upstream (x, dtype, span)" in note
+    assert "not accepted: x, span" in note
+    assert api_coverage.signature_difference("tilelang.language", "reinterpret", None) == ""
