@@ -538,3 +538,26 @@ def fns_kernel_dynamic():
 def test_fns_nvcc():
     for offset in (-2, 0, 3):
         assert cuda_pipeline.build(fns_kernel(64, offset), SM80, compiler="nvcc").device_binary
+
+
+@pytest.mark.parametrize("kind", ["rocm", "metal"])
+def test_vendor_backends_build(kind):
+    """The scheduler, fast math, __ffs, __fns and atomic_or's refusal on ROCm and Metal."""
+    from tilelang.backends.metal import pipeline as metal_pipeline
+    from tilelang.backends.rocm import build as rocm_build
+    from tilelang.backends.rocm import pipeline as rocm_pipeline
+
+    pipe, target = (
+        (rocm_pipeline, {"kind": "rocm", "arch": "gfx90a"})
+        if kind == "rocm"
+        else (metal_pipeline, {"kind": "metal"})
+    )
+    step = pipe.lower if kind == "rocm" and rocm_build.find_toolchain() is None else pipe.build
+    for kernel in (
+        persistent_add(37, 29, 8, 16, 3),
+        fast_math_kernel(53),
+        ffs_kernel(70, "int32"),
+        fns_kernel(64, -2),
+        fns_kernel(64, 3),
+    ):
+        assert step(kernel, target) is not None
