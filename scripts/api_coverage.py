@@ -6,6 +6,8 @@ Usage (from anywhere; re-run after adding names)::
     python3 scripts/api_coverage.py                     # writes docs/api-coverage.md
     python3 scripts/api_coverage.py --check             # exit 1 if the file is out of date
     UPSTREAM_PYTHON=/path/to/python python3 scripts/api_coverage.py
+    python3 scripts/api_coverage.py --upstream-src /path/to/upstream/checkout \
+        --upstream-label "tile-ai/tilelang@<commit>"   # re-scan upstream's examples and tests
 
 Upstream's names are listed by running the upstream venv's interpreter (``--upstream-python``,
 ``$UPSTREAM_PYTHON``, default ``/work/upstream-venv/bin/python``) outside this repository, so
@@ -16,6 +18,12 @@ object), ``error`` (the attribute exists as an explanation: reading it raises At
 with a message, e.g. ``tilelang.tvm.arith``) or ``missing``. ``PROBES`` (scripts/api_probes.py)
 runs small calls on this machine and reports the outcome (e.g. CPU ok / RuntimeError without a
 GPU); ``NOT_PROVIDED`` there gives the reason for deliberate gaps.
+
+The last section lists every name upstream's ``examples/`` and ``testing/python/language/``
+use (found by scripts/upstream_usage.py in a checkout given with ``--upstream-src``; without
+it, the names and file counts recorded in the current report are re-checked), with its state
+here; ``TARGET_LIMITS`` (api_probes.py) says on which targets a present name refuses with a
+clear "not supported on <target>" error.
 """
 
 from __future__ import annotations
@@ -96,7 +104,14 @@ for modname in sys.argv[1:]:
         except Exception: continue
         if is_api(modname, n, obj): names[n] = kind_of(obj)
         else: incidental.append(n)
-    out[modname] = {"names": names, "incidental": incidental}
+    params = {}
+    for n in names:
+        obj = getattr(mod, n, None)
+        if inspect.isclass(obj) or not callable(obj): continue
+        try: sig = inspect.signature(obj)
+        except Exception: continue
+        params[n] = [[p.name, p.kind.name] for p in sig.parameters.values() if p.name != "span"]
+    out[modname] = {"names": names, "incidental": incidental, "params": params}
 print("@@JSON@@" + json.dumps(out))
 """
 
@@ -161,15 +176,107 @@ def local_state(modname: str, name: str) -> tuple[str, str]:
     try:
         mod = importlib.import_module(modname)
     except Exception as err:  # noqa: BLE001
+        explained = _explained_import_error(err)
+        if explained:
+            return "error", explained
         return "missing", f"module not importable: {type(err).__name__}"
     try:
         obj = getattr(mod, name)
     except AttributeError as err:
         msg = str(err)
         if "has no attribute" in msg:
+            try:  # an upstream submodule that tilelang explains (tilelang/utils/upstream_modules.py)
+                importlib.import_module(f"{modname}.{name}")
+            except Exception as import_err:  # noqa: BLE001
+                explained = _explained_import_error(import_err)
+                if explained:
+                    return "error", explained
             return "missing", ""
         return "error", msg
     return "present", _kind(obj)
+
+
+def _explained_import_error(err: Exception) -> str:
+    """The message of a ModuleNotFoundError that says why the module is absent ('' for a
+    bare "No module named ...")."""
+    msg = str(err)
+    if isinstance(err, ModuleNotFoundError) and ": it is " in msg:
+        return "import raises ModuleNotFoundError: " + msg.split(": it is ", 1)[1]
+    return ""
+
+
+def attribute_chain(dotted: str):
+    """What ``tilelang.a.b`` evaluates to in user code (attribute by attribute from the
+    package, e.g. ``tilelang.env`` is an object there), or None when it fails."""
+    parts = dotted.split(".")
+    try:
+        obj = importlib.import_module(parts[0])
+        for part in parts[1:]:
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - not reachable that way
+        return None
+    return obj
+
+
+def signature_difference(modname: str, name: str, upstream_params: dict | None) -> str:
+    """'' when ``modname.name`` takes upstream's parameters (by name, positional ones in
+    upstream's order), else a note naming what differs."""
+    import inspect
+
+    wanted = (upstream_params or {}).get(modname, {}).get(name)
+    obj = attribute_chain(f"{modname}.{name}")
+    if not wanted or obj is None or inspect.isclass(obj) or not callable(obj):
+        return ""
+    try:
+        here = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):
+        return ""
+    kinds = {p.kind.name for p in here}
+    positional = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
+    up_pos = [n for n, kind in wanted if kind in positional]
+    here_pos = [p.name for p in here if p.kind.name in positional]
+    notes = []
+    if "VAR_POSITIONAL" not in kinds and here_pos[: len(up_pos)] != up_pos[: len(here_pos)]:
+        notes.append(
+            f"positional parameters ({', '.join(here_pos)}), upstream ({', '.join(up_pos)})"
+        )
+    if "VAR_KEYWORD" not in kinds:
+        names = {p.name for p in here}
+        lacking = [
+            n
+            for n, kind in wanted
+            if kind not in ("VAR_POSITIONAL", "VAR_KEYWORD") and n not in names
+        ]
+        if lacking:
+            notes.append(f"upstream keyword(s) not accepted: {', '.join(lacking)}")
+    return "signature differs: " + "; ".join(notes) if notes else ""
+
+
+def used_state(
+    modname: str, name: str, upstream_params: dict | None = None
+) -> tuple[str, str, str]:
+    """(category, here, note) of a name upstream's examples or tests use (see upstream_usage)."""
+    from api_probes import TARGET_LIMITS, not_provided_reason
+
+    key = f"{modname}:{name}"
+    state, detail = local_state(modname, name)
+    if state == "missing":
+        try:
+            importlib.import_module(f"{modname}.{name}")
+            state, detail = "present", "module"
+        except Exception:  # noqa: BLE001 - not a module here either
+            found = attribute_chain(f"{modname}.{name}")
+            if found is not None:
+                state, detail = "present", _kind(found)
+    if state == "present":
+        works, text = TARGET_LIMITS.get(key, (True, ""))
+        differs = signature_difference(modname, name, upstream_params)
+        if differs:
+            text = f"{text}; {differs}" if text else differs
+        return ("present", detail, _cell(text)) if works else ("error", "error", _cell(text))
+    if state == "error":
+        return "error", "error", _cell(detail)
+    return "missing", "missing", not_provided_reason(modname, name)
 
 
 def run_probe(probe) -> str:
@@ -240,7 +347,8 @@ def build_report(upstream: dict) -> str:
     out += [
         "",
         "States: **present** (followed by the kind of object here), **error** (reading it raises "
-        "an AttributeError that explains why it is not provided), **missing**. "
+        "an AttributeError, or importing it a ModuleNotFoundError, that explains why it is not "
+        "provided), **missing**. "
         '"probe" is the outcome of a small call on the machine that generated this file '
         '(`scripts/api_probes.py`); "ok" means it ran.',
         "",
@@ -260,6 +368,29 @@ def build_report(upstream: dict) -> str:
     return "\n".join(out)
 
 
+def usage_report(
+    path: Path, checkout: str | None, label: str | None, upstream: dict | None = None
+) -> str:
+    """The "names used by upstream examples and language tests" section."""
+    import upstream_usage
+
+    if checkout:
+        users = upstream_usage.scan(Path(checkout))
+        usage = {pair: (len(files), files[0]) for pair, files in users.items()}
+        label = label or str(checkout)
+    else:
+        usage, recorded_label = upstream_usage.recorded_usage(
+            path.read_text() if path.exists() else ""
+        )
+        if not usage:
+            return ""
+        label = label or recorded_label
+    params = {mod: info.get("params", {}) for mod, info in (upstream or {}).items()}
+    return upstream_usage.usage_section(
+        usage, label, lambda mod, name: used_state(mod, name, params)
+    )
+
+
 def main() -> int:
     """Write (or with ``--check`` verify) docs/api-coverage.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -269,6 +400,12 @@ def main() -> int:
     )
     parser.add_argument("--output", default=str(REPO / "docs" / "api-coverage.md"))
     parser.add_argument("--check", action="store_true", help="fail if the output would change")
+    parser.add_argument(
+        "--upstream-src",
+        help="an upstream checkout whose examples/ and testing/python/language/ are scanned "
+        "(default: re-check the names recorded in the current report)",
+    )
+    parser.add_argument("--upstream-label", help="what --upstream-src is (e.g. repo@commit)")
     args = parser.parse_args()
     if not Path(args.upstream_python).exists():
         raise SystemExit(f"no upstream interpreter at {args.upstream_python} (--upstream-python)")
@@ -278,6 +415,8 @@ def main() -> int:
         if "crashed" in info:
             upstream[modname] = recorded_upstream(path, modname, info["crashed"])
     report = build_report(upstream) + "\n"
+    usage = usage_report(path, args.upstream_src, args.upstream_label, upstream)
+    report += usage
     if args.check:
         current = path.read_text() if path.exists() else ""
         if current != report:
@@ -286,6 +425,7 @@ def main() -> int:
         return 0
     path.write_text(report)
     print(report.split("\n## ")[0])
+    print("\n".join(line for line in usage.splitlines() if line.startswith("**Used names")))
     return 0
 
 

@@ -35,3 +35,13 @@ from .profiler import Profiler, TensorSupplyType  # noqa: F401
 from .tvm import DataType  # noqa: F401
 from .utils import build_date, deprecated  # noqa: F401
 from .version import __version__  # noqa: F401
+
+# isort: split
+from .utils import upstream_modules as _upstream_modules
+
+_upstream_modules.install()  # `import tilelang.cuda...` (upstream-only): a clear error
+
+
+def __getattr__(name: str):
+    """``tilelang.cuda`` and the other upstream-only packages: an AttributeError saying why."""
+    raise _upstream_modules.attribute_error(__name__, name)

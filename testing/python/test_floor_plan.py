@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
         "utils.device",
         "utils.deprecated",
         "utils.version",
+        "utils.upstream_modules",
     ),
     ("layout",),
     # the pass configs and the stage runner, shared by every pipeline

@@ -245,3 +245,65 @@ from .builtin_ext import (  # noqa: E402
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update  # noqa: E402
 
 # ---- end T.* surface part 2 ----
+
+# ---- upstream names used by its examples and language tests (issue 10) ----
+# isort: split
+from . import fp8  # noqa: E402, F401 - T.fp8.determine_fp8_type
+from .cp_async import (  # noqa: E402
+    async_copy,
+    cp_async_barrier_noinc,
+    ptx_commit_group,
+    ptx_cp_async,
+    ptx_wait_group,
+)
+from .not_lowered import refusal as _refusal  # noqa: E402
+from .tile_scheduler import BaseTileScheduler, PersistentTileScheduler  # noqa: E402
+from .tma_explicit import tma_copy, tma_store_arrive, tma_store_wait  # noqa: E402
+from .upstream_names import FAST_MATH as _FAST_MATH  # noqa: E402
+from .upstream_names import (  # noqa: E402
+    PrimExpr,
+    Var,
+    annotate_consumer_reg_alloc,
+    annotate_producer_reg_dealloc,
+    atomic_or,
+    parallel,
+    pdl_sync,
+    pdl_trigger,
+)
+from .upstream_names import ffs as _ffs  # noqa: E402
+from .upstream_names import fns as _fns  # noqa: E402
+from .wide_access import (  # noqa: E402
+    ldg32,
+    ldg64,
+    ldg128,
+    ldg256,
+    lds32,
+    lds64,
+    lds128,
+    stg32,
+    stg64,
+    stg128,
+    stg256,
+    sts32,
+    sts64,
+    sts128,
+)
+
+globals().update(_FAST_MATH)  # T.__exp, T.__log2, T.__sin, ... (precise here)
+globals()["__ffs"] = _ffs
+globals()["__fns"] = _fns
+# upstream's import path of the dtype module: `from tilelang.language.dtypes import dtype`
+__import__("sys").modules.setdefault(f"{__name__}.dtypes", dtypes)
+
+
+def __getattr__(name: str):
+    """``T.<name>`` of an upstream op that no tilelang target lowers: a clear error."""
+    message = _refusal(name)
+    if message is None:
+        from ..utils.upstream_modules import attribute_error
+
+        raise attribute_error(__name__, name)  # T.tir: why; other names: the usual message
+    raise AttributeError(message)
+
+
+# ---- end upstream names block ----

@@ -126,8 +126,11 @@ def Cast(dtype, value):  # noqa: N802 - TVMScript's spelling
     return cast(value, dtype)
 
 
-def reinterpret(dtype, value):
-    """The bits of ``value`` read as ``dtype`` (same width), e.g. float32 <-> int32."""
+def reinterpret(value, dtype):
+    """The bits of ``value`` read as ``dtype`` (same width), e.g. float32 <-> int32.
+    Upstream's order is ``(value, dtype)``; ``(dtype, value)`` is accepted too."""
+    if isinstance(value, str) and not isinstance(dtype, str):
+        value, dtype = dtype, value
     return _tirx.reinterpret(_expr(value), ty=dtypes.canonical(dtype))
 
 
