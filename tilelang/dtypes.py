@@ -208,3 +208,29 @@ _VECTOR_BASES = (
 VECTOR_TYPES = {
     f"{base}x{n}": dtype(f"{base}x{n}") for base in _VECTOR_BASES for n in (2, 4, 8, 16, 32, 64)
 }
+
+
+# ---------------------------------------------------------------- upstream's FP4 helpers
+def is_float4_e2m1fn(value) -> bool:
+    """Whether ``value`` is the packed 4-bit FP4 E2M1 type (``float4_e2m1fn``)."""
+    return canonical(value) == "float4_e2m1fn"
+
+
+def is_float4_e2m1_unpacked(value) -> bool:
+    """Whether ``value`` is upstream's 8-bit "unpacked" FP4 storage type: tilelang has no
+    such type, so this is False for every dtype it knows (unknown names raise
+    :class:`UnknownDTypeError`)."""
+    canonical(value)
+    return False
+
+
+def is_float4(value) -> bool:
+    """Whether ``value`` is an FP4 E2M1 type (packed; tilelang has no unpacked form)."""
+    return is_float4_e2m1fn(value) or is_float4_e2m1_unpacked(value)
+
+
+def resolve_torch_storage_dtype(value) -> dtype:
+    """The tilelang dtype of the torch storage of ``value`` (``float4_e2m1fn`` is stored two
+    to a byte in torch's ``float4_e2m1fn_x2``, which tilelang names ``float4_e2m1fn``)."""
+    name = str(as_torch(value)).replace("torch.", "")
+    return dtype("float4_e2m1fn" if name == "float4_e2m1fn_x2" else canonical(name))

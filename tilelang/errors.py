@@ -64,3 +64,14 @@ def compile_error(message: str, loc=None) -> CompileError:
     """A CompileError prefixed with the user's ``file:line`` from ``loc``."""
     prefix = where(loc) if loc is not None else ""
     return CompileError(f"{prefix}: {message}" if prefix else message)
+
+
+def __getattr__(name: str):
+    """Upstream's internal error helpers are not provided: a clear AttributeError."""
+    if name == "enrich_error":
+        raise AttributeError(
+            "tilelang.errors.enrich_error is upstream's internal helper that rewrites errors "
+            "with the user's source line; tilelang's errors carry the line when they are "
+            "raised (TileLangError subclasses in tilelang.errors), so nothing needs enriching"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

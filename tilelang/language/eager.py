@@ -26,6 +26,11 @@ declared where their annotation runs, then ordered as the signature lists them, 
 
 from __future__ import annotations
 
+# ``tilelang.language.eager.ast`` is an upstream-internal module: with a (empty) package path
+# its import reaches tilelang.utils.upstream_modules' finder, which explains it, instead of
+# Python's "'tilelang.language.eager' is not a package"
+__path__: list = []
+
 import ast
 import inspect
 import re

@@ -7,6 +7,8 @@ from .fragment import Fragment
 from .gemm_layouts import (
     ldmatrix_bank_conflicts,
     ldmatrix_lane_layout,
+    make_gemm_fragment_8x8,
+    make_gemm_fragment_8x8_transposed,
     make_ldmatrix_fragment,
     make_mma_a_atom_fragment,
     make_mma_a_fragment,
@@ -50,6 +52,8 @@ __all__ = [
     "make_mma_accumulator_fragment",
     "make_mma_b_atom_fragment",
     "make_mma_b_fragment",
+    "make_gemm_fragment_8x8",
+    "make_gemm_fragment_8x8_transposed",
     "make_mma_c_atom_fragment",
     "make_padded_layout",
     "make_parallel_fragment",

@@ -60,6 +60,26 @@ def make_mma_c_atom_fragment() -> Fragment:
     )
 
 
+def make_gemm_fragment_8x8() -> Fragment:
+    """The 8x8 tile of one ``ldmatrix``/``stmatrix`` matrix (16-bit elements): lane ``t``
+    holds row ``t // 4``, columns ``2 (t % 4)`` and ``2 (t % 4) + 1``."""
+    return Fragment(
+        [8, 8],
+        forward_thread_fn=lambda i, j: i * 4 + j // 2,
+        forward_index_fn=lambda i, j: j % 2,
+    )
+
+
+def make_gemm_fragment_8x8_transposed() -> Fragment:
+    """:func:`make_gemm_fragment_8x8` transposed (``ldmatrix .trans``): lane ``t`` holds
+    column ``t // 4``, rows ``2 (t % 4)`` and ``2 (t % 4) + 1``."""
+    return Fragment(
+        [8, 8],
+        forward_thread_fn=lambda i, j: j * 4 + i // 2,
+        forward_index_fn=lambda i, j: i % 2,
+    )
+
+
 def _a_atom(m, k, element_bits):
     per_reg = 32 // element_bits  # consecutive k elements per 32-bit register: 2 or 4
     half = 128 // element_bits  # k extent of the first register pair: 8 or 16

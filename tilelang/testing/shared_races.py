@@ -132,7 +132,7 @@ class RaceTracking:
         if self.races is not None and str(var.ty.scope).startswith("shared"):
             self.races.allocate(self.buf(var).data, var.name)
 
-    def _track(self, kind, tensor, indices, mask):
+    def _track_shared(self, kind, tensor, indices, mask):
         if self.races is None or not str(tensor.ty.scope).startswith("shared"):
             return
         b = self.buf(tensor)
@@ -142,11 +142,11 @@ class RaceTracking:
 
     def eval(self, e, mask):
         if self.races is not None and isinstance(e, ir.TensorLoad):
-            self._track("read", e.source, e.indices, mask)
+            self._track_shared("read", e.source, e.indices, mask)
         return super().eval(e, mask)
 
     def _run_TensorStore(self, stmt, mask):
-        self._track("write", stmt.dest, stmt.indices, mask)
+        self._track_shared("write", stmt.dest, stmt.indices, mask)
         super()._run_TensorStore(stmt, mask)
 
     def _run_Evaluate(self, stmt, mask):

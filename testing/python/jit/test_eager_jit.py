@@ -286,8 +286,9 @@ def test_readme_compile_cuda_source_sm90a():
     kernel = matmul_relu.compile(M=1024, N=1024, K=1024, block_M=128, block_N=128, block_K=32)
     src = kernel.get_kernel_source()
     assert kernel.target == {"kind": "cuda", "arch": "sm_90a"}
-    assert "__global__ void __launch_bounds__(128) matmul_relu_kernel(" in src
-    assert "wgmma" in src
+    # 128 threads computing plus the producer warpgroup of the warp-specialized loop
+    assert "__global__ void __launch_bounds__(256) matmul_relu_kernel(" in src
+    assert "wgmma" in src and "tl::tma_load_2d" in src
     assert matmul_relu.get_kernel_source(M=1024, N=1024, K=1024) == src
 
 
