@@ -21,7 +21,8 @@ plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing sess
 * ``TIRx lowering``: the passes of ``tvm_tirx.tirx.compile``'s lowering pipeline;
 * ``TIRx device finalize``: StmtSimplify / LowerIntrin on the device functions;
 * ``CUDA codegen``: ``target.build.cuda`` minus the device compiler;
-* ``NVRTC/nvcc``: ``tvm_tirx.backend.cuda.compiler.compile_source``;
+* ``NVRTC/nvcc``: ``backends.cuda.headers._compile_device_source`` (tilelang's NVRTC
+  driver, or TIRx's ``compile_source``);
 * ``host library``: C host codegen + ``_export_host_library`` (gcc, link);
 * ``other``: the rest (tracing-free glue, metadata, lazy imports).
 
@@ -31,8 +32,7 @@ plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing sess
 build before issue 11; ``after`` is the default build. ``--sass`` prints HGMMA / local-memory (LDL/STL) counts of the
 cubins (needs ``cuobjdump`` + ``nvdisasm``, e.g. the ``nvidia-cuda-cuobjdump`` and
 ``nvidia-cuda-nvdisasm`` wheels). ``--pass-timing`` forwards the children's
-``TILELANG_PASS_TIMING`` tables; ``--split-compile N`` passes NVRTC ``--split-compile=N``
-in the ``after`` build.
+``TILELANG_PASS_TIMING`` tables.
 """
 
 from __future__ import annotations
@@ -115,22 +115,22 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def child(kernel: str, mode: str, observe: bool, save: str | None, split: int | None) -> dict:
+def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
     """One cold compile in this (fresh) process; returns its timings."""
     os.environ["TILELANG_DISABLE_CACHE"] = "1"
-    import tvm_tirx.backend.cuda.compiler as compiler
     import tvm_tirx.tirx._compile as tirx_compile
 
     import tilelang
     from tilelang.backends.cuda import build as cuda_build
+    from tilelang.backends.cuda import headers as cuda_headers
     from tilelang.backends.cuda import host_library, nvrtc
     from tilelang.engine import instrument
 
     cuda_build.COMPACT_SOURCE, nvrtc.USE_TILELANG_NVRTC = MODES[mode]
-    if mode == "after":
-        nvrtc.SPLIT_COMPILE = split
     parts: dict[str, float] = {}
-    _wrap(compiler, "compile_source", parts, "NVRTC/nvcc")
+    # every device compile of a build goes through headers._compile_device_source (the
+    # cross-compile factory and the tvm_callback_cuda_compile dispatcher call it)
+    _wrap(cuda_headers, "_compile_device_source", parts, "NVRTC/nvcc")
     _wrap(host_library, "_export_host_library", parts, "host export")
     builds = parts.setdefault("builds", {})
     original_build = tirx_compile._build_for_target
@@ -219,8 +219,6 @@ def run_child(kernel, mode, observe, args) -> dict:
         cmd.append("--observe")
     if args.save:
         cmd += ["--save", args.save]
-    if args.split_compile is not None:
-        cmd += ["--split-compile", str(args.split_compile)]
     env = dict(os.environ, TILELANG_DISABLE_CACHE="1")
     env.pop("TILELANG_PASS_TIMING", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -326,19 +324,12 @@ def main() -> None:
         "--sass", action="store_true", help="SASS counts of the cubins (with --save)"
     )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument(
-        "--split-compile",
-        type=int,
-        default=None,
-        metavar="N",
-        help="NVRTC --split-compile=N for the 'after' build (tilelang.backends.cuda.nvrtc.SPLIT_COMPILE)",
-    )
     parser.add_argument("--child", choices=sorted(KERNELS), help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=sorted(MODES), default="after", help=argparse.SUPPRESS)
     parser.add_argument("--observe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.mode, args.observe, args.save, args.split_compile)))
+        print(json.dumps(child(args.child, args.mode, args.observe, args.save)))
         return
     if args.sass and not args.save:
         parser.error("--sass needs --save DIR")

@@ -18,7 +18,9 @@ the ``CUtensorMap`` type when the code names it, no ``#include <cuda.h>``), exce
 NVRTC keeps no precompiled header across processes (a PCH file written by
 ``--create-pch`` is rejected by another process: "incompatible precompiled header heap
 allocation address"), and its automatic PCH makes the first compile of a process slower,
-so neither is used. NVSHMEM kernels still go through TIRx's driver.
+so neither is used. ``--split-compile`` moves about a third of the work off the calling
+thread but the call waits for it: no shorter wall time (README GEMM, 2 idle cores), so it
+is not used either. NVSHMEM kernels still go through TIRx's driver.
 """
 
 from __future__ import annotations
@@ -28,16 +30,11 @@ import os
 import re
 from typing import Any
 
-__all__ = ["SPLIT_COMPILE", "USE_TILELANG_NVRTC", "compile_nvrtc", "nvrtc_source"]
+__all__ = ["USE_TILELANG_NVRTC", "compile_nvrtc", "nvrtc_source"]
 
 #: ``False`` sends NVRTC compiles back to TIRx's driver (``benchmark/compile_time.py``
 #: compares the two); read at call time.
 USE_TILELANG_NVRTC = True
-#: ``N`` adds NVRTC's ``--split-compile=N`` (0: one thread per core), which moves part of
-#: the optimizer's work to other threads: README GEMM 272 -> 190 ms on the calling thread,
-#: the same SASS. Off (None) by default until measured on an idle multi-core host
-#: (``benchmark/compile_time.py --split-compile 0``); read at call time.
-SPLIT_COMPILE: int | None = None
 
 _INT_TYPES = """#include <cuda/std/cstdint>
 using cuda::std::uint8_t;
@@ -175,8 +172,6 @@ def compile_nvrtc(code: str, config: dict[str, Any]) -> tuple[bytes, str]:
         *_FIXED_OPTIONS[2:],
         *compiler_options(config),
     ]
-    if SPLIT_COMPILE is not None:
-        options.append(f"--split-compile={int(SPLIT_COMPILE)}")
     status, prog = nvrtc.nvrtcCreateProgram(
         nvrtc_source(code).encode(), b"tvm_kernels.cu", 0, None, None
     )
