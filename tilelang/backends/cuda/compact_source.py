@@ -17,8 +17,9 @@ one pass, 0.8 s in the next, 280 KB of source):
   every ``cse_v`` binding back into its uses, so each address expression is spelled out
   in full again (with ``T.use_swizzle`` they are long) and ``LowerIntrin`` then walks the
   grown trees. The lowering pipeline has already simplified before CSE, so the
-  pipelines named by :func:`compact_pipeline` keep TIRx's lowering and host
-  finalization and finish device functions with ``LowerIntrin`` alone.
+  pipelines named by :func:`compact_pipeline` keep TIRx's lowering (after ``ConvertSSA``,
+  see ``_compact_factory``) and host finalization and finish device functions with
+  ``LowerIntrin`` alone.
 
 Both change only the text of the source, not what it computes.
 """
@@ -45,11 +46,22 @@ def _device_finalize():
 
 
 def _compact_factory(base: str):
+    import tvm_tirx
     from tvm_tirx import tirx
 
     def factory(*, target=None):
         lower, finalize_host, _finalize_device = tirx.get_tir_pipeline(base, target=target)
-        return lower, finalize_host, _device_finalize
+
+        @tvm_tirx.ir.transform.module_pass(opt_level=0, name="tilelang.CompactLowering")
+        def compact_lower(mod, _ctx):
+            # A variable bound in two places (e.g. in the vectorized and in the scalar
+            # copy of one loop body) was harmless while UnrollLoop copied each body with
+            # fresh variables; kept as loops, the host/device split then took it for a free
+            # variable of the kernel ("variables (code,) are used, but are not passed in
+            # as API arguments"). ConvertSSA gives every definition its own variable.
+            return lower(tirx.transform.ConvertSSA()(mod))
+
+        return compact_lower, finalize_host, _device_finalize
 
     return factory
 

@@ -205,6 +205,23 @@ def test_compact_and_tirx_sources_compile_to_the_same_instructions(name, monkeyp
     assert got["wgmma.mma_async"] + got["mma.sync"] > 0
 
 
+@needs_nvcc
+def test_variable_bound_in_two_loop_bodies_builds(monkeypatch):
+    # The dequant example binds one variable in the vectorized and in the scalar copy of
+    # its T.Parallel body; kept as loops, TIRx took it for a kernel parameter.
+    sys.path.insert(0, str(REPO / "examples" / "dequantize_gemm"))
+    try:
+        from example_dequant_gemm_w4a16 import dequant_matmul
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setenv("TILELANG_DISABLE_CACHE", "1")
+    clear_memory_cache()
+    func = dequant_matmul.get_tir(256, 320, 128)
+    kernel = tilelang.compile(func, out_idx=[-1], target={"kind": "cuda", "arch": "sm_80"})
+    assert kernel.artifact.meta["compact"] is True
+    assert "#pragma unroll" in _generated(kernel.get_kernel_source())
+
+
 # --------------------------------------------------------------------------- NVRTC driver
 def test_nvrtc_preamble_includes_limits_only_for_infinity():
     plain = cuda_nvrtc.nvrtc_source("#include <cuda.h>\n__global__ void k(float* a) { a[0] = 1; }")
