@@ -10,9 +10,10 @@ Kernels (``tilelang.compile(..., target="cuda")``, ``TILELANG_DISABLE_CACHE=1``)
 * ``fa``: ``examples/flash_attention/example_mha_fwd_bshd.py`` (b=4, h=16, s=4096, d=128,
   block 128x128, 256 threads, 2 stages, not causal).
 
-Every compile runs in a fresh interpreter (imports done before the clock starts, so the
-first compile's lazy imports count, as they do for a user); each number is the best of
-``--runs`` (a busy machine only ever adds time). Each run is done twice: once
+Every compile runs in a fresh interpreter, so the first compile's lazy imports count as they
+do for a user, except ``tilelang.backends.cuda`` itself (about 25 ms on the dev box), which the
+script imports before the clock to set its flags; each number is the best of ``--runs`` (a
+busy machine only ever adds time). Each run is done twice: once
 plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing session
 (``tl.pass_profile``), whose records give the breakdown:
 
