@@ -54,6 +54,7 @@ How the TIRx hooks are used (see also the module docstring of ``runtime``):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -68,6 +69,7 @@ from typing import Any
 
 from . import direct_launch as _direct_launch_module
 from . import host_library as _host_library_module
+from .compact_source import compact_pipeline, unroll_in_device_compiler
 from .direct_launch import _DirectLaunch
 from .errors import CorruptArtifactError, CudaBuildError
 from .headers import (
@@ -101,6 +103,10 @@ SOURCE_FILE = "kernel.cu"
 HOST_SOURCE_FILE = "host.c"
 META_FILE = "meta.json"
 _ARCH_RE = re.compile(r"sm_[0-9]+[af]?")
+#: ``build_cuda(compact=None)`` reads this flag at call time (see ``compact_source.py``).
+#: Either value gives code of the same meaning; ``False`` reproduces TIRx's own pipeline
+#: (unrolled bodies, device-side StmtSimplify), which ``benchmark/compile_time.py`` times.
+COMPACT_SOURCE = True
 # TIRx's own defaults (tvm_tirx.backend.cuda.backend_config.default_backend_config).
 _DEFAULT_PTXAS = ("-v", "--warn-on-local-memory-usage", "--register-usage-level=10")
 
@@ -402,6 +408,7 @@ def build_cuda(
     entry_name: str | None = None,
     pipeline: str = "default",
     direct_launch: bool | None = None,
+    compact: bool | None = None,
 ) -> CudaArtifact:
     """Compile a thread-level TIRx module for CUDA and package it as a CudaArtifact.
 
@@ -426,6 +433,10 @@ def build_cuda(
             :func:`.direct_launch._direct_launch_source`); ``None`` reads the flag
             :data:`.direct_launch.DIRECT_LAUNCH` (at call time). Kernels it cannot
             handle keep the packed call.
+        compact: keep ``T.unroll`` loops as ``#pragma unroll`` loops for the device
+            compiler to unroll, and skip TIRx's device-side StmtSimplify (which re-inlines
+            CSE's bindings); see ``compact_source.py``. ``None`` reads the flag
+            :data:`COMPACT_SOURCE` (at call time). The code means the same either way.
 
     Returns:
         A :class:`CudaArtifact`. Its ``meta`` holds ``entry_name``, ``functions`` (each
@@ -433,8 +444,8 @@ def build_cuda(
         ``symbolic_dims``, ``kernel_names``, ``arch``, ``compiler``, ``compile_flags``,
         ``ptxas_flags``, ``extra_headers`` (the pasted headers), ``backend_config``, ``device_format`` and
         ``host_embeds`` (``"binary"`` or ``"source"``), ``direct_launch`` (the option),
-        ``direct_launch_kernels`` (kernels launched directly) and ``direct_launch_skipped``
-        ({kernel or "*": why it keeps the packed call}).
+        ``direct_launch_kernels`` (kernels launched directly), ``direct_launch_skipped``
+        ({kernel or "*": why it keeps the packed call}) and ``compact`` (the option).
 
     Raises:
         TypeError / ValueError: a bad argument (the message names it).
@@ -458,6 +469,9 @@ def build_cuda(
     if direct_launch is None:
         direct_launch = _direct_launch_module.DIRECT_LAUNCH
     direct_launch = bool(direct_launch)
+    if compact is None:
+        compact = COMPACT_SOURCE
+    compact = bool(compact)
     header_request = _resolve_header_request(extra_headers)
     if header_request != "auto":
         header_prelude(header_request)  # a missing header fails here, before compiling
@@ -500,7 +514,11 @@ def build_cuda(
     state.config = config if compile_here else None
     state.fmap = None
     try:
-        with _device_factory(record=direct_launch):
+        with contextlib.ExitStack() as stack:
+            if compact:
+                pipeline = compact_pipeline(pipeline)
+                stack.enter_context(unroll_in_device_compiler())
+            stack.enter_context(_device_factory(record=direct_launch))
             executable = tirx.compile(mod, target=target, pipeline=pipeline)
     except Exception as err:
         raise CudaBuildError(
@@ -581,6 +599,7 @@ def build_cuda(
         "direct_launch": direct_launch,
         "direct_launch_kernels": direct_kernels,
         "direct_launch_skipped": direct_skipped,
+        "compact": compact,
         "tvm_tirx_version": getattr(tvm_tirx, "__version__", "unknown"),
         "tvm_ffi_version": getattr(tvm_ffi, "__version__", "unknown"),
     }

@@ -271,6 +271,8 @@ _STATE = _HookState()
 _HOOK_LOCK = threading.Lock()
 _HOOK_INSTALLED = False
 _PREVIOUS_HOOK: Any = None
+_PREVIOUS_COMPILE: Any = None
+_COMPILE_CALLBACK_NAME = "tvm_callback_cuda_compile"
 _FACTORY_NAME = "ffi.Module.create.cuda"
 _FALLBACK_FACTORY_NAME = "ffi.Module.create.cuda_fallback"
 _FACTORY_USERS = 0
@@ -287,19 +289,38 @@ def _postproc(code: str, target: Any) -> str:
     return code
 
 
-def _install_postproc_hook() -> None:
-    """Register the ``tvm_callback_cuda_postproc`` dispatcher once per process.
+def _compile_callback(code: str, config_json: Any) -> Any:
+    """``tvm_callback_cuda_compile(code, config_json)`` dispatcher: inside ``build_cuda``
+    on this thread the device source is compiled by :func:`_compile_device_source`
+    (tilelang's NVRTC driver); anywhere else TIRx's callback runs as before."""
+    if _STATE.active and _STATE.config is not None:
+        from tvm_tirx.backend.config import parse_backend_config
 
-    A callback registered earlier by someone else keeps running first.
+        config = parse_backend_config(config_json).get("cuda")
+        if config:
+            binary, fmt = _compile_device_source(str(code), dict(config))
+            return [bytearray(binary), fmt]
+    return _PREVIOUS_COMPILE(code, config_json)
+
+
+def _install_postproc_hook() -> None:
+    """Register the ``tvm_callback_cuda_postproc`` and ``tvm_callback_cuda_compile``
+    dispatchers once per process.
+
+    A postproc callback registered earlier by someone else keeps running first; the
+    compile dispatcher forwards to the callback it replaced outside ``build_cuda``.
     """
-    global _HOOK_INSTALLED, _PREVIOUS_HOOK
+    global _HOOK_INSTALLED, _PREVIOUS_HOOK, _PREVIOUS_COMPILE
     with _HOOK_LOCK:
         if _HOOK_INSTALLED:
             return
         import tvm_ffi
+        import tvm_tirx.support.nvcc  # noqa: F401  (registers tvm_callback_cuda_compile)
 
         _PREVIOUS_HOOK = tvm_ffi.get_global_func("tvm_callback_cuda_postproc", allow_missing=True)
         tvm_ffi.register_global_func("tvm_callback_cuda_postproc", _postproc, override=True)
+        _PREVIOUS_COMPILE = tvm_ffi.get_global_func(_COMPILE_CALLBACK_NAME)
+        tvm_ffi.register_global_func(_COMPILE_CALLBACK_NAME, _compile_callback, override=True)
         _HOOK_INSTALLED = True
 
 
@@ -369,13 +390,28 @@ def _device_factory(record: bool = False) -> Iterator[None]:
 
 
 def _compile_device_source(source: str, config: dict[str, Any]) -> tuple[bytes, str]:
-    """Compile CUDA source with a resolved backend config; returns (binary, format)."""
+    """Compile CUDA source with a resolved backend config; returns (binary, format).
+
+    NVRTC compiles go through tilelang's driver (``nvrtc.py``: TIRx's options, a lighter
+    preamble) unless :data:`.nvrtc.USE_TILELANG_NVRTC` is off; nvcc and NVSHMEM
+    kernels through TIRx's ``compile_source``.
+    """
     from tvm_tirx.backend.cuda.compiler import compile_source
 
+    from . import nvrtc
+
+    target = {"kind": "cuda", "arch": config["arch"]}
+    own = (
+        nvrtc.USE_TILELANG_NVRTC
+        and config.get("compiler") == "nvrtc"
+        and "#include <nvshmem" not in source
+    )
     try:
-        result = compile_source(
-            source, {"cuda": config}, target={"kind": "cuda", "arch": config["arch"]}
-        )
+        if own:
+            from tvm_tirx.backend.cuda.backend_config import resolve_backend_config
+
+            return nvrtc.compile_nvrtc(source, resolve_backend_config(dict(config), target))
+        result = compile_source(source, {"cuda": config}, target=target)
     except Exception as err:
         raise CudaBuildError(
             f"{config['compiler']} failed for {config['arch']}: {_summarize_error(err)}"

@@ -1,0 +1,362 @@
+"""Cold compile time of two CUDA kernels, split per stage (no GPU needed).
+
+    python benchmark/compile_time.py [--kernels gemm fa] [--runs 3] [--compare]
+                                     [--pass-timing] [--save DIR] [--sass] [--json]
+
+Kernels (``tilelang.compile(..., target="cuda")``, ``TILELANG_DISABLE_CACHE=1``):
+
+* ``gemm``: ``benchmark/matmul_readme.py``'s program (the README GEMM plus
+  ``T.use_swizzle(10)``), fp16, M=N=K=8192, block 128x256x64, 256 threads, 3 stages;
+* ``fa``: ``examples/flash_attention/example_mha_fwd_bshd.py`` (b=4, h=16, s=4096, d=128,
+  block 128x128, 256 threads, 2 stages, not causal).
+
+Every compile runs in a fresh interpreter, so the first compile's lazy imports count as they
+do for a user, except ``tilelang.backends.cuda`` itself (about 25 ms on the dev box), which the
+script imports before the clock to set its flags; each number is the best of ``--runs`` (a
+busy machine only ever adds time). Each run is done twice: once
+plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing session
+(``tl.pass_profile``), whose records give the breakdown:
+
+* ``tilelang stages``: our pipeline (``backends/cuda/pipeline.py``), each stage with
+  ``--detail``;
+* ``TIRx lowering``: the passes of ``tvm_tirx.tirx.compile``'s lowering pipeline;
+* ``TIRx device finalize``: StmtSimplify / LowerIntrin on the device functions;
+* ``CUDA codegen``: ``target.build.cuda`` minus the device compiler;
+* ``NVRTC/nvcc``: ``backends.cuda.headers._compile_device_source`` (tilelang's NVRTC
+  driver, or TIRx's ``compile_source``);
+* ``host library``: C host codegen + ``_export_host_library`` (gcc, link);
+* ``other``: the rest (tracing-free glue, metadata, lazy imports).
+
+``--compare`` also builds the ``before`` way: ``tilelang.backends.cuda.build.COMPACT_SOURCE
+= False`` (TIRx's own pipeline: ``T.unroll`` bodies expanded, device-side StmtSimplify) and
+``tilelang.backends.cuda.nvrtc.USE_TILELANG_NVRTC = False`` (TIRx's NVRTC driver), the
+build before issue 11; ``after`` is the default build. ``--sass`` prints HGMMA / local-memory (LDL/STL) counts of the
+cubins (needs ``cuobjdump`` + ``nvdisasm``, e.g. the ``nvidia-cuda-cuobjdump`` and
+``nvidia-cuda-nvdisasm`` wheels). ``--pass-timing`` forwards the children's
+``TILELANG_PASS_TIMING`` tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+REPO = os.path.dirname(os.path.dirname(HERE))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+# mode -> (build.COMPACT_SOURCE, nvrtc.USE_TILELANG_NVRTC)
+MODES = {"after": (True, True), "before": (False, False)}
+ROWS = (
+    "tilelang stages",
+    "TIRx lowering",
+    "TIRx device StmtSimplify",
+    "TIRx device LowerIntrin",
+    "CUDA codegen",
+    "NVRTC/nvcc",
+    "host library",
+    "other",
+)
+
+
+# ------------------------------------------------------------------------------ kernels
+def gemm_func():
+    """benchmark/matmul_readme.py's README GEMM (use_swizzle(10)), 8192^3 fp16, 128x256x64."""
+    sys.path.insert(0, os.path.join(REPO, "benchmark"))
+    import importlib
+
+    readme = importlib.import_module("matmul_readme")
+    captured = {}
+    original = readme.tilelang.compile
+    readme.tilelang.compile = lambda func, **kwargs: captured.setdefault("func", func)
+    try:
+        readme.matmul(8192, 8192, 8192, 128, 256, 64, 256, 3, "float16", {})
+    finally:
+        readme.tilelang.compile = original
+    return captured["func"], [-1]
+
+
+def fa_func():
+    """The FlashAttention forward example, b=4 h=16 s=4096 d=128, 128x128/256t/2 stages."""
+    sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
+    from example_mha_fwd_bshd import flashattn
+
+    tir = flashattn.get_tir(
+        4, 16, 4096, 128, False, block_M=128, block_N=128, num_stages=2, threads=256
+    )
+    return tir, [3]
+
+
+KERNELS = {"gemm": gemm_func, "fa": fa_func}
+
+
+# ------------------------------------------------------------------------------ child
+def _wrap(owner, name, sink, key):
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            sink[key] = sink.get(key, 0.0) + time.perf_counter() - start
+
+    setattr(owner, name, wrapper)
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
+    """One cold compile in this (fresh) process; returns its timings."""
+    os.environ["TILELANG_DISABLE_CACHE"] = "1"
+    import tvm_tirx.tirx._compile as tirx_compile
+
+    import tilelang
+    from tilelang.backends.cuda import build as cuda_build
+    from tilelang.backends.cuda import headers as cuda_headers
+    from tilelang.backends.cuda import host_library, nvrtc
+    from tilelang.engine import instrument
+
+    cuda_build.COMPACT_SOURCE, nvrtc.USE_TILELANG_NVRTC = MODES[mode]
+    parts: dict[str, float] = {}
+    # every device compile of a build goes through headers._compile_device_source (the
+    # cross-compile factory and the tvm_callback_cuda_compile dispatcher call it)
+    _wrap(cuda_headers, "_compile_device_source", parts, "NVRTC/nvcc")
+    _wrap(host_library, "_export_host_library", parts, "host export")
+    builds = parts.setdefault("builds", {})
+    original_build = tirx_compile._build_for_target
+
+    def build_for_target(mod, target):
+        start = time.perf_counter()
+        try:
+            return original_build(mod, target)
+        finally:
+            kind = str(target.kind.name)
+            builds[kind] = builds.get(kind, 0.0) + time.perf_counter() - start
+
+    tirx_compile._build_for_target = build_for_target
+    sessions = []
+    original_session = instrument.session
+
+    @contextlib.contextmanager
+    def capture(*args, **kwargs):
+        with original_session(*args, **kwargs) as sess:
+            sessions.append(sess)
+            yield sess
+
+    instrument.session = capture
+    func, out_idx = KERNELS[kernel]()
+    configs = {"tl.pass_profile": True} if observe else None
+    cpu0, start = _cpu(), time.perf_counter()
+    compiled = tilelang.compile(func, out_idx=out_idx, target="cuda", pass_configs=configs)
+    wall, cpu = time.perf_counter() - start, _cpu() - cpu0
+    artifact = compiled.artifact
+    result = {
+        "wall": wall,
+        "cpu": cpu,
+        "compiler": artifact.meta.get("compiler"),
+        "arch": artifact.meta.get("arch"),
+        "source_chars": len(artifact.kernel_source),
+        "kernel_chars": len(artifact.kernel_source.split("TIRx-generated code follows")[-1]),
+    }
+    if save:
+        os.makedirs(save, exist_ok=True)
+        stem = os.path.join(save, f"{kernel}_{mode}")
+        with open(stem + ".cu", "w") as handle:
+            handle.write(artifact.kernel_source)
+        if artifact.device_binary is not None:
+            with open(stem + "." + artifact.device_format, "wb") as handle:
+                handle.write(artifact.device_binary)
+    sess = next((s for s in sessions if s is not None), None)
+    if observe and sess is not None:
+        rows = dict.fromkeys(ROWS, 0.0)
+        stages, tirx_passes = {}, {}
+        split, groups = False, 0
+        for rec in sess.records:
+            if rec.origin == "tilelang":
+                stages[rec.name] = stages.get(rec.name, 0.0) + rec.seconds
+                rows["tilelang stages"] += rec.seconds
+                continue
+            if rec.depth == 0 and rec.name == "tirx.Filter":
+                split = True  # host/device split done: host, then device finalization follow
+            if not split:  # the lowering pipeline: passes at depth 2, its total at depth 0
+                if rec.depth == 0:
+                    rows["TIRx lowering"] += rec.seconds
+                elif rec.depth == 2:
+                    tirx_passes[rec.name] = tirx_passes.get(rec.name, 0.0) + rec.seconds
+                continue
+            if rec.depth == 0 and rec.name != "tirx.Filter":
+                groups += 1  # the Sequential of one finalization ended
+            if rec.depth != 1:
+                continue
+            side = "host" if groups == 0 else "device"
+            key = f"{side} {rec.name}"
+            tirx_passes[key] = tirx_passes.get(key, 0.0) + rec.seconds
+            if side == "device" and rec.name in ("tirx.StmtSimplify", "tirx.LowerIntrin"):
+                rows[f"TIRx device {rec.name[5:]}"] += rec.seconds
+        compile_time = parts.get("NVRTC/nvcc", 0.0)
+        rows["NVRTC/nvcc"] = compile_time
+        rows["CUDA codegen"] = builds.get("cuda", 0.0) - compile_time
+        rows["host library"] = builds.get("c", 0.0) + parts.get("host export", 0.0)
+        rows["other"] = wall - sum(v for k, v in rows.items() if k != "other")
+        result.update(rows=rows, stages=stages, tirx=tirx_passes)
+    return result
+
+
+# ------------------------------------------------------------------------------ parent
+def run_child(kernel, mode, observe, args) -> dict:
+    cmd = [sys.executable, HERE, "--child", kernel, "--mode", mode]
+    if observe:
+        cmd.append("--observe")
+    if args.save:
+        cmd += ["--save", args.save]
+    env = dict(os.environ, TILELANG_DISABLE_CACHE="1")
+    env.pop("TILELANG_PASS_TIMING", None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kernel}/{mode} failed:\n{proc.stderr[-4000:]}")
+    if observe and args.pass_timing:
+        sys.stderr.write(f"--- {kernel}, {mode} ---\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _best(values):
+    """The fastest of the runs: on a shared machine the others measure the neighbours."""
+    return min(values) if values else 0.0
+
+
+def summarize(runs: list[dict], observed: list[dict]) -> dict:
+    out = {
+        "wall": _best([r["wall"] for r in runs]),
+        "cpu": _best([r["cpu"] for r in runs]),
+        "source_chars": runs[0]["source_chars"],
+        "kernel_chars": runs[0]["kernel_chars"],
+        "compiler": runs[0]["compiler"],
+        "rows": {k: _best([o["rows"][k] for o in observed]) for k in ROWS},
+        "stages": {
+            k: _best([o["stages"].get(k, 0.0) for o in observed]) for k in observed[0]["stages"]
+        },
+        "tirx": {k: _best([o["tirx"].get(k, 0.0) for o in observed]) for k in observed[0]["tirx"]},
+    }
+    return out
+
+
+def table(kernel: str, results: dict, detail: bool) -> str:
+    modes = list(results)
+    width = 12
+    head = f"| {kernel} ({results[modes[0]]['compiler']}) | " + " | ".join(
+        f"{m:>{width}}" for m in modes
+    )
+    lines = [head + " |", "|---|" + "---:|" * len(modes)]
+
+    def row(label, values, fmt="{:.1f}"):
+        cells = " | ".join(f"{fmt.format(v):>{width}}" for v in values)
+        lines.append(f"| {label} | {cells} |")
+
+    for key in ROWS:
+        row(f"{key} (ms)", [results[m]["rows"][key] * 1e3 for m in modes])
+        if detail and key == "tilelang stages":
+            for name in results[modes[0]]["stages"]:
+                row(f"&nbsp;&nbsp;{name}", [results[m]["stages"].get(name, 0) * 1e3 for m in modes])
+        if detail and key == "TIRx lowering":
+            names = [n for n in results[modes[0]]["tirx"] if not n.startswith(("device", "host"))]
+            for name in names:
+                row(f"&nbsp;&nbsp;{name}", [results[m]["tirx"].get(name, 0) * 1e3 for m in modes])
+    row("**wall, observed run (ms)**", [sum(results[m]["rows"].values()) * 1e3 for m in modes])
+    row("**wall, plain run (ms)**", [results[m]["wall"] * 1e3 for m in modes])
+    row("CPU incl. children, plain (ms)", [results[m]["cpu"] * 1e3 for m in modes])
+    row("CUDA source (KB, headers incl.)", [results[m]["source_chars"] / 1e3 for m in modes])
+    row("generated part (KB)", [results[m]["kernel_chars"] / 1e3 for m in modes])
+    return "\n".join(lines)
+
+
+def _tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for base in sys.path:
+        candidate = os.path.join(base, "nvidia", "cu13", "bin", name)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def sass_stats(path: str) -> str:
+    """HGMMA / HMMA / LDL / STL / total instruction counts of a cubin (cuobjdump -sass)."""
+    cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        return (
+            "cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
+        )
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    text = subprocess.run(
+        [cuobjdump, "-sass", path], capture_output=True, text=True, env=env
+    ).stdout
+    ops = [
+        line.split("*/", 1)[1].split()
+        for line in text.splitlines()
+        if line.strip().startswith("/*") and "*/" in line and line.strip()[2:6].isalnum()
+    ]
+    ops = [o for o in ops if o]
+    names = [(o[1] if o[0].startswith("@") and len(o) > 1 else o[0]).split(".")[0] for o in ops]
+    count = {k: names.count(k) for k in ("HGMMA", "HMMA", "LDL", "STL")}
+    return f"{len(names)} instructions, " + ", ".join(f"{k} {v}" for k, v in count.items())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=["gemm", "fa"])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--compare", action="store_true", help="also time TIRx's own pipeline")
+    parser.add_argument("--detail", action="store_true", help="one row per stage / TIRx pass")
+    parser.add_argument("--pass-timing", action="store_true")
+    parser.add_argument("--save", default=None, help="write kernel.cu / cubin per kernel and mode")
+    parser.add_argument(
+        "--sass", action="store_true", help="SASS counts of the cubins (with --save)"
+    )
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", choices=sorted(KERNELS), help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=sorted(MODES), default="after", help=argparse.SUPPRESS)
+    parser.add_argument("--observe", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.mode, args.observe, args.save)))
+        return
+    if args.sass and not args.save:
+        parser.error("--sass needs --save DIR")
+    modes = ["before", "after"] if args.compare else ["after"]
+    everything = {}
+    for kernel in args.kernels:
+        results = {}
+        for mode in modes:
+            runs, observed = [], []
+            for _ in range(args.runs):
+                runs.append(run_child(kernel, mode, False, args))
+                observed.append(run_child(kernel, mode, True, args))
+            results[mode] = summarize(runs, observed)
+        everything[kernel] = results
+        if not args.json:
+            print(table(kernel, results, args.detail))
+            if args.sass:
+                for mode in modes:
+                    for ext in ("cubin", "fatbin"):
+                        path = os.path.join(args.save, f"{kernel}_{mode}.{ext}")
+                        if os.path.isfile(path):
+                            print(f"SASS {kernel} {mode}: {sass_stats(path)}")
+            print()
+    if args.json:
+        print(json.dumps(everything, indent=2))
+
+
+if __name__ == "__main__":
+    main()
