@@ -27,8 +27,8 @@ plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing sess
 * ``host library``: C host codegen + ``_export_host_library`` (gcc, link);
 * ``other``: the rest (tracing-free glue, metadata, lazy imports).
 
-``--compare`` also builds the ``before`` way: ``tilelang.backends.cuda.build.COMPACT_SOURCE
-= False`` (TIRx's own pipeline: ``T.unroll`` bodies expanded, device-side StmtSimplify) and
+``--compare`` also builds the ``before`` way: the pass config ``tl.compact_source=False``
+(TIRx's own pipeline: ``T.unroll`` bodies expanded, device-side StmtSimplify) and
 ``tilelang.backends.cuda.nvrtc.USE_TILELANG_NVRTC = False`` (TIRx's NVRTC driver), the
 build before issue 11; ``after`` is the default build. ``--sass`` prints HGMMA / local-memory (LDL/STL) counts of the
 cubins (needs ``cuobjdump`` + ``nvdisasm``, e.g. the ``nvidia-cuda-cuobjdump`` and
@@ -52,7 +52,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-# mode -> (build.COMPACT_SOURCE, nvrtc.USE_TILELANG_NVRTC)
+# mode -> (pass config tl.compact_source, nvrtc.USE_TILELANG_NVRTC)
 MODES = {"after": (True, True), "before": (False, False)}
 ROWS = (
     "tilelang stages",
@@ -122,12 +122,10 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
     import tvm_tirx.tirx._compile as tirx_compile
 
     import tilelang
-    from tilelang.backends.cuda import build as cuda_build
-    from tilelang.backends.cuda import headers as cuda_headers
     from tilelang.backends.cuda import host_library, nvrtc
     from tilelang.engine import instrument
 
-    cuda_build.COMPACT_SOURCE, nvrtc.USE_TILELANG_NVRTC = MODES[mode]
+    compact, nvrtc.USE_TILELANG_NVRTC = MODES[mode]
     parts: dict[str, float] = {}
     # every device compile of a build goes through headers._compile_device_source (the
     # cross-compile factory and the tvm_callback_cuda_compile dispatcher call it)
@@ -156,7 +154,9 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
 
     instrument.session = capture
     func, out_idx = KERNELS[kernel]()
-    configs = {"tl.pass_profile": True} if observe else None
+    configs = {"tl.compact_source": compact}
+    if observe:
+        configs["tl.pass_profile"] = True
     cpu0, start = _cpu(), time.perf_counter()
     compiled = tilelang.compile(func, out_idx=out_idx, target="cuda", pass_configs=configs)
     wall, cpu = time.perf_counter() - start, _cpu() - cpu0

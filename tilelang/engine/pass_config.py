@@ -99,6 +99,13 @@ class PassConfigKey(str, Enum):
     mbarriers (``backends/cuda/passes/warp_specialize_auto.py``). ``True`` keeps every thread
     on both jobs (the TMA schedule of ``tma_lowering.py``). Default: False."""
 
+    TL_COMPACT_SOURCE = "tl.compact_source"
+    """CUDA: ``T.unroll`` loops reach nvcc/NVRTC as ``#pragma unroll`` loops and TIRx's
+    device-side StmtSimplify is skipped (``backends/cuda/compact_source.py``): the README
+    GEMM's source is 13 KB instead of 208 KB and compiles in 0.42 s instead of 2.55 s on
+    the dev machine, with the same SASS instruction mix. ``False`` gives TIRx's fully
+    unrolled source. Default: True."""
+
     TL_WS_PINGPONG = "tl.ws_pingpong"
     """CUDA sm_90a, warp-specialized loops with two consumer warpgroups (256 threads) and
     two gemms (FlashAttention's Q @ K^T and P @ V): the warpgroups take turns issuing the
@@ -247,6 +254,7 @@ def build_options(pass_configs) -> dict:
             if configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER.value) is None
             else flag(PassConfigKey.TL_DISABLE_TMA_LOWER, False)
         ),
+        "compact_source": flag(PassConfigKey.TL_COMPACT_SOURCE, True),
         "ws_pingpong": flag(PassConfigKey.TL_WS_PINGPONG, False),
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),

@@ -103,10 +103,6 @@ SOURCE_FILE = "kernel.cu"
 HOST_SOURCE_FILE = "host.c"
 META_FILE = "meta.json"
 _ARCH_RE = re.compile(r"sm_[0-9]+[af]?")
-#: ``build_cuda(compact=None)`` reads this flag at call time (see ``compact_source.py``).
-#: Either value gives code of the same meaning; ``False`` reproduces TIRx's own pipeline
-#: (unrolled bodies, device-side StmtSimplify), which ``benchmark/compile_time.py`` times.
-COMPACT_SOURCE = True
 # TIRx's own defaults (tvm_tirx.backend.cuda.backend_config.default_backend_config).
 _DEFAULT_PTXAS = ("-v", "--warn-on-local-memory-usage", "--register-usage-level=10")
 
@@ -435,8 +431,9 @@ def build_cuda(
             handle keep the packed call.
         compact: keep ``T.unroll`` loops as ``#pragma unroll`` loops for the device
             compiler to unroll, and skip TIRx's device-side StmtSimplify (which re-inlines
-            CSE's bindings); see ``compact_source.py``. ``None`` reads the flag
-            :data:`COMPACT_SOURCE` (at call time). The code means the same either way.
+            CSE's bindings); see ``compact_source.py``. ``None`` means True;
+            ``pipeline.build`` passes the pass config ``tl.compact_source``. The code means
+            the same either way.
 
     Returns:
         A :class:`CudaArtifact`. Its ``meta`` holds ``entry_name``, ``functions`` (each
@@ -469,9 +466,7 @@ def build_cuda(
     if direct_launch is None:
         direct_launch = _direct_launch_module.DIRECT_LAUNCH
     direct_launch = bool(direct_launch)
-    if compact is None:
-        compact = COMPACT_SOURCE
-    compact = bool(compact)
+    compact = True if compact is None else bool(compact)
     header_request = _resolve_header_request(extra_headers)
     if header_request != "auto":
         header_prelude(header_request)  # a missing header fails here, before compiling

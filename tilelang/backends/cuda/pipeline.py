@@ -289,6 +289,7 @@ def build(func, target=None, pass_configs=None, compile_flags=None, compiler=Non
         compiler=compiler,
         compile_flags=[*(compile_flags or ()), *options["device_flags"]],
         fast_math=True if options["fast_math"] is None else options["fast_math"],
+        compact=options["compact_source"],
     )
 
 

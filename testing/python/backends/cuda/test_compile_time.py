@@ -114,10 +114,13 @@ KERNELS = {
 
 def _compile(name, compact, monkeypatch):
     make, out_idx, arch = KERNELS[name]
-    monkeypatch.setattr(cuda_build, "COMPACT_SOURCE", compact)
     monkeypatch.setenv("TILELANG_DISABLE_CACHE", "1")
-    clear_memory_cache()  # the flag is not part of the cache key
-    kernel = tilelang.compile(make(), out_idx=out_idx, target={"kind": "cuda", "arch": arch})
+    kernel = tilelang.compile(
+        make(),
+        out_idx=out_idx,
+        target={"kind": "cuda", "arch": arch},
+        pass_configs={"tl.compact_source": compact},
+    )
     assert kernel.artifact.meta["compact"] is compact
     return kernel.artifact, arch
 
@@ -148,8 +151,11 @@ def test_device_functions_skip_stmt_simplify(monkeypatch):
     func, out_idx, arch = KERNELS["gemm_wgmma_sm90a"]
     counts = {}
     for compact in (True, False):
-        monkeypatch.setattr(cuda_build, "COMPACT_SOURCE", compact)
-        lowered = tilelang.lower(func(), target={"kind": "cuda", "arch": arch})
+        lowered = tilelang.lower(
+            func(),
+            target={"kind": "cuda", "arch": arch},
+            pass_configs={"tl.compact_source": compact},
+        )
         names = lowered.names()
         counts[compact] = sum(1 for n in names if n.split("#")[0] == "tirx.StmtSimplify")
         assert "tirx.UnrollLoop" in names and "tirx.LowerIntrin" in names  # still observed
@@ -178,17 +184,12 @@ def test_callers_unroll_config_is_kept():
     assert "#pragma unroll" not in _generated(art.kernel_source)
 
 
-def test_compact_flag_is_read_at_call_time(monkeypatch):
-    seen = []
-    monkeypatch.setattr(cuda_build, "compact_pipeline", lambda base: seen.append(base) or base)
-    monkeypatch.setattr(cuda_build, "COMPACT_SOURCE", False)
-    with pytest.raises(cuda_build.CudaBuildError):
-        build_cuda(make_vadd(), arch="sm_80", compiler="nvcc", pipeline="no_such_pipeline")
-    assert seen == []
-    monkeypatch.setattr(cuda_build, "COMPACT_SOURCE", True)
-    with pytest.raises(cuda_build.CudaBuildError):
-        build_cuda(make_vadd(), arch="sm_80", compiler="nvcc", pipeline="no_such_pipeline")
-    assert seen == ["no_such_pipeline"]
+def test_compact_source_is_a_pass_config():
+    """``tl.compact_source`` is part of the kernel cache key: each value its own source."""
+    from tilelang.engine.pass_config import build_options
+
+    assert build_options(None)["compact_source"] is True
+    assert build_options({"tl.compact_source": False})["compact_source"] is False
 
 
 @needs_nvcc
@@ -341,10 +342,13 @@ def test_swizzled_gemm_results_match_torch(compact, monkeypatch):
     import torch
 
     M, N, K = 1000, 1288, 520  # not multiples of the 128x256x64 tile
-    monkeypatch.setattr(cuda_build, "COMPACT_SOURCE", compact)
     monkeypatch.setenv("TILELANG_DISABLE_CACHE", "1")
-    clear_memory_cache()  # the flag is not part of the cache key
-    kernel = tilelang.compile(swizzled_gemm(M, N, K), out_idx=[-1], target="cuda")
+    kernel = tilelang.compile(
+        swizzled_gemm(M, N, K),
+        out_idx=[-1],
+        target="cuda",
+        pass_configs={"tl.compact_source": compact},
+    )
     assert kernel.artifact.meta["compact"] is compact
     a = torch.randn(M, K, dtype=torch.float16, device="cuda")
     b = torch.randn(K, N, dtype=torch.float16, device="cuda")
