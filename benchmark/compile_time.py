@@ -122,6 +122,7 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
     import tvm_tirx.tirx._compile as tirx_compile
 
     import tilelang
+    from tilelang.backends.cuda import headers as cuda_headers
     from tilelang.backends.cuda import host_library, nvrtc
     from tilelang.engine import instrument
 
