@@ -186,9 +186,11 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
 
 
 def _only_wgmma_readers(planner, rest, mapping) -> bool:
-    """Whether every gemm in the loop body is a wgmma (an asynchronous reader) and no
-    ``T.copy`` reads a pipelined tile into registers (ldmatrix): the forms measured right
-    when warp-specialized on the H200 (see the module doc of warp_specialize_auto)."""
+    """Whether every gemm in the loop body is a wgmma (an asynchronous reader), no
+    ``T.copy`` reads a pipelined tile into registers (ldmatrix), and the body uses none of
+    the explicit Hopper ops (mbarriers, ``T.tma_copy``, ``T.wgmma_gemm``: a program that
+    schedules itself): the forms measured right when warp-specialized on the H200 (see the
+    module doc of warp_specialize_auto)."""
     import tvm_ffi
 
     from ....lowering.region import RegionView
@@ -203,7 +205,9 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
         if found is None:
             return
         op, call = found
-        if op.name == "gemm" and planner._reader_of(stmt) is None:
+        if "barrier" in op.name or "tma" in op.name or "wgmma" in op.name:
+            bad.append(stmt)  # the program synchronises by itself (explicit Hopper API)
+        elif op.name == "gemm" and planner._reader_of(stmt) is None:
             bad.append(stmt)
         elif op.name == "copy":
             view = COPY.view(call)

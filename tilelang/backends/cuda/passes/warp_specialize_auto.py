@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm_tirx import ir, tirx
 
-from ....lowering.stmt import launch_of, launches_of, substitute
+from ....lowering.stmt import alloc_of, launch_of, launches_of, substitute
 from ....lowering.thread_utils import is_sync, new_tensor
 
 #: Marker call opening the consumer branch (found by :func:`consumer_barriers`).
@@ -275,6 +275,10 @@ def split_kernel(body, parts: WsParts, regs):
             break
         lead.append(s)
     rest = stmts[len(lead) :]
+    # allocations stay at the kernel's top level (shared tiles must, and a Bind of an
+    # allocation reads nothing): those among the later statements move up too
+    lead += [s for s in rest if alloc_of(s) is not None]
+    rest = [s for s in rest if alloc_of(s) is None]
     sync = _call("__syncthreads")
     init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), sync]
     consumer = [_call(CONSUMER_MARKER)]
