@@ -214,9 +214,17 @@ def test_emulated_equals_cpu():
 def test_gpu_equals_cpu():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+    from cpu_reference import reference_run
+
     n, threads, blocks, seed, off = 6, 128, 3, 77, 11
-    cpu = _outputs(threads * blocks, n)
-    tilelang.compile(per_thread_kernel(n, threads, blocks, seed, off), target="cpu")(*cpu)
+    # the CPU backend, or the CUDA emulator where it is absent (the GPU machine has no
+    # TIRx LLVM backend): testing/python/cpu_reference.py
+    cpu = [
+        torch.from_numpy(a)
+        for a in reference_run(
+            per_thread_kernel(n, threads, blocks, seed, off), *_outputs(threads * blocks, n)
+        )
+    ]
     gpu = [o.cuda() for o in _outputs(threads * blocks, n)]
     tilelang.compile(per_thread_kernel(n, threads, blocks, seed, off), target="cuda")(*gpu)
     assert torch.equal(gpu[0].cpu(), cpu[0])
