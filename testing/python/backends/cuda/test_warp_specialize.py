@@ -58,3 +58,48 @@ def test_chained_gemm_specialized_emulated(pingpong, dtype):
     want = _round(s, dtype).astype(np.float64) @ v.astype(np.float64)
     tol = 2e-2 if dtype == "bfloat16" else 4e-3
     np.testing.assert_allclose(o, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def _gemm_reading_a_tile(mode):
+    """A wgmma GEMM whose loop also reads the pipelined A tile with ordinary loads
+    (``mode``: an element-wise T.Parallel, or a T.copy into a fragment)."""
+    import tilelang.language as T
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((256, 256), "float16"),
+        B: T.Tensor((256, 256), "float16"),
+        C: T.Tensor((256, 256), "float32"),
+        S: T.Tensor((256, 64), "float32"),
+    ):
+        with T.Kernel(2, 2, threads=256) as (bx, by):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            R_l = T.alloc_fragment((128, 64), "float32")
+            T.clear(C_l)
+            T.clear(R_l)
+            for k in T.Pipelined(4, num_stages=3):
+                T.copy(A[by * 128, k * 64], A_s)
+                T.copy(B[k * 64, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_l)
+                if mode == "parallel":
+                    for i, j in T.Parallel(128, 64):
+                        R_l[i, j] += A_s[i, j]
+            T.copy(C_l, C[by * 128, bx * 128])
+            T.copy(R_l, S[by * 128, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("mode", ["plain", "parallel"])
+def test_ordinary_reads_of_a_pipelined_tile_keep_one_role(mode):
+    """After ordinary loads of a stage, the consumer's arrive could be issued before the
+    loads complete (the next TMA load would overwrite them): such loops are not specialized
+    and, TMA not being asked for, keep cp.async."""
+    text = str(pipeline.lower(_gemm_reading_a_tile(mode), SM90A))
+    if mode == "plain":
+        assert "tma_full_k" in text
+    else:
+        assert "tma_full_k" not in text and "tl::tma_load" not in text
+        assert "tl::cp_async_gs" in text

@@ -91,9 +91,8 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
     pctx = planner.pctx
     if not tma_supported(pctx.arch, pctx.options) or planner.tx is None:
         return None
-    # warp specialization for loops whose gemms are wgmma (``fence`` is non-empty exactly
-    # then): an mma.sync body reading a transposed tile with ldmatrix gave wrong rows on the
-    # H200 when specialized (right in the emulator; not understood yet), so it keeps cp.async
+    # warp specialization for loops whose pipelined tiles only wgmma gemms read (``fence``
+    # is non-empty exactly when there is a wgmma; see _only_wgmma_readers for why)
     ws_wanted = (
         getattr(planner, "ws_loop", None) is not None
         and planner.ws_loop.same_as(loop.var)
@@ -186,11 +185,17 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
 
 
 def _only_wgmma_readers(planner, rest, mapping) -> bool:
-    """Whether every gemm in the loop body is a wgmma (an asynchronous reader), no
-    ``T.copy`` reads a pipelined tile into registers (ldmatrix), and the body uses none of
-    the explicit Hopper ops (mbarriers, ``T.tma_copy``, ``T.wgmma_gemm``: a program that
-    schedules itself): the forms measured right when warp-specialized on the H200 (see the
-    module doc of warp_specialize_auto)."""
+    """Whether the pipelined tiles are read only by wgmma gemms (asynchronous readers) and
+    the body uses none of the explicit Hopper ops (mbarriers, ``T.tma_copy``,
+    ``T.wgmma_gemm``: a program that schedules itself).
+
+    A warp-specialized consumer hands a stage back with an mbarrier arrive. After a wgmma
+    that is ordered by ``wgmma.wait_group``; after ordinary reads (ldmatrix for an mma.sync
+    gemm, a ``T.copy`` or element loads) ptxas may issue the arrive while the reads are
+    still in flight, and the producer's next TMA load overwrites the stage under them: on
+    the H200 an ldmatrix/mma.sync GEMM lost exactly the rows its last two ldmatrix calls
+    read (the SASS shows the arrive right after them, before the mmas). Such loops keep
+    the schedule without specialization."""
     import tvm_ffi
 
     from ....lowering.region import RegionView
@@ -208,14 +213,18 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
         if "barrier" in op.name or "tma" in op.name or "wgmma" in op.name:
             bad.append(stmt)  # the program synchronises by itself (explicit Hopper API)
         elif op.name == "gemm" and planner._reader_of(stmt) is None:
-            bad.append(stmt)
+            bad.append(stmt)  # an mma.sync (or scalar) gemm reads its tiles with ordinary loads
         elif op.name == "copy":
-            view = COPY.view(call)
-            src, dst = RegionView.of(view.src), RegionView.of(view.dst)
-            if src.tensor.__chandle__() in tiles and dst.scope.startswith("local"):
+            src = RegionView.of(COPY.view(call).src)
+            if src.tensor.__chandle__() in tiles:
                 bad.append(stmt)
 
-    tvm_ffi.structural_walk(ir.SeqStmt(list(rest)), [(ir.Evaluate, visit)])
+    def load(x):
+        if isinstance(x.source, ir.Var) and x.source.__chandle__() in tiles:
+            bad.append(x)
+
+    body = ir.SeqStmt(list(rest))
+    tvm_ffi.structural_walk(body, [(ir.Evaluate, visit), (ir.TensorLoad, load)])
     return not bad
 
 

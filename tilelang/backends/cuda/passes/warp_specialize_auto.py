@@ -37,9 +37,10 @@ the producer, which never reaches it.
 
 Conditions (else the loop keeps the non-specialized TMA schedule, or cp.async when TMA was
 not asked for explicitly): it is the kernel's only pipelined loop and a top-level statement
-of the kernel body; its gemms are wgmma (an mma.sync body reading a transposed tile with
-ldmatrix gave wrong rows on the H200 when specialized, while the emulator agreed with
-numpy: not understood yet); ``T`` is a multiple of 128;
+of the kernel body; its pipelined tiles are read only by wgmma gemms (after ordinary reads
+such as ldmatrix, ptxas may issue the consumer's arrive before the reads complete and the
+next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_readers``);
+no explicit Hopper ops in the body; ``T`` is a multiple of 128;
 the producer's copies depend only on block indices, parameters and binds before the loop
 that read no tensor. The pass config ``tl.disable_warp_specialized`` turns it off.
 """
