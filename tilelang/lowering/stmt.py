@@ -152,6 +152,24 @@ def launches_of(body):
         body = body.body
 
 
+def with_launch_body(body, new_inner, thread_extent=None):
+    """``body`` with the innermost launch's body (what :func:`launches_of` returns second)
+    replaced by ``new_inner``; ``thread_extent`` (an int) also resizes the ``threadIdx.x``
+    launch. A body without launches is replaced as a whole."""
+    while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
+        body = body.seq[0]
+    launch = launch_of(body)
+    if launch is None:
+        return new_inner
+    args = list(body.args)
+    if launch[0] == "threadIdx.x" and thread_extent is not None:
+        args[1] = ir.const(int(thread_extent), str(args[1].ty))
+    inner = with_launch_body(body.body, new_inner, thread_extent)
+    return ir.RegionStmt(
+        body.op, args, body.body_params, body.attrs, inner, body.result_vars, body.loc
+    )
+
+
 def _is_schedule_hint(key: str) -> bool:
     return key.startswith("tl") or key in ("num_stages", "coalesced_width")
 

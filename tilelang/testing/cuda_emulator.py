@@ -193,6 +193,7 @@ class _Machine:
         self.param_handles = {param.__chandle__() for param in func.params}
         self.barriers = _tma.Barriers(EmulationError)  # TMA pipelining (cuda_emulator_tma)
         self.task = threading.local()  # the concurrent branch running (cuda_emulator_ws)
+        self.mbarrier_users: dict = {}  # statement handle -> uses mbarriers (cuda_emulator_ws)
         for param, arr in zip(func.params, arrays):
             self._bind_global(param, arr)
 

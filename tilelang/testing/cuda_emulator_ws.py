@@ -22,24 +22,25 @@ import threading
 import tvm_ffi
 from tvm_tirx import ir
 
-_CACHE: dict = {}
 
-
-def uses_mbarriers(stmt) -> bool:
-    """Whether ``stmt`` calls any ``tl::mbarrier_*`` helper (cached per statement)."""
+def uses_mbarriers(stmt, cache=None) -> bool:
+    """Whether ``stmt`` calls any ``tl::mbarrier_*`` helper (``cache``: a dict kept by the
+    caller for one emulation, keyed by the statement's handle)."""
     key = stmt.__chandle__()
-    if key not in _CACHE:
-        found = []
+    if cache is not None and key in cache:
+        return cache[key][1]
+    found = []
 
-        def visit(call):
-            if getattr(call.op, "name", "") == "tirx.call_extern" and call.args:
-                head = call.args[0]
-                if isinstance(head, ir.StringImm) and str(head.value).startswith("tl::mbarrier_"):
-                    found.append(call)
+    def visit(call):
+        if getattr(call.op, "name", "") == "tirx.call_extern" and call.args:
+            head = call.args[0]
+            if isinstance(head, ir.StringImm) and str(head.value).startswith("tl::mbarrier_"):
+                found.append(call)
 
-        tvm_ffi.structural_walk(stmt, [(ir.Call, visit)])
-        _CACHE[key] = (stmt, bool(found))  # keep stmt alive: handles are reused after GC
-    return _CACHE[key][1]
+    tvm_ffi.structural_walk(stmt, [(ir.Call, visit)])
+    if cache is not None:
+        cache[key] = (stmt, bool(found))  # the statement kept alive: handles are reused
+    return bool(found)
 
 
 class Tasks:
@@ -135,7 +136,8 @@ def branches(machine, stmt, mask):
         if other is not None and rest.any():
             parts.append((other, rest))
         break
-    if len(parts) < 2 or not all(uses_mbarriers(s) for s, _ in parts):
+    cache = machine.mbarrier_users
+    if len(parts) < 2 or not all(uses_mbarriers(s, cache) for s, _ in parts):
         return None
     return parts
 

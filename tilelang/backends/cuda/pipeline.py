@@ -25,7 +25,7 @@ from ...lowering.atomic_mem import stage_cuda as stage_atomic_mem
 from ...lowering.cuda_context import CudaLowerContext
 from ...lowering.global_layouts import no_vectors_for
 from ...lowering.kernels import lower_each_kernel
-from ...lowering.stmt import StripScheduleHints, launch_of, launches_of
+from ...lowering.stmt import StripScheduleHints, launches_of, with_launch_body
 from ...lowering.thread_utils import is_fragment, new_tensor
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
 from ...transform.lower_tile_ops import LowerTileOps
@@ -154,7 +154,8 @@ def stage_hoist_allocs(func, state):
         return func
     _, inner = launches_of(func.body)
     inner_seq = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
-    return func.with_body(_rebuild(func.body, ir.SeqStmt(list(state.ctx.extra_allocs) + inner_seq)))
+    new_inner = ir.SeqStmt(list(state.ctx.extra_allocs) + inner_seq)
+    return func.with_body(with_launch_body(func.body, new_inner))
 
 
 def stage_insert_sync(func, state):
@@ -294,23 +295,6 @@ def build(func, target=None, pass_configs=None, compile_flags=None, compiler=Non
 
 
 # ------------------------------------------------------------------------------ helpers
-def _rebuild(body, new_inner):
-    """``body`` with its innermost launch's body replaced."""
-    while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
-        body = body.seq[0]
-    if launch_of(body) is None:
-        return new_inner
-    return ir.RegionStmt(
-        body.op,
-        body.args,
-        body.body_params,
-        body.attrs,
-        _rebuild(body.body, new_inner),
-        body.result_vars,
-        body.loc,
-    )
-
-
 def _specialized(state) -> bool:
     """Whether the pipeline_planning stage warp-specialized the kernel."""
     notes = state.ctx.tma_notes if state.ctx is not None else []

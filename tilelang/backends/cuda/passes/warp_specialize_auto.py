@@ -52,8 +52,8 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm_tirx import ir, tirx
 
-from ....lowering.stmt import alloc_of, launch_of, launches_of, substitute
-from ....lowering.thread_utils import is_sync, new_tensor
+from ....lowering.stmt import alloc_of, launches_of, substitute, with_launch_body
+from ....lowering.thread_utils import i32, is_sync, new_tensor
 
 #: Marker call opening the consumer branch (found by :func:`consumer_barriers`).
 CONSUMER_MARKER = "tl::ws_auto_consumer"
@@ -114,8 +114,7 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
     from .pipeline_planning import _with_loop, make_alloc
 
     def ptr(bar, stage):
-        index = ir.const(stage, "int32") if isinstance(stage, int) else stage
-        return tirx.address_of(ir.TensorLoad(bar, [index]))
+        return tirx.address_of(ir.TensorLoad(bar, [i32(stage)]))
 
     init = []
     for s in range(stages):
@@ -214,9 +213,8 @@ def _pingpong(planner, body, threads):
     return ir.SeqStmt(stmts[:at] + turn + stmts[at + 1 :]), before, after
 
 
-def _only_free(node, forbidden) -> bool:
-    """Whether ``node`` reads none of the ``forbidden`` Var handles outside its own binds
-    and loops."""
+def _bound_vars(node) -> set:
+    """Handles of the Vars that binds and loops inside ``node`` bind."""
     bound = set()
 
     def bind(b):
@@ -226,6 +224,13 @@ def _only_free(node, forbidden) -> bool:
         bound.add(f.var.__chandle__())
 
     tvm_ffi.structural_walk(node, [(ir.Bind, bind), (ir.For, loop)])
+    return bound
+
+
+def _only_free(node, forbidden) -> bool:
+    """Whether ``node`` reads none of the ``forbidden`` Var handles outside its own binds
+    and loops."""
+    bound = _bound_vars(node)
     bad = []
 
     def var(v):
@@ -251,16 +256,7 @@ def consumer_scalars(body):
         tvm_ffi.structural_walk(s.value, [(ir.TensorLoad, loads.append)])
         if not loads:
             ok.add(s.var.__chandle__())
-    inner_bound = set()
-
-    def bind(b):
-        inner_bound.add(b.var.__chandle__())
-
-    def loop(f):
-        inner_bound.add(f.var.__chandle__())
-
-    tvm_ffi.structural_walk(inner, [(ir.Bind, bind), (ir.For, loop)])
-    return inner_bound - ok
+    return _bound_vars(inner) - ok
 
 
 def split_kernel(body, parts: WsParts, regs):
@@ -291,7 +287,7 @@ def split_kernel(body, parts: WsParts, regs):
     producer.append(parts.producer)
     split = ir.If(tx < threads, ir.SeqStmt(consumer), ir.SeqStmt(producer))
     new_inner = ir.SeqStmt([*lead, *init, split])
-    return _rebuild_launch(body, new_inner, threads + PRODUCER_THREADS)
+    return with_launch_body(body, new_inner, threads + PRODUCER_THREADS)
 
 
 def register_split(threads: int):
@@ -306,26 +302,6 @@ def register_split(threads: int):
     producer = 40 if threads <= 256 else 24
     consumer = min(240, (65536 - PRODUCER_THREADS * producer) // threads // 8 * 8)
     return consumer, producer
-
-
-def _rebuild_launch(body, new_inner, new_threads):
-    while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
-        body = body.seq[0]
-    launch = launch_of(body)
-    if launch is None:
-        return new_inner
-    args = list(body.args)
-    if launch[0] == "threadIdx.x" and new_threads is not None:
-        args[1] = ir.const(new_threads, str(args[1].ty) if hasattr(args[1], "ty") else "int32")
-    return ir.RegionStmt(
-        body.op,
-        args,
-        body.body_params,
-        body.attrs,
-        _rebuild_launch(body.body, new_inner, new_threads),
-        body.result_vars,
-        body.loc,
-    )
 
 
 # ------------------------------------------------------------------- after tile lowering
@@ -368,7 +344,7 @@ def consumer_barriers(body, thread_var, insert_sync):
 
     branch = tvm_ffi.structural_map(branch, [(ir.Evaluate, sync)])
     stmts[at[0]] = ir.If(split.condition, branch, split.else_case, split.loc)
-    return _rebuild_launch(body, ir.SeqStmt(stmts), None), threads
+    return with_launch_body(body, ir.SeqStmt(stmts)), threads
 
 
 def _drop_marker(stmt):
