@@ -94,7 +94,7 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
     # warp specialization for loops whose pipelined tiles only wgmma gemms read (``fence``
     # is non-empty exactly when there is a wgmma; see _only_wgmma_readers for why)
     ws_wanted = (
-        getattr(planner, "ws_loop", None) is not None
+        planner.ws_loop is not None
         and planner.ws_loop.same_as(loop.var)
         and bool(fence)
         and _only_wgmma_readers(planner, rest, mapping)
@@ -103,8 +103,8 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
     if auto and not ws_wanted:
         pctx.tma_notes.append(
             f"loop {loop.var.name}: cp.async (TMA only where the loop is warp-specialized: "
-            "one pipelined loop at the kernel's top level, warpgroup-level gemms, threads a multiple of "
-            "128; tl.disable_tma_lower=False forces TMA)"
+            "one pipelined loop at the kernel's top level, its tiles read by warpgroup-level "
+            "gemms only, threads a multiple of 128; tl.disable_tma_lower=False forces TMA)"
         )
         return None
     n_maps, n_notes = len(pctx.tma_maps), len(pctx.tma_notes)
