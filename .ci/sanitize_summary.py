@@ -21,18 +21,22 @@ _RACE_SUMMARY = re.compile(
     r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)"
 )
 _TIMEOUT_CODES = (124, 137)
+_DURATION = re.compile(r"\bin \d+(\.\d+)?s\b")
 
 
 def pytest_counts(text: str) -> dict:
-    """Counts from pytest's final summary line (the last line naming any outcome)."""
+    """Counts from pytest's final summary lines (those ending in the run's duration), summed
+    over the runs the text holds (SANITIZE_JOBS concatenates one per test node); without
+    such a line, the last line naming any outcome."""
     counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
-    for line in reversed(text.splitlines()):
-        found = _PYTEST_COUNTS.findall(line)
-        if found:
-            for n, kind in found:
-                key = "error" if kind.startswith("error") else kind
-                counts[key] = counts.get(key, 0) + int(n)
-            break
+    lines = text.splitlines()
+    finals = [line for line in lines if _PYTEST_COUNTS.search(line) and _DURATION.search(line)]
+    if not finals:
+        finals = [line for line in lines if _PYTEST_COUNTS.search(line)][-1:]
+    for line in finals:
+        for n, kind in _PYTEST_COUNTS.findall(line):
+            key = "error" if kind.startswith("error") else kind
+            counts[key] = counts.get(key, 0) + int(n)
     return counts
 
 

@@ -126,3 +126,10 @@ def test_summary_exit_status(tmp_path):
     _write_run(tmp_path, "racecheck", "1 passed\n", RACE_LOG, 86)
     assert module.main([str(tmp_path), "memcheck"]) == 0
     assert module.main([str(tmp_path), "memcheck", "racecheck"]) == 1
+
+
+def test_counts_are_summed_over_per_node_runs():
+    """SANITIZE_JOBS concatenates one pytest run per node: every final line counts."""
+    text = ".\n1 passed in 2.50s\nF\n=== 1 failed, 2 passed, 1 skipped in 3s ===\n"
+    counts = _summary_module().pytest_counts(text)
+    assert (counts["passed"], counts["failed"], counts["skipped"]) == (3, 1, 1)
