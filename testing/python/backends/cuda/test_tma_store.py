@@ -220,6 +220,35 @@ def test_fallback_reason_for_unaligned_rows():
     assert "tma_store" not in str(f)
 
 
+def test_fallback_reasons_for_layout_and_opt_out():
+    """A padded shared layout has no box form; ``T.copy(..., disable_tma=True)`` opts out:
+    both keep the thread copy (and the emulated copy is exact), with the reason noted."""
+    from tilelang.layout.swizzle import make_padded_layout
+    from tilelang.testing.cuda_emulator import emulate
+
+    @T.prim_func
+    def main(X: T.Tensor((96, 64), "float16"), Y: T.Tensor((96, 64), "float16"), Z: T.Tensor((96, 64), "float16")):  # fmt: skip
+        with T.Kernel(2, threads=128) as bx:
+            S = T.alloc_shared((64, 64), "float16")
+            U = T.alloc_shared((64, 64), "float16")
+            T.annotate_layout({S: make_padded_layout(S)})
+            T.copy(X[bx * 64, 0], S)
+            T.copy(S, Y[bx * 64, 0])
+            T.copy(X[bx * 64, 0], U)
+            T.copy(U, Z[bx * 64, 0], disable_tma=True)
+
+    f = pipeline.lower(main, SM90A, TMA)
+    notes = _notes(f)
+    assert any("store S -> Y: thread copy (no TMA box/swizzle" in n for n in notes), notes
+    assert any("store U -> Z: thread copy (T.copy(..., disable_tma=True))" in n for n in notes)
+    assert "tma_store" not in str(f)
+    x = np.random.default_rng(4).standard_normal((96, 64)).astype(np.float16)
+    y, z = np.zeros_like(x), np.zeros_like(x)
+    emulate(f, x, y, z)
+    np.testing.assert_array_equal(y, x)
+    np.testing.assert_array_equal(z, x)
+
+
 def test_emulator_catches_a_missing_wait(monkeypatch):
     """Without ``wait_group.read`` the block ends while the store may still read shared
     memory: the emulator refuses it."""
