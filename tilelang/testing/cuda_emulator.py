@@ -407,6 +407,8 @@ class _Machine:
             return _tma.tma_store(self, fname, args, mask, EmulationError)
         if fname.startswith("tl::ptx_stmatrix_x"):
             return _tma.stmatrix(self, fname, args, mask, EmulationError)
+        if fname.startswith("tl::st_shared_pair<"):
+            return _tma.st_shared_pair(self, fname, args, mask, EmulationError)
         if fname.startswith("tl::mbarrier_"):
             op = fname[len("tl::mbarrier_") :]
             if op == "init_fence":

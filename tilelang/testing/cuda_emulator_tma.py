@@ -20,6 +20,7 @@ Models what ``backends/cuda/passes/tma_lowering.py`` emits:
   dropped; ``tl::tma_store_commit`` / ``tl::tma_store_wait_read<N>`` track the bulk groups
   whose shared source is still being read: a ``stmatrix`` over such bytes, or a block that
   ends with one (its shared memory is gone), raises :class:`EmulationError`;
+* ``tl::st_shared_pair<T>(smem, regs)``: ``regs[0..1]`` converted, one aligned vector store;
 * ``tl::ptx_stmatrix_x{1,2,4}<T>(smem, regs)`` (PTX ``stmatrix .m8n8 .b16``, ldsm.h): lane
   ``l``'s register ``q`` (its values ``regs[2q]``, ``regs[2q+1]`` converted to ``T``) goes
   to row ``l // 4``, elements ``2 (l % 4)``, ``+1`` of matrix ``q``, whose 16-byte row
@@ -342,6 +343,31 @@ def bulk_group_op(machine, fname, mask, error):
 
 
 _STMATRIX_TYPES = {"half_t": np.float16, "bfloat16_t": ml_dtypes.bfloat16}
+_PAIR_TYPES = {**_STMATRIX_TYPES, "float": np.float32, "double": np.float64, "int": np.int32}
+
+
+def st_shared_pair(machine, fname, args, mask, error):
+    """``tl::st_shared_pair<T>(smem, regs)``: each active thread stores ``regs[0..1]``
+    converted to ``T`` as one 2-element vector (its address aligned to it)."""
+    m = re.fullmatch(r"tl::st_shared_pair<(\w+)>", fname)
+    if m is None or m.group(1) not in _PAIR_TYPES:
+        raise error(f"the emulator does not handle the extern call {fname}")
+    sb, sflat = machine._pointer(args[0], mask)
+    lb, lflat = machine._pointer(args[1], mask)
+    if sb.local or sb.data.dtype != np.dtype(_PAIR_TYPES[m.group(1)]) or not lb.local:
+        raise error(f"{fname}: operands are not shared {m.group(1)} and registers")
+    sflat = np.broadcast_to(np.asarray(sflat), (machine.lanes,))
+    lflat = np.broadcast_to(np.asarray(lflat), (machine.lanes,))
+    pool, size = _pool_offset(sb.data), sb.data.itemsize
+    groups = bulk_stores(machine, error)
+    for t in np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]:
+        first = int(sflat[t])
+        if (pool + first * size) % (2 * size) or first < 0 or first + 2 > sb.data.size:
+            raise error(f"{fname}: element {first} of {sb.name} is no aligned pair inside it")
+        groups.check_write(pool + first * size, pool + (first + 2) * size, fname)
+        slot = int(lflat[t])
+        sb.data[first : first + 2] = lb.data[t, slot : slot + 2]
+    return None
 
 
 def stmatrix(machine, fname, args, mask, error):

@@ -6,6 +6,7 @@ and their reasons, the generated source and SASS, and, marked ``cuda``, the H200
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -149,13 +150,15 @@ def test_staging_allocates_when_no_stage_buffer_is_large_enough():
 
 
 def test_float32_output_staged_without_stmatrix_emulated():
-    """A float32 C: no stmatrix (16-bit only); per-thread stores into the swizzled tile,
-    then the TMA store; exact against float64 with integer inputs."""
+    """A float32 C: no stmatrix (16-bit only); one 8-byte store per register pair into the
+    swizzled tile, then the TMA store; exact against float64 with integer inputs."""
     M, N, K = 136, 200, 72
     func = gemm(M, N, K, bM=64, bN=64, out="float32")
     lowered = pipeline.lower(func, SM90A, EPILOGUE)
     text = str(lowered)
     assert "stmatrix" not in text and "tl::tma_store_2d" in text
+    assert "tl::st_shared_pair<float>" in text
+    assert any("16 paired stores per thread" in n for n in _notes(lowered)), _notes(lowered)
     rng = np.random.default_rng(2)
     a = rng.integers(-3, 4, (M, K)).astype(np.float16)
     b = rng.integers(-3, 4, (K, N)).astype(np.float16)
@@ -278,16 +281,23 @@ def test_generated_source_has_bulk_store_and_fence():
     assert "tl::ptx_stmatrix_x4<half_t>(" in src
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_sass_has_utmastg_and_stsm(dtype):
+@pytest.mark.parametrize(
+    "dtype,out,store",
+    [("float16", None, "STSM"), ("bfloat16", None, "STSM"), ("float16", "float32", "STS.64")],
+)
+def test_sass_has_utmastg(dtype, out, store):
+    """The staged epilogue's SASS: stmatrix (STSM) or 8-byte shared stores, the proxy fence,
+    the TMA store with its commit (UTMACMDFLUSH) and wait (DEPBAR), no global stores."""
     if shutil.which("nvcc") is None or _tool("cuobjdump") is None:
         pytest.skip("nvcc / cuobjdump not installed")
-    art = pipeline.build(gemm(1000, 1000, 1000, dtype=dtype), SM90A, EPILOGUE, compiler="nvcc")
-    sass = _sass(art)
-    assert "UTMASTG" in sass and "STSM" in sass and "UTMALDG" in sass
-    assert "FENCE.VIEW.ASYNC.S" in sass
-    off = _sass(pipeline.build(gemm(1000, 1000, 1000, dtype=dtype), SM90A, compiler="nvcc"))
-    assert "UTMASTG" not in off and "STSM" not in off
+    func = gemm(1000, 1000, 1000, bM=64, bN=64, dtype=dtype, out=out)
+    sass = _sass(pipeline.build(func, SM90A, EPILOGUE, compiler="nvcc"))
+    global_store = re.compile(r"\sSTG\.")
+    assert "UTMASTG" in sass and store in sass and "UTMALDG" in sass
+    assert not global_store.search(sass)
+    assert "FENCE.VIEW.ASYNC.S" in sass and "UTMACMDFLUSH" in sass
+    off = _sass(pipeline.build(func, SM90A, compiler="nvcc"))
+    assert "UTMASTG" not in off and "STSM" not in off and global_store.search(off)
 
 
 # ------------------------------------------------------------------------------- GPU

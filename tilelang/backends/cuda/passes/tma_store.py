@@ -295,33 +295,28 @@ def _shared_bytes(stmts, ctx) -> int:
     return total
 
 
-#: C type of a 16-bit staging element in the stmatrix helpers (ldsm.h).
-_STMATRIX_TYPES = {"float16": "half_t", "bfloat16": "bfloat16_t"}
+#: C types of staging elements in the ldsm.h helpers (stmatrix: the 16-bit ones).
+_C_TYPES = {
+    "float16": "half_t",
+    "bfloat16": "bfloat16_t",
+    "float32": "float",
+    "float64": "double",
+    "int32": "int",
+}
+_STMATRIX_DTYPES = ("float16", "bfloat16")
 
 
-def plan_stmatrix(frag, tile, ctx):
-    """The ``stmatrix`` calls (ldmatrix_cuda's ``LdmatrixCall``: slot, count) that store the
-    whole fragment view ``frag`` into the 16-bit shared ``tile`` (values converted to the
-    tile's type), or None. The fit is ldmatrix's, read the other way: register pairs
-    ``(slot, slot + 1)`` of every lane must be one row word of an 8x8 matrix whose rows
-    start 16-byte aligned in the tile's layout."""
+def _slot_offsets(frag, tile, ctx):
+    """Offsets in ``tile`` (through its layout) of every (thread, local slot) of the whole
+    fragment ``frag``, shape ``(span, slots)``; None unless the fragment holds one element
+    per (thread < span, slot) with threads starting at 0 in whole warps."""
     from ....layout import Fragment
-    from ....ops.copy.ldmatrix_cuda import (
-        WARP,
-        LdmatrixCall,
-        _offset_tables,
-        _register_mode,
-        _slot_table,
-    )
+    from ....ops.copy.ldmatrix_cuda import WARP, _offset_tables, _slot_table
 
-    m = re.match(r"sm_(\d+)", str(ctx.arch or ""))
-    if m is None or int(m.group(1)) < 90 or str(tile.ty.dtype) not in _STMATRIX_TYPES:
-        return None
     layout = ctx.get_layout(frag.tensor)
     if not isinstance(layout, Fragment) or layout.output_dim != 1:
         return None
-    tr = layout.get_thread_range()
-    if tr is not None and E.as_const_int(layout.thread_range[0]) != 0:
+    if layout.get_thread_range() is not None and E.as_const_int(layout.thread_range[0]) != 0:
         return None
     span, slots = layout.get_thread_size(), layout.get_local_size()
     if span % WARP or span > ctx.threads or slots % 2:
@@ -330,41 +325,75 @@ def plan_stmatrix(frag, tile, ctx):
     if table is None:
         return None
     offsets = _offset_tables(table, RegionView.of(full_region(tile)), [0, 1], [0, 1], ctx)
-    if offsets is None:
+    return None if offsets is None else offsets[0]
+
+
+def plan_stmatrix(offsets, tile, ctx) -> int | None:
+    """Matrices per ``stmatrix`` call (4, 2 or 1) storing the fragment whose slot
+    ``offsets`` (:func:`_slot_offsets`) are given into the 16-bit ``tile``, or None. The
+    fit is ldmatrix's, read the other way: the slot pair ``(2s, 2s + 1)`` of every lane
+    must be one row word of an 8x8 matrix whose rows start 16-byte aligned."""
+    from ....ops.copy.ldmatrix_cuda import _register_mode
+
+    m = re.match(r"sm_(\d+)", str(ctx.arch or ""))
+    if m is None or int(m.group(1)) < 90 or str(tile.ty.dtype) not in _STMATRIX_DTYPES:
         return None
-    modes = [_register_mode(offsets, s, 2, 8) for s in range(0, slots, 2)]
+    modes = [_register_mode(offsets[None], s, 2, 8) for s in range(0, offsets.shape[1], 2)]
     if any(mode is not False for mode in modes):
         return None
-    num = next(n for n in (4, 2, 1) if len(modes) % n == 0)
-    return [LdmatrixCall(i * 2, num, False) for i in range(0, len(modes), num)]
+    return next(n for n in (4, 2, 1) if len(modes) % n == 0)
 
 
-def stmatrix_stmts(frag, tile, calls, ctx) -> ir.Stmt:
-    """The warp-wide ``tl::ptx_stmatrix_x<n><T>`` calls of :func:`plan_stmatrix`'s plan, as
-    one unrolled loop (one statement for ``insert_sync``: the calls write disjoint rows)."""
+def pairs_fit(offsets) -> bool:
+    """Whether each slot pair ``(2s, 2s + 1)`` of every thread is two consecutive elements
+    of the tile starting at an even offset (one 2-element vector store)."""
+    first, second = offsets[:, 0::2], offsets[:, 1::2]
+    return bool((second == first + 1).all() and (first % 2 == 0).all())
+
+
+def _store_loop(frag, tile, ctx, extern, step, thread, slot_of) -> ir.Stmt:
+    """``for i: extern(&tile[element of (thread, slot_of(i * step))], &local[i * step])``,
+    unrolled: one statement for ``insert_sync`` (the calls write disjoint elements)."""
     from ....lowering.thread_utils import for_, fragment_points, physical
 
     layout = ctx.get_layout(frag.tensor)
     local = ctx.local_of(frag.tensor)
-    tx = ctx.thread_var
-    lane, warp0 = tx % 32, tx // 32 * 32
-    ctype = _STMATRIX_TYPES[str(tile.ty.dtype)]
-    num = calls[0].num
+    n = layout.get_local_size() // step
     i = ir.Var("st_i", "int32")
-    inner = ctx.with_range(i, 0, len(calls))
-    slot = i * (2 * num)
-    q = (lane // 8) % num if num > 1 else 0
-    r = lane % 8
-    # row r of matrix q: the element lane 4 r holds in its register q (slots 2q, 2q+1)
-    points = fragment_points(layout, slot + 2 * q, warp0 + 4 * r)[:-1]
+    inner = ctx.with_range(i, 0, n)
+    points = fragment_points(layout, slot_of(i * step), thread)[:-1]
     phys = physical(tile, [inner.simplify(p) for p in points], inner)
     ptr = tirx.address_of(ir.TensorLoad(tile, phys))
-    regs = tirx.address_of(ir.TensorLoad(local, [slot]))
-    call = _call(f"tl::ptx_stmatrix_x{num}<{ctype}>", ptr, regs)
-    body = for_(i, len(calls), call, ir.ForKind.UNROLLED)
+    regs = tirx.address_of(ir.TensorLoad(local, [i * step]))
+    body = for_(i, n, _call(extern, ptr, regs), ir.ForKind.UNROLLED)
     if layout.get_thread_size() < ctx.threads:
-        body = ir.If(tx < layout.get_thread_size(), body, None)
+        body = ir.If(ctx.thread_var < layout.get_thread_size(), body, None)
     return body
+
+
+def staging_stores(frag, tile, ctx):
+    """(statement, description) writing the whole fragment ``frag`` into ``tile``:
+    warp-wide ``tl::ptx_stmatrix_x<n><T>`` (16-bit types), else one 2-element vector store
+    per slot pair (``tl::st_shared_pair<T>``), else None (the copy's own lowering)."""
+    offsets = _slot_offsets(frag, tile, ctx)
+    dtype = str(tile.ty.dtype)
+    if offsets is None or dtype not in _C_TYPES:
+        return None
+    ctype = _C_TYPES[dtype]
+    num = plan_stmatrix(offsets, tile, ctx)
+    tx = ctx.thread_var
+    if num is not None:
+        lane = tx % 32
+        q = (lane // 8) % num if num > 1 else 0
+        # row r of matrix q: the element lane 4 r of the warp holds in its register q
+        thread = tx // 32 * 32 + 4 * (lane % 8)
+        extern = f"tl::ptx_stmatrix_x{num}<{ctype}>"
+        stmt = _store_loop(frag, tile, ctx, extern, 2 * num, thread, lambda s: s + 2 * q)
+        return stmt, f"{offsets.shape[1] // (2 * num)} stmatrix.x{num} per thread"
+    if pairs_fit(offsets):
+        stmt = _store_loop(frag, tile, ctx, f"tl::st_shared_pair<{ctype}>", 2, tx, lambda s: s)
+        return stmt, f"{offsets.shape[1] // 2} paired stores per thread"
+    return None
 
 
 def _stage_one(view, frag, dst, ctx, free, used, budget, limit):
@@ -405,10 +434,10 @@ def _stage_one(view, frag, dst, ctx, free, used, budget, limit):
     else:
         ctx.layout_map.pop(tile, None)
         return f"{need} bytes of staging do not fit in shared memory"
-    calls = plan_stmatrix(frag, tile, ctx)
-    if calls is not None:
-        copy_in = stmatrix_stmts(frag, tile, calls, ctx)
-        ctx.tma_notes[-1] += f"; {len(calls)} stmatrix per thread"
+    stores = staging_stores(frag, tile, ctx)
+    if stores is not None:
+        copy_in, how = stores
+        ctx.tma_notes[-1] += f"; {how}"
     else:  # the copy's own lowering (per-thread stores through the swizzle)
         copy_in = ir.Evaluate(COPY.make(view.src, full_region(tile), loc=view.loc))
     copy_out = ir.Evaluate(COPY.make(full_region(tile), view.dst, loc=view.loc))

@@ -24,6 +24,8 @@
 // type convertible to Dst (half_t / bfloat16_t), e.g. a float accumulator:
 //
 //   tl::ptx_stmatrix_x{1,2,4}<Dst>(smem, local)   local[0 .. 2K-1] -> K registers
+//   tl::st_shared_pair<Dst>(smem, local)          local[0], local[1] converted to Dst, one
+//                                                 2-element vector store (smem aligned to it)
 //
 // `local_ptr` must be 4-byte aligned and have room for K 32-bit values.
 #ifndef TL_TEMPLATES_CUDA_LDSM_H_
@@ -122,6 +124,15 @@ TL_DEVICE void ptx_stmatrix_x4(void* smem_ptr, const Src* local_ptr) {
                "r"(stmatrix_pack<Dst>(local_ptr)), "r"(stmatrix_pack<Dst>(local_ptr + 2)),
                "r"(stmatrix_pack<Dst>(local_ptr + 4)), "r"(stmatrix_pack<Dst>(local_ptr + 6))
                : "memory");
+}
+
+template <typename Dst, typename Src>
+TL_DEVICE void st_shared_pair(void* smem_ptr, const Src* local_ptr) {
+  struct alignas(2 * sizeof(Dst)) Pair {
+    Dst v[2];
+  };
+  *reinterpret_cast<Pair*>(smem_ptr) =
+      Pair{{static_cast<Dst>(local_ptr[0]), static_cast<Dst>(local_ptr[1])}};
 }
 
 }  // namespace tl
