@@ -328,8 +328,7 @@ def _gpu_gemm(func, M, N, K, dtype, configs):
 )
 def test_gpu_gemm_epilogue(M, N, K, bM, bN, threads, epilogue, dtype):
     """The README GEMM with and without the staged TMA-store epilogue, tails included."""
-    func = gemm(M, N, K, bM=bM // (256 // threads) if threads == 128 else bM, bN=bN,
-                threads=threads, dtype=dtype)  # fmt: skip
+    func = gemm(M, N, K, bM=bM, bN=bN, threads=threads, dtype=dtype)
     got, want = _gpu_gemm(func, M, N, K, dtype, EPILOGUE if epilogue else None)
     assert not got.isnan().any()
     tol = 2e-2 if dtype == "bfloat16" else 4e-3
