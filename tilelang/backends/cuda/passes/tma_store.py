@@ -1,8 +1,9 @@
 """TMA stores (CUDA sm_90+): ``T.copy(shared -> global)`` as bulk tensor stores, and the
 staged epilogue of warp-specialized kernels.
 
-Runs at tile level right after ``pipeline_planning`` (the warp-specialized split and the
-tensor maps of the loads exist; the layouts are known).
+Runs at tile level after ``pipeline_planning`` and ``apply_shared_layouts`` (the
+warp-specialized split and the loads' tensor maps exist, the layouts are known; the
+thread-level statements emitted here index shared tiles physically already).
 
 **Stores** (:func:`lower_tma_stores`). Where TMA is on for the kernel (sm_90+, and either
 the pass config ``tl.disable_tma_lower=False`` or the kernel was warp-specialized, as for
@@ -33,6 +34,10 @@ reuses the bytes of a pipeline stage buffer when one is large enough (every TMA 
 completed once the consumers' last ``full`` wait returned; a consumer barrier in front of
 the staging writes waits for the other warpgroups' last wgmmas), else it is a new tile
 when the shared memory allows; otherwise the copy stays as it is (and ``tl.tma`` says so).
+The fragment -> ``S`` step is warp-wide ``stmatrix`` for 16-bit types where the fragment's
+register pairs are rows of 8x8 matrices in ``S``'s layout (the wgmma accumulator: one
+``stmatrix.x4`` per 8 accumulator values, checked as ldmatrix's fit), else one 2-element
+vector store per register pair (``tl::st_shared_pair``), else the copy's own lowering.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from ....lowering.thread_utils import (
 )
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY
-from ..tensor_map import TmaCopy, plan_tma_copy
+from ..tensor_map import ATTR_TMA, TmaCopy, plan_tma_copy
 from .plan_shared_memory import smem_limit
 from .tma_lowering import tma_supported
 from .warp_specialize_auto import CONSUMER_MARKER
@@ -454,8 +459,6 @@ def stage_tma_store(func, state):
     body = lower_tma_stores(body, ctx)
     func = func.with_body(body)
     if len(ctx.tma_notes) != notes:
-        from ..tensor_map import ATTR_TMA
-
         func = func.with_attr(ATTR_TMA, list(ctx.tma_notes))
     return func
 
@@ -466,6 +469,7 @@ __all__ = [
     "stage_epilogues",
     "stage_tma_store",
     "staging_layout",
+    "staging_stores",
     "tma_store_off_reason",
     "tma_store_stmts",
 ]
