@@ -167,6 +167,26 @@ def test_float32_output_staged_without_stmatrix_emulated():
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
 
 
+def test_attention_epilogue_rank4_emulated():
+    """FlashAttention (GQA example): ``T.copy(acc_o, Output[b, rows, h, :])`` into a 4-d
+    tensor is staged in the K stage buffer and stored through a rank-4 map; a tail in the
+    sequence (192 rows, blocks of 128); float64 reference."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from test_pipeline_emulate import _attention, _example
+
+    fa = _example("flash_attention/example_gqa_fwd_bshd.py").flashattn
+    B, H, S, D = 1, 2, 192, 64
+    tir = fa.get_tir(B, H, S, D, False, groups=1, block_M=128, block_N=64, num_stages=2, threads=256)  # fmt: skip
+    f = pipeline.lower(tir, SM90A, EPILOGUE)
+    notes = _notes(f)
+    assert any("reusing the stage buffer K_shared_mb); 4 stmatrix.x4" in n for n in notes), notes
+    assert "tl::tma_store_4d" in str(f)
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
+    arrays, _ = emulate_rs(f, q, k, v, np.full_like(q, np.nan))
+    np.testing.assert_allclose(arrays[3], _attention(q, k, v, False), rtol=1e-2, atol=2e-3)
+
+
 # --------------------------------------------------------------- user's shared stores
 @pytest.mark.parametrize("configs", [None, TMA])
 def test_user_shared_epilogue_becomes_a_tma_store(configs):
