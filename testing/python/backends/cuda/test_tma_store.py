@@ -365,6 +365,33 @@ def test_gpu_user_shared_epilogue(configs):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("configs", [None, EPILOGUE])
+@pytest.mark.parametrize("example", ["example_gqa_fwd_bshd.py", "example_mha_fwd_bshd.py"])
+def test_gpu_attention_epilogue(example, configs):
+    """FlashAttention with a tail in the sequence: the GQA example's fragment epilogue
+    (staged with the pass config) and the MHA example's O_shared store (a TMA store in the
+    warp-specialized kernel either way)."""
+    import torch
+
+    from tilelang.backends.cuda import load_kernel
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from test_pipeline_emulate import _example
+
+    fa = _example(f"flash_attention/{example}").flashattn
+    B, H, S, D = 2, 4, 448, 128
+    tir = fa.get_tir(B, H, S, D, False, block_M=128, block_N=128, num_stages=2, threads=256)
+    kernel = load_kernel(pipeline.build(tir, {"kind": "cuda"}, configs))
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    kernel(q, k, v, o)
+    torch.cuda.synchronize()
+    qd, kd, vd = (x.double().transpose(1, 2) for x in (q, k, v))
+    ref = ((qd @ kd.transpose(-1, -2) / D**0.5).softmax(-1) @ vd).transpose(1, 2)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.cuda
 def test_gpu_plain_tail_store():
     import torch
 
