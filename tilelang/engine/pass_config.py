@@ -99,6 +99,14 @@ class PassConfigKey(str, Enum):
     mbarriers (``backends/cuda/passes/warp_specialize_auto.py``). ``True`` keeps every thread
     on both jobs (the TMA schedule of ``tma_lowering.py``). Default: False."""
 
+    TL_TMA_STORE_EPILOGUE = "tl.tma_store_epilogue"
+    """CUDA sm_90a, warp-specialized kernels: a ``T.copy(fragment -> global)`` after the
+    pipelined loop goes through a swizzled shared staging tile (reusing a pipeline stage
+    buffer when one is large enough) and leaves as a TMA store (``cp.async.bulk.tensor``,
+    one elected thread; ``backends/cuda/passes/tma_store.py``) instead of per-thread
+    stores. ``tl.tma`` says where it applied and why not elsewhere. Default: False (not
+    yet measured on the H200)."""
+
     TL_COMPACT_SOURCE = "tl.compact_source"
     """CUDA: ``T.unroll`` loops reach nvcc/NVRTC as ``#pragma unroll`` loops and TIRx's
     device-side StmtSimplify is skipped (``backends/cuda/compact_source.py``): the README
@@ -256,6 +264,7 @@ def build_options(pass_configs) -> dict:
         ),
         "compact_source": flag(PassConfigKey.TL_COMPACT_SOURCE, True),
         "ws_pingpong": flag(PassConfigKey.TL_WS_PINGPONG, False),
+        "tma_store_epilogue": flag(PassConfigKey.TL_TMA_STORE_EPILOGUE, False),
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
     }

@@ -401,6 +401,14 @@ class _Machine:
             return None  # copies are done synchronously
         if fname.startswith("tl::tma_load_"):
             return _tma.tma_load(self, self.barriers, fname, args, mask, EmulationError)
+        if fname.startswith("tl::tma_store_"):  # TMA stores and their bulk groups
+            if fname.startswith(("tl::tma_store_commit", "tl::tma_store_wait_read<")):
+                return _tma.bulk_group_op(self, fname, mask, EmulationError)
+            return _tma.tma_store(self, fname, args, mask, EmulationError)
+        if fname.startswith("tl::ptx_stmatrix_x"):
+            return _tma.stmatrix(self, fname, args, mask, EmulationError)
+        if fname.startswith("tl::st_shared_pair<"):
+            return _tma.st_shared_pair(self, fname, args, mask, EmulationError)
         if fname.startswith("tl::mbarrier_"):
             op = fname[len("tl::mbarrier_") :]
             if op == "init_fence":
@@ -695,6 +703,7 @@ class _Machine:
                 self.race.new_block(self.block_index)
             self.env[var.__chandle__()] = np.arange(n, dtype=np.int32)
             self.run(stmt.body, np.ones(n, bool))
+            _tma.bulk_stores(self, EmulationError).end_of_block(self.block_index)
             return
         inner = stmt.body
         while isinstance(inner, ir.SeqStmt) and len(inner.seq) == 1:

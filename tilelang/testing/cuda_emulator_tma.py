@@ -14,11 +14,24 @@ Models what ``backends/cuda/passes/tma_lowering.py`` emits:
   ``_arrive`` / ``_expect_tx``) track arrivals,
   pending transaction bytes and completed phases; a wait whose phase cannot have completed
   (it would spin forever on a GPU) raises :class:`EmulationError`, as does a load counted
-  on a barrier that expects fewer bytes.
+  on a barrier that expects fewer bytes;
+* ``tl::tma_store_<R>d(&map, smem, coords...)`` (``backends/cuda/passes/tma_store.py``):
+  the box is read through the swizzle and written at once, parts outside the tensor
+  dropped; ``tl::tma_store_commit`` / ``tl::tma_store_wait_read<N>`` track the bulk groups
+  whose shared source is still being read: a ``stmatrix`` over such bytes, or a block that
+  ends with one (its shared memory is gone), raises :class:`EmulationError`;
+* ``tl::st_shared_pair<T>(smem, regs)``: ``regs[0..1]`` converted, one aligned vector store;
+* ``tl::ptx_stmatrix_x{1,2,4}<T>(smem, regs)`` (PTX ``stmatrix .m8n8 .b16``, ldsm.h): lane
+  ``l``'s register ``q`` (its values ``regs[2q]``, ``regs[2q+1]`` converted to ``T``) goes
+  to row ``l // 4``, elements ``2 (l % 4)``, ``+1`` of matrix ``q``, whose 16-byte row
+  addresses lanes ``8q .. 8q+7`` give.
 """
 
 from __future__ import annotations
 
+import re
+
+import ml_dtypes
 import numpy as np
 from tvm_tirx import ir
 
@@ -62,8 +75,9 @@ class TensorMapState:
             raise error("the emulator models element strides of 1 only")
         self.encoded = True
 
-    def box_values(self, coords):
-        """The box at ``coords`` (innermost first) as a flat array, innermost fastest."""
+    def box_elements(self, coords):
+        """(flat tensor element, inside the tensor) of every box element at ``coords``
+        (innermost first), innermost fastest."""
         grids = np.meshgrid(*[np.arange(b) for b in reversed(self.box)], indexing="ij")
         idx = [g.reshape(-1) for g in reversed(grids)]  # innermost first
         inside = np.ones(idx[0].shape, bool)
@@ -73,6 +87,11 @@ class TensorMapState:
             g = i + c
             inside &= (g >= 0) & (g < self.dims[d])
             flat += np.where(inside, g, 0) * elem_strides[d]
+        return flat, inside
+
+    def box_values(self, coords):
+        """The box at ``coords`` (innermost first) as a flat array, innermost fastest."""
+        flat, inside = self.box_elements(coords)
         out = np.zeros(flat.shape, self.buf.data.dtype)
         out[inside] = self.buf.data[flat[inside]]
         return out
@@ -189,10 +208,7 @@ class Barriers:
             tasks.block(index, ready, describe)
 
 
-def tma_load(machine, barriers, fname, args, mask, error):
-    """``tl::tma_load_<R>d(smem, &map, bar, coords...)`` for every active thread."""
-    rank = int(fname[len("tl::tma_load_")])
-    mref = args[1]
+def _tensor_map(machine, mref, rank, fname, error):
     if not (isinstance(mref, ir.Call) and mref.op.name == "tirx.address_of"):
         raise error(f"{fname}: the tensor map operand is not address_of(map)")
     tmap = machine.env.get(mref.args[0].__chandle__())
@@ -200,6 +216,30 @@ def tma_load(machine, barriers, fname, args, mask, error):
         raise error(f"{fname}: tensor map {mref.args[0].name} is not encoded")
     if len(tmap.dims) != rank:
         raise error(f"{fname} with a rank-{len(tmap.dims)} tensor map")
+    return tmap
+
+
+def _box_elements(tmap, sb, pool, first, n, fname, error):
+    """Elements of shared buffer ``sb`` a box of ``n`` elements starting at element
+    ``first`` occupies (through the map's swizzle), after the alignment checks."""
+    size = tmap.itemsize
+    start = pool + first * size
+    align = 128 if tmap.swizzle is SwizzleMode.NONE else tmap.swizzle.smem_alignment()
+    if start % 128:
+        raise error(f"{fname}: shared box at byte {start} is not 128-byte aligned")
+    if tmap.swizzle is not SwizzleMode.NONE and start % align:
+        raise error(f"{fname}: swizzled shared box at byte {start} not {align}-aligned")
+    addr = hw_swizzle(start + np.arange(n, dtype=np.int64) * size, tmap.swizzle)
+    elem = (addr - pool) // size
+    if elem.min() < 0 or elem.max() >= sb.data.size:
+        raise error(f"{fname}: box past {sb.name}")
+    return elem
+
+
+def tma_load(machine, barriers, fname, args, mask, error):
+    """``tl::tma_load_<R>d(smem, &map, bar, coords...)`` for every active thread."""
+    rank = int(fname[len("tl::tma_load_")])
+    tmap = _tensor_map(machine, args[1], rank, fname, error)
     sb, sflat = machine._pointer(args[0], mask)
     keys = barriers._key(machine, args[2], mask)
     coords = [
@@ -212,18 +252,169 @@ def tma_load(machine, barriers, fname, args, mask, error):
     pool = _pool_offset(sb.data)
     for t, key in zip(active, keys):
         values = tmap.box_values([int(c[t]) for c in coords])
-        start = pool + int(sflat[t]) * size
-        align = 128 if tmap.swizzle is SwizzleMode.NONE else tmap.swizzle.smem_alignment()
-        if start % 128:
-            raise error(f"{fname}: shared destination at byte {start} is not 128-byte aligned")
-        if tmap.swizzle is not SwizzleMode.NONE and start % align:
-            raise error(f"{fname}: swizzled destination at byte {start} not {align}-aligned")
-        addr = hw_swizzle(start + np.arange(values.size, dtype=np.int64) * size, tmap.swizzle)
-        elem = (addr - pool) // size
-        if elem.min() < 0 or elem.max() >= sb.data.size:
-            raise error(f"{fname}: box written past {sb.name}")
+        elem = _box_elements(tmap, sb, pool, int(sflat[t]), values.size, fname, error)
         sb.data[elem] = values
         barriers.complete_tx(key, values.size * size)
 
 
-__all__ = ["ENCODE_OP", "Barriers", "TensorMapState", "address_value", "is_address", "tma_load"]
+class BulkStores:
+    """The bulk async-groups of TMA stores per thread: (pool offset, byte ranges) read."""
+
+    def __init__(self, error):
+        self.error = error
+        self.open = {}  # thread -> byte ranges of stores not yet committed
+        self.groups = {}  # thread -> list of committed groups (lists of byte ranges)
+
+    def add(self, t, lo, hi):
+        self.open.setdefault(t, []).append((lo, hi))
+
+    def commit(self, threads):
+        for t in threads:
+            self.groups.setdefault(t, []).append(self.open.pop(t, []))
+
+    def wait_read(self, threads, n):
+        for t in threads:
+            groups = self.groups.get(t, [])
+            self.groups[t] = groups[len(groups) - n :] if n else []
+
+    def check_write(self, lo, hi, what):
+        """Fail when shared bytes [lo, hi) are still read by a TMA store."""
+        for t, groups in self.groups.items():
+            for lo2, hi2 in [r for g in groups for r in g] + self.open.get(t, []):
+                if lo < hi2 and lo2 < hi:
+                    raise self.error(
+                        f"{what} overwrites shared bytes a TMA store of thread {t} may still "
+                        "read (no tl::tma_store_wait_read before the reuse)"
+                    )
+
+    def end_of_block(self, block):
+        pending = [
+            t
+            for t in set(self.open) | set(self.groups)
+            if self.open.get(t) or any(self.groups.get(t, []))
+        ]
+        self.open, self.groups = {}, {}
+        if pending:
+            raise self.error(
+                f"block {block} ends while TMA stores of threads {sorted(pending)} may still "
+                "read shared memory (tl::tma_store_commit + tl::tma_store_wait_read<0> missing)"
+            )
+
+
+def bulk_stores(machine, error) -> BulkStores:
+    """The machine's :class:`BulkStores` (created on first use)."""
+    state = getattr(machine, "bulk_stores", None)
+    if state is None:
+        state = machine.bulk_stores = BulkStores(error)
+    return state
+
+
+def tma_store(machine, fname, args, mask, error):
+    """``tl::tma_store_<R>d(&map, smem, coords...)`` for every active thread: the box read
+    through the swizzle, its elements inside the tensor written (the rest clipped)."""
+    rank = int(fname[len("tl::tma_store_")])
+    tmap = _tensor_map(machine, args[0], rank, fname, error)
+    sb, sflat = machine._pointer(args[1], mask)
+    if sb.local or sb.data.dtype.itemsize != tmap.itemsize:
+        raise error(f"{fname}: {sb.name} is not shared memory of the map's element size")
+    coords = [
+        np.broadcast_to(np.asarray(machine.eval(c, mask)), (machine.lanes,)) for c in args[2:]
+    ]
+    sflat = np.broadcast_to(np.asarray(sflat), (machine.lanes,))
+    pool = _pool_offset(sb.data)
+    n = int(np.prod(tmap.box))
+    groups = bulk_stores(machine, error)
+    for t in np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]:
+        elem = _box_elements(tmap, sb, pool, int(sflat[t]), n, fname, error)
+        flat, inside = tmap.box_elements([int(c[t]) for c in coords])
+        tmap.buf.data[flat[inside]] = sb.data[elem][inside]
+        lo = pool + int(elem.min()) * tmap.itemsize
+        groups.add(int(t), lo, pool + (int(elem.max()) + 1) * tmap.itemsize)
+
+
+def bulk_group_op(machine, fname, mask, error):
+    """``tl::tma_store_commit`` / ``tl::tma_store_wait_read<N>`` of the active threads."""
+    threads = [int(t) for t in np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]]
+    groups = bulk_stores(machine, error)
+    if fname == "tl::tma_store_commit":
+        groups.commit(threads)
+    else:
+        groups.wait_read(threads, int(fname[fname.index("<") + 1 : fname.index(">")]))
+
+
+_STMATRIX_TYPES = {"half_t": np.float16, "bfloat16_t": ml_dtypes.bfloat16}
+_PAIR_TYPES = {**_STMATRIX_TYPES, "float": np.float32, "double": np.float64, "int": np.int32}
+
+
+def st_shared_pair(machine, fname, args, mask, error):
+    """``tl::st_shared_pair<T>(smem, regs)``: each active thread stores ``regs[0..1]``
+    converted to ``T`` as one 2-element vector (its address aligned to it)."""
+    m = re.fullmatch(r"tl::st_shared_pair<(\w+)>", fname)
+    if m is None or m.group(1) not in _PAIR_TYPES:
+        raise error(f"the emulator does not handle the extern call {fname}")
+    sb, sflat = machine._pointer(args[0], mask)
+    lb, lflat = machine._pointer(args[1], mask)
+    if sb.local or sb.data.dtype != np.dtype(_PAIR_TYPES[m.group(1)]) or not lb.local:
+        raise error(f"{fname}: operands are not shared {m.group(1)} and registers")
+    sflat = np.broadcast_to(np.asarray(sflat), (machine.lanes,))
+    lflat = np.broadcast_to(np.asarray(lflat), (machine.lanes,))
+    pool, size = _pool_offset(sb.data), sb.data.itemsize
+    groups = bulk_stores(machine, error)
+    for t in np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]:
+        first = int(sflat[t])
+        if (pool + first * size) % (2 * size) or first < 0 or first + 2 > sb.data.size:
+            raise error(f"{fname}: element {first} of {sb.name} is no aligned pair inside it")
+        groups.check_write(pool + first * size, pool + (first + 2) * size, fname)
+        slot = int(lflat[t])
+        sb.data[first : first + 2] = lb.data[t, slot : slot + 2]
+    return None
+
+
+def stmatrix(machine, fname, args, mask, error):
+    """``tl::ptx_stmatrix_x{1,2,4}<T>(smem, regs)``, warp by warp (all 32 lanes)."""
+    m = re.fullmatch(r"tl::ptx_stmatrix_x([124])<(\w+)>", fname)
+    if m is None or m.group(2) not in _STMATRIX_TYPES:
+        raise error(f"the emulator does not handle the extern call {fname}")
+    nmat, dtype = int(m.group(1)), _STMATRIX_TYPES[m.group(2)]
+    warps = machine._warps(fname, mask)
+    sb, sflat = machine._pointer(args[0], mask)
+    if sb.local or sb.data.dtype != np.dtype(dtype):
+        raise error(f"{fname}: {sb.name} is not shared memory of {m.group(2)}")
+    lb, lflat = machine._pointer(args[1], mask)
+    sflat = np.broadcast_to(np.asarray(sflat), (machine.lanes,))
+    lflat = np.broadcast_to(np.asarray(lflat), (machine.lanes,))
+    if not lb.local:
+        raise error(f"{fname}: register operand {lb.name} is not a local tensor")
+    size = sb.data.itemsize
+    pool = _pool_offset(sb.data)
+    groups = bulk_stores(machine, error)
+    for lanes in warps:
+        for q in range(nmat):
+            for r in range(8):
+                first = int(sflat[lanes[8 * q + r]])
+                if (first * size) % 16 or first < 0 or first + 8 > sb.data.size:
+                    raise error(
+                        f"{fname}: row address of {sb.name} (lane {8 * q + r}, block "
+                        f"{machine.block_index}) is not a 16-byte row inside it"
+                    )
+                groups.check_write(pool + first * size, pool + first * size + 16, fname)
+                for c in range(4):  # lane 4 r + c holds word c of the row
+                    t = lanes[4 * r + c]
+                    slot = int(lflat[t]) + 2 * q
+                    sb.data[first + 2 * c : first + 2 * c + 2] = lb.data[t, slot : slot + 2]
+    return None
+
+
+__all__ = [
+    "ENCODE_OP",
+    "BulkStores",
+    "bulk_group_op",
+    "bulk_stores",
+    "stmatrix",
+    "tma_store",
+    "Barriers",
+    "TensorMapState",
+    "address_value",
+    "is_address",
+    "tma_load",
+]

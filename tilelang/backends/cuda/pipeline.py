@@ -38,6 +38,7 @@ from .passes.lower_parallel import lower_parallel
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
+from .passes.tma_store import stage_tma_store
 from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
 from .passes.warp_specialize_auto import consumer_barriers
 from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
@@ -226,6 +227,7 @@ STAGES = [
     ("layout_inference", stage_layout_inference),
     ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", stage_apply_shared_layouts),
+    ("tma_store", stage_tma_store),  # T.copy(shared -> global) as TMA stores (passes/tma_store.py)
     ("lower_parallel", stage_lower_parallel),
     ("lower_tile_ops", stage_lower_tile_ops),
     ("lower_fragments", stage_lower_fragments),

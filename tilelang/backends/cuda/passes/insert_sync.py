@@ -62,7 +62,8 @@ class _State:
 # Extern device helpers whose shared-memory operands only read, or whose writes are
 # asynchronous copies that never overlap another async copy of the same tile op.
 # (tl::wgmma_m64n*: wgmma.mma_async only reads its shared A/B tiles, via the descriptors.)
-_READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n")
+# (tl::tma_store_<R>d: the elected thread's TMA store reads its tile, waited for at once.)
+_READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n", "tl::tma_store_")
 # (tl::stage_copy: ROCm's register -> LDS stores into a pipeline stage, backends/rocm/pipelining.py)
 _ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs", "tl::tma_load_", "tl::stage_copy")
 # mbarrier operations (TMA pipelining, passes/tma_lowering.py) synchronise by themselves:

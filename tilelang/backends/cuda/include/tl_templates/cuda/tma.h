@@ -15,6 +15,13 @@
 //                                             parts of the box are zero-filled), counted on
 //                                             `bar` as complete_tx bytes
 //   tl::tma_prefetch_descriptor(map)          prefetch.tensormap (optional warm-up)
+//   tl::tma_store_<R>d(map, smem, c...)       cp.async.bulk.tensor.<R>d shared -> global of one
+//                                             box at coordinates c (parts of the box outside
+//                                             the tensor are not written), in the calling
+//                                             thread's bulk async-group
+//   tl::tma_store_commit()                    cp.async.bulk.commit_group
+//   tl::tma_store_wait_read<N>()              cp.async.bulk.wait_group.read N: at most N groups
+//                                             still read their shared source
 //
 // `bar` points to a 64-bit mbarrier in shared memory (8-byte aligned), `smem` to the box's
 // destination (128-byte aligned; a multiple of the swizzle period -- 256/512/1024 bytes for
@@ -122,6 +129,45 @@ TL_DEVICE void tma_load_5d(void* smem, unsigned long long map, uint64_t* bar, in
 }
 
 #undef TL_TMA_PTRS
+
+// TMA stores (passes/tma_store.py): every thread that wrote the box's shared source runs
+// fence.proxy.async.shared::cta before the barrier that precedes the elected thread's store.
+#define TL_TMA_STORE(R, COORDS, ...)                                                      \
+  asm volatile("cp.async.bulk.tensor." #R "d.global.shared::cta.bulk_group [%0, " COORDS \
+               "], [%1];" ::"l"(static_cast<uint64_t>(map)),                              \
+               "r"(tma_smem_addr(smem)), __VA_ARGS__                                      \
+               : "memory")
+
+TL_DEVICE void tma_store_1d(unsigned long long map, const void* smem, int c0) {
+  TL_TMA_STORE(1, "{%2}", "r"(c0));
+}
+
+TL_DEVICE void tma_store_2d(unsigned long long map, const void* smem, int c0, int c1) {
+  TL_TMA_STORE(2, "{%2, %3}", "r"(c0), "r"(c1));
+}
+
+TL_DEVICE void tma_store_3d(unsigned long long map, const void* smem, int c0, int c1, int c2) {
+  TL_TMA_STORE(3, "{%2, %3, %4}", "r"(c0), "r"(c1), "r"(c2));
+}
+
+TL_DEVICE void tma_store_4d(unsigned long long map, const void* smem, int c0, int c1, int c2,
+                            int c3) {
+  TL_TMA_STORE(4, "{%2, %3, %4, %5}", "r"(c0), "r"(c1), "r"(c2), "r"(c3));
+}
+
+TL_DEVICE void tma_store_5d(unsigned long long map, const void* smem, int c0, int c1, int c2,
+                            int c3, int c4) {
+  TL_TMA_STORE(5, "{%2, %3, %4, %5, %6}", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
+}
+
+#undef TL_TMA_STORE
+
+TL_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+template <int N>
+TL_DEVICE void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
 
 }  // namespace tl
 
