@@ -93,28 +93,25 @@ def lower_alloc_barrier(v, ctx):
     return ir.SeqStmt([ir.If(ctx.thread_var == 0, ir.SeqStmt(inits), None), sync_threads()])
 
 
-@lower_rule("mbarrier_arrive", "cuda")
-def lower_mbarrier_arrive(v, ctx):
-    require_sm90(v, ctx, "mbarrier_arrive")
-    return extern_stmt("tl::mbarrier_arrive", bar_ptr(v.bar))
+def _mbarrier_rule(name, helper, operand=None):
+    """Lower ``name`` to ``helper(&bar[, (uint32) v.<operand>])`` (sm_90+)."""
+
+    @lower_rule(name, "cuda")
+    def rule(v, ctx):
+        require_sm90(v, ctx, name)
+        extra = [] if operand is None else [_u32(getattr(v, operand))]
+        return extern_stmt(helper, bar_ptr(v.bar), *extra)
+
+    return rule
 
 
-@lower_rule("mbarrier_expect_tx", "cuda")
-def lower_mbarrier_expect_tx(v, ctx):
-    require_sm90(v, ctx, "mbarrier_expect_tx")
-    return extern_stmt("tl::mbarrier_expect_tx", bar_ptr(v.bar), _u32(v.tx))
-
-
-@lower_rule("mbarrier_arrive_expect_tx", "cuda")
-def lower_mbarrier_arrive_expect_tx(v, ctx):
-    require_sm90(v, ctx, "mbarrier_arrive_expect_tx")
-    return extern_stmt("tl::mbarrier_arrive_expect_tx", bar_ptr(v.bar), _u32(v.tx))
-
-
-@lower_rule("mbarrier_wait_parity", "cuda")
-def lower_mbarrier_wait_parity(v, ctx):
-    require_sm90(v, ctx, "mbarrier_wait_parity")
-    return extern_stmt("tl::mbarrier_wait", bar_ptr(v.bar), _u32(v.parity))
+for _name, _helper, _operand in (
+    ("mbarrier_arrive", "tl::mbarrier_arrive", None),
+    ("mbarrier_expect_tx", "tl::mbarrier_expect_tx", "tx"),
+    ("mbarrier_arrive_expect_tx", "tl::mbarrier_arrive_expect_tx", "tx"),
+    ("mbarrier_wait_parity", "tl::mbarrier_wait", "parity"),
+):
+    _mbarrier_rule(_name, _helper, _operand)
 
 
 @lower_rule("named_barrier_arrive", "cuda")
