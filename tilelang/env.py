@@ -110,6 +110,7 @@ class Environment:
     TILELANG_DEFAULT_EXECUTION_BACKEND = EnvVar("TILELANG_EXECUTION_BACKEND", "auto")
     TILELANG_DEFAULT_VERBOSE = EnvVar("TILELANG_VERBOSE", "0")
     TILELANG_CUDA_DIRECT_LAUNCH = EnvVar("TILELANG_CUDA_DIRECT_LAUNCH", "1")
+    TILELANG_CUDA_NVRTC_DRIVER = EnvVar("TILELANG_CUDA_NVRTC_DRIVER", "1")
     TILELANG_CPU_MCPU = EnvVar("TILELANG_CPU_MCPU", "")
 
     # upstream names with no effect here (read by upstream's C++ build or tools we lack)

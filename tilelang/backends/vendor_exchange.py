@@ -34,7 +34,14 @@ from tvm_tirx import tirx as _tirx
 from .. import errors
 from ..lowering.atomic_mem import NAMES as ATOMIC_MEM
 from ..lowering.stmt import contains
-from ..lowering.warp_intrinsics import EXCHANGES, REDUCTIONS, SHUFFLES, SYNC_WARP, VOTES
+from ..lowering.warp_intrinsics import (
+    EXCHANGES,
+    REDUCTION_COMBINE,
+    REDUCTIONS,
+    SHUFFLES,
+    SYNC_WARP,
+    VOTES,
+)
 
 _ASSUME = "prim.assume"
 _LDG = "__ldg"
@@ -45,13 +52,6 @@ _HIP_SHUFFLES = {
     "__shfl_down_sync": "__shfl_down",
     "__shfl_up_sync": "__shfl_up",
     "__shfl_sync": "__shfl",
-}
-_COMBINE = {
-    "sum": lambda a, b: a + b,
-    "max": _tirx.max,
-    "min": _tirx.min,
-    "bitand": _tirx.bitwise_and,
-    "bitor": _tirx.bitwise_or,
 }
 
 
@@ -137,7 +137,7 @@ def _rocm_call(name, call):
             other = _tirx.call_extern(
                 "__shfl_xor", value, ir.const(offset, "int32"), ir.const(32, "int32"), ty=ty
             )
-            value = _COMBINE[kind](value, other)
+            value = REDUCTION_COMBINE[kind](value, other)
         return value
     if name == SYNC_WARP:
         return _tirx.call_extern("__builtin_amdgcn_wave_barrier", ty="void")

@@ -164,7 +164,8 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "stage"
 
 
-def _script(ir) -> str:
+def as_text(ir) -> str:
+    """``ir`` as text: a string unchanged, IR through ``script()`` (TVMScript), else ``str``."""
     if isinstance(ir, str):
         return ir
     script = getattr(ir, "script", None)
@@ -202,7 +203,7 @@ class Session:
         self.records.append(StageRecord(index, name, origin, seconds, keep, depth))
         if self.dump_path is not None:
             self.dump_path.mkdir(parents=True, exist_ok=True)
-            text = _script(ir)
+            text = as_text(ir)
             header = f"# stage {index}: {name} ({origin}), {seconds * 1e3:.3f} ms\n"
             (self.dump_path / f"{index:03d}_{_safe(name)}.py").write_text(header + text)
 

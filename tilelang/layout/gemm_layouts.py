@@ -34,6 +34,12 @@ def _positive_int(value, name: str) -> int:
     return value
 
 
+def _positive_ints(**named) -> None:
+    """:func:`_positive_int` on each keyword argument, in order (the error names it)."""
+    for name, value in named.items():
+        _positive_int(value, name)
+
+
 def _divides(total: int, part: int, what: str) -> int:
     if total % part:
         raise ValueError(f"{what}: {total} is not a multiple of {part}")
@@ -125,10 +131,7 @@ def make_mma_b_atom_fragment(element_bits: int = 16, transposed: bool = False) -
 
 def make_mma_accumulator_fragment(block_m: int, block_n: int, warp_m: int, warp_n: int) -> Fragment:
     """C/accumulator fragment of a ``block_m x block_n`` tile on ``warp_m x warp_n`` warps."""
-    for value, name in ((block_m, "block_m"), (block_n, "block_n")):
-        _positive_int(value, name)
-    _positive_int(warp_m, "warp_m")
-    _positive_int(warp_n, "warp_n")
+    _positive_ints(block_m=block_m, block_n=block_n, warp_m=warp_m, warp_n=warp_n)
     tiles_m = _divides(block_m, 16 * warp_m, "block_m vs 16 * warp_m")
     tiles_n = _divides(block_n, 8 * warp_n, "block_n vs 8 * warp_n")
     warp_tile = make_mma_c_atom_fragment().repeat([tiles_m, tiles_n], False, True)
@@ -145,10 +148,7 @@ def make_mma_a_fragment(
     transposed: bool = False,
 ) -> Fragment:
     """A fragment (A held in registers) of a ``block_m x block_k`` tile, replicated over ``warp_n``."""
-    for value, name in ((block_m, "block_m"), (block_n, "block_n"), (block_k, "block_k")):
-        _positive_int(value, name)
-    _positive_int(warp_m, "warp_m")
-    _positive_int(warp_n, "warp_n")
+    _positive_ints(block_m=block_m, block_n=block_n, block_k=block_k, warp_m=warp_m, warp_n=warp_n)
     _divides(block_n, warp_n, "block_n vs warp_n")
     k_atom = _k_atom(element_bits)
     tiles_m = _divides(block_m, 16 * warp_m, "block_m vs 16 * warp_m")
@@ -177,10 +177,7 @@ def make_mma_b_fragment(
     Each warp column holds its ``block_n / warp_n`` columns; the ``warp_m`` warps of a
     column hold replicas.
     """
-    for value, name in ((block_m, "block_m"), (block_n, "block_n"), (block_k, "block_k")):
-        _positive_int(value, name)
-    _positive_int(warp_m, "warp_m")
-    _positive_int(warp_n, "warp_n")
+    _positive_ints(block_m=block_m, block_n=block_n, block_k=block_k, warp_m=warp_m, warp_n=warp_n)
     _divides(block_m, warp_m, "block_m vs warp_m")
     k_atom = _k_atom(element_bits)
     tiles_n = _divides(block_n, 8 * warp_n, "block_n vs 8 * warp_n")
@@ -228,10 +225,9 @@ def make_wgmma_accumulator_fragment(
     ``m64n<instr_n>`` instructions (default: the whole sub-tile width, at most 256);
     ``local = instruction * (instr_n / 2) + d``, instructions numbered row-major.
     """
-    for value, name in ((block_m, "block_m"), (block_n, "block_n")):
-        _positive_int(value, name)
-    _positive_int(warpgroup_m, "warpgroup_m")
-    _positive_int(warpgroup_n, "warpgroup_n")
+    _positive_ints(
+        block_m=block_m, block_n=block_n, warpgroup_m=warpgroup_m, warpgroup_n=warpgroup_n
+    )
     tiles_m = _divides(block_m, 64 * warpgroup_m, "block_m vs 64 * warpgroup_m")
     width = _divides(block_n, warpgroup_n, "block_n vs warpgroup_n")
     if instr_n is None:
@@ -262,10 +258,9 @@ def make_wgmma_a_fragment(
     and the same local order, so a wgmma accumulator cast to 16 bits is a valid A without
     moving data (FlashAttention's P = cast(Q @ K^T) for P @ V).
     """
-    for value, name in ((block_m, "block_m"), (block_k, "block_k")):
-        _positive_int(value, name)
-    _positive_int(warpgroup_m, "warpgroup_m")
-    _positive_int(warpgroup_n, "warpgroup_n")
+    _positive_ints(
+        block_m=block_m, block_k=block_k, warpgroup_m=warpgroup_m, warpgroup_n=warpgroup_n
+    )
     tiles_m = _divides(block_m, 64 * warpgroup_m, "block_m vs 64 * warpgroup_m")
     tiles_k = _divides(block_k, 16, "block_k vs 16")
     atom = make_mma_a_atom_fragment(16).repeat([4, 1], True)  # 64 x 16 over 4 warps

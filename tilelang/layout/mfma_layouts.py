@@ -20,6 +20,7 @@ each of them injective and full (testing/python/layout/test_mfma_layouts.py).
 from __future__ import annotations
 
 from .fragment import Fragment
+from .partition import atom_partition
 
 #: lanes of a CDNA wavefront
 WAVE = 64
@@ -93,21 +94,7 @@ def wave_partition(m: int, n: int, waves: int, policy: int = 0):
     """``(wave_m, wave_n)`` splitting an ``m x n`` C tile over ``waves`` wavefronts in
     16x16 atoms, following upstream's GemmWarpPolicy (0 Square, 1 FullRow, 2 FullCol);
     None when no split divides the tile."""
-    if policy == 1 and m % (16 * waves) == 0:
-        return waves, 1
-    if policy == 2 and n % (16 * waves) == 0:
-        return 1, waves
-    best = None
-    for wm in range(1, waves + 1):
-        if waves % wm:
-            continue
-        wn = waves // wm
-        if m % (16 * wm) or n % (16 * wn):
-            continue
-        score = abs(m / wm - n / wn)
-        if best is None or score < best[0]:
-            best = (score, wm, wn)
-    return None if best is None else (best[1], best[2])
+    return atom_partition(m, n, waves, policy, 16, 16)
 
 
 __all__ = [

@@ -13,6 +13,7 @@ SIMD-group's ``tm x tn`` atoms and the block's ``group_m x group_n`` SIMD-groups
 from __future__ import annotations
 
 from .fragment import Fragment
+from .partition import atom_partition
 
 #: lanes of an Apple SIMD-group
 SIMD = 32
@@ -62,18 +63,7 @@ def make_simdgroup_accumulator_fragment(block_m: int, block_n: int, group_m: int
 def group_partition(m: int, n: int, groups: int, policy: int = 0):
     """``(group_m, group_n)`` splitting ``m x n`` into 8x8 atoms over ``groups`` SIMD-groups
     (upstream's policies: 0 Square, 1 FullRow, 2 FullCol); None when none divides."""
-    if policy == 1 and m % (8 * groups) == 0:
-        return groups, 1
-    if policy == 2 and n % (8 * groups) == 0:
-        return 1, groups
-    best = None
-    for gm in range(1, groups + 1):
-        if groups % gm or m % (8 * gm) or n % (8 * (groups // gm)):
-            continue
-        score = abs(m / gm - n / (groups // gm))
-        if best is None or score < best[0]:
-            best = (score, gm, groups // gm)
-    return None if best is None else best[1:]
+    return atom_partition(m, n, groups, policy, 8, 8)
 
 
 __all__ = [

@@ -138,18 +138,27 @@ class StmtMutator:
         )
 
 
-def launches_of(body):
-    """(list of (tag, extent, var) of the nested thread launches at the top of ``body``,
-    the innermost launch's body)."""
-    out = []
+def launch_chain(body, prefix: str = ""):
+    """(regions, launches, inner): the launch regions nested at the top of ``body`` whose tag
+    starts with ``prefix`` (single-statement SeqStmts passed through), their
+    ``(tag, extent, var)``, and the statement inside the last one (``body`` when none)."""
+    regions, launches = [], []
     while True:
         while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
             body = body.seq[0]
         launch = launch_of(body)
-        if launch is None:
-            return out, body
-        out.append(launch)
+        if launch is None or not launch[0].startswith(prefix):
+            return regions, launches, body
+        regions.append(body)
+        launches.append(launch)
         body = body.body
+
+
+def launches_of(body):
+    """(list of (tag, extent, var) of the nested thread launches at the top of ``body``,
+    the innermost launch's body)."""
+    _, launches, inner = launch_chain(body)
+    return launches, inner
 
 
 def with_launch_body(body, new_inner, thread_extent=None):

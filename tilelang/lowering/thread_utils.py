@@ -61,8 +61,13 @@ def for_(var, extent, body, kind=None, loc=ir.UNKNOWN_LOC, annotations=None):
     return ir.For(var, i32(0), i32(extent), i32(1), kind, body, annotations, loc)
 
 
+def extern_stmt(name: str, *args, ty="void") -> ir.Evaluate:
+    """The statement ``name(args...);``: an extern (C/CUDA) call whose result is dropped."""
+    return ir.Evaluate(_tirx.call_extern(name, *args, ty=ty))
+
+
 def sync_threads() -> ir.Evaluate:
-    return ir.Evaluate(_tirx.call_extern("__syncthreads", ty="void"))
+    return extern_stmt("__syncthreads")
 
 
 def is_sync(stmt) -> bool:

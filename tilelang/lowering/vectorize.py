@@ -51,7 +51,7 @@ from ..layout import expr as E
 from .bounds import in_bounds
 from .global_layouts import vectorizable
 from .stmt import uses_any
-from .thread_utils import _bits, for_, is_global, is_shared
+from .thread_utils import _bits, extern_stmt, for_, is_global, is_shared
 
 VEC_BYTES = 16
 COPY_VEC = "tl::copy_vec"
@@ -69,7 +69,7 @@ def lanes_for(tensors) -> int:
 
 def vector_call(name: str, nbytes: int, *args) -> ir.Evaluate:
     """``tl::copy_vec<nbytes>(dst, src)`` / ``tl::zero_vec<nbytes>(dst)`` as a statement."""
-    return ir.Evaluate(_tirx.call_extern(f"{name}<{nbytes}>", *args, ty="void"))
+    return extern_stmt(f"{name}<{nbytes}>", *args)
 
 
 def _addr(tensor, indices):

@@ -1,8 +1,12 @@
 """Names of the warp/block exchange intrinsics as the IR spells them (``call_extern`` of the
 CUDA intrinsic or ``tl::`` helper) and the ``T.*`` name each comes from. Shared by the
-frontend (``tilelang/language/warp.py``) and the CPU backend's ``warp_ops`` pass."""
+frontend (``tilelang/language/warp.py``) and the CPU backend's ``warp_ops`` pass; with
+:data:`REDUCTION_COMBINE`, the binary operation of each warp reduction, also the passes that
+lower the reductions themselves (``warp_ops``, ``vendor_exchange``)."""
 
 from __future__ import annotations
+
+from tvm_tirx import tirx as _tirx
 
 WARP_SIZE = 32
 FULL_MASK = 0xFFFFFFFF
@@ -35,4 +39,12 @@ REDUCTIONS = {
     "tl::warp_reduce_bitor<32, 1>": "warp_reduce_bitor",
 }
 EXCHANGES = {**SHUFFLES, **VOTES, **BLOCK_VOTES, **REDUCTIONS}
+# kind of a warp reduction (the T.* name after ``warp_reduce_``) -> its binary operation
+REDUCTION_COMBINE = {
+    "sum": lambda a, b: a + b,
+    "max": _tirx.max,
+    "min": _tirx.min,
+    "bitand": _tirx.bitwise_and,
+    "bitor": _tirx.bitwise_or,
+}
 SYNC_WARP = "__syncwarp"

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-
-def as_text(ir) -> str:
-    """``ir`` as text: a string unchanged, IR through ``script()`` (TVMScript), else ``str``."""
-    if isinstance(ir, str):
-        return ir
-    script = getattr(ir, "script", None)
-    if callable(script):
-        try:
-            return script()
-        except Exception:  # noqa: BLE001 - fall back to the generic printer
-            pass
-    return str(ir)
+from ..engine.instrument import as_text
 
 
 def ir_diff(a, b, a_name: str = "a", b_name: str = "b", context: int = 3) -> str:

@@ -25,6 +25,7 @@ from tvm_tirx import ir, sym
 from tvm_tirx import tirx as _tirx
 
 from .. import errors
+from ..lowering.thread_utils import extern_stmt
 
 ASSERT_KIND = "TileLangBoundsCheck"
 _MAX_CORNER_VARS = 8
@@ -324,6 +325,6 @@ def cuda_check(cond, message, loc):
     from ..ops.debug.cuda import c_string
 
     text = c_string(message.replace("%", "%%") + "\n")
-    report = ir.Evaluate(_tirx.call_extern("printf", text, ty="int32"))
-    trap = ir.Evaluate(_tirx.call_extern("__trap", ty="void"))
+    report = extern_stmt("printf", text, ty="int32")
+    trap = extern_stmt("__trap")
     return ir.If(ir.prim.expr.Not(cond), ir.SeqStmt([report, trap]), None, loc)

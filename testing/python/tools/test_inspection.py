@@ -145,3 +145,39 @@ def test_session_records_stage_ir():
     assert out is func
     assert [r.name for r in sess.records] == ["trace", "noop", "again"]
     assert sess.records[1].ir is func
+
+
+def two_nests(n=100, block=64):
+    @T.prim_func
+    def two_nests_kernel(A: T.Tensor((n, 8), "float32"), B: T.Tensor((n, 8), "float32")):
+        with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+            frag = T.alloc_fragment((block, 8), "float32")
+            row = T.alloc_fragment((block,), "float32")
+            T.copy(A[bx * block, 0], frag)
+            for i, j in T.Parallel(block, 8):
+                frag[i, j] = frag[i, j] * 2.0
+            for r in T.Parallel(block):
+                row[r] = frag[r, 0]
+            for i, j in T.Parallel(block, 8):
+                frag[i, j] = frag[i, j] + row[i]
+            T.copy(frag, B[bx * block, 0])
+
+    return two_nests_kernel
+
+
+def _loop_layouts(stage_ir: str) -> list:
+    match = re.search(r'"tl\.loop_layouts": \[(.*?)\]\}', stage_ir)
+    assert match, "no tl.loop_layouts attribute in the stage"
+    return re.findall(r'"([^"]*)"', match.group(1))
+
+
+def test_cuda_loop_layouts_dump_is_the_same_for_every_trace():
+    """``tl.loop_layouts`` names each T.Parallel nest by ordinal and loop variables (not by an
+    object handle), so two traces of one kernel dump the same text."""
+    first, second = (
+        tilelang.lower(two_nests(), target="cuda -arch=sm_80")["layout_inference"] for _ in range(2)
+    )
+    assert first == second
+    entries = _loop_layouts(first)
+    assert [e.split(":", 1)[0] for e in entries] == ["0 (i, j)", "1 (r)", "2 (i, j)"]
+    assert all(e.split(": ", 1)[1].startswith("Fragment(") for e in entries)

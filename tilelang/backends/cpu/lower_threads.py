@@ -17,13 +17,12 @@ collective statements). Guarantees: no ``launch_thread`` region remains.
 
 from __future__ import annotations
 
-import tvm_ffi
 from tvm_tirx import ir
 
 from ... import errors
-from ...lowering.stmt import alloc_of, contains, launch_of, substitute, uses_any
+from ...lowering.stmt import alloc_of, contains, launch_chain, launch_of, substitute, uses_any
 from ...ops import tile_op_of
-from .privatize import privatize
+from .privatize import privatize, tile_op_loc
 
 
 def _is_collective(stmt) -> bool:
@@ -78,20 +77,8 @@ def _split_threads(stmt, tvars):
     raise errors.compile_error(
         "the CPU backend cannot run a tile op under a condition or loop that depends on the "
         "thread index",
-        _tile_op_loc(stmt),
+        tile_op_loc(stmt),
     )
-
-
-def _tile_op_loc(stmt):
-    """The source location of the first tile op inside ``stmt`` (If/For frames carry none)."""
-    found = []
-
-    def visit(x):
-        if not found and isinstance(x, ir.Evaluate) and tile_op_of(x) is not None:
-            found.append(x.value.loc)
-
-    tvm_ffi.structural_walk(stmt, visit)
-    return found[0] if found else getattr(stmt, "loc", None)
 
 
 def lower_threads(body):
@@ -119,15 +106,8 @@ def lower_threads(body):
 
 def lower_blocks(body, parallel: bool):
     """Replace nested ``blockIdx`` launches by one loop over all blocks."""
-    blocks = []
-    while True:
-        while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
-            body = body.seq[0]
-        launch = launch_of(body)
-        if launch is None or not launch[0].startswith("blockIdx"):
-            break
-        blocks.append((launch[2], launch[1]))
-        body = body.body
+    _, launches, body = launch_chain(body, "blockIdx")
+    blocks = [(var, extent) for _, extent, var in launches]
     if not blocks:
         return body
     # the flat block counter is 64-bit when a grid extent is, or the grid may exceed int32

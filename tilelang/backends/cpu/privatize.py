@@ -120,7 +120,7 @@ def privatize(body, tvars):
             raise errors.compile_error(
                 "the CPU backend cannot apply a tile op to per-thread state "
                 "(a local buffer written by code that depends on the thread index)",
-                _loc(unit),
+                tile_op_loc(unit),
             )
     return _rewrite(body, priv, binds, flat, total)
 
@@ -129,7 +129,8 @@ def _defines(unit, var) -> bool:
     return isinstance(unit, ir.Bind) and unit.var.same_as(var)
 
 
-def _loc(stmt):
+def tile_op_loc(stmt):
+    """The source location of the first tile op inside ``stmt`` (If/For frames carry none)."""
     found = []
 
     def visit(x):

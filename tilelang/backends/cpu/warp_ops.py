@@ -31,10 +31,11 @@ from tvm_tirx import tirx as _tirx
 from tvm_tirx.script import tirx as _T
 
 from ... import errors
-from ...lowering.stmt import contains, launch_of, make_alloc, uses_any
+from ...lowering.stmt import contains, launch_chain, launch_of, make_alloc, uses_any
 from ...lowering.warp_intrinsics import (
     BLOCK_VOTES,
     EXCHANGES,
+    REDUCTION_COMBINE,
     REDUCTIONS,
     SHUFFLES,
     SYNC_WARP,
@@ -74,16 +75,7 @@ def _plain_ldg(call):
 def _launches(body):
     launch = launch_of(body)
     if launch is not None and launch[0].startswith("threadIdx"):
-        tvars, inner, regions = [], body, []
-        while True:
-            while isinstance(inner, ir.SeqStmt) and len(inner.seq) == 1:
-                inner = inner.seq[0]
-            found = launch_of(inner)
-            if found is None or not found[0].startswith("threadIdx"):
-                break
-            tvars.append(found)
-            regions.append(inner)
-            inner = inner.body
+        regions, tvars, inner = launch_chain(body, "threadIdx")
         out = _Block(tvars).run(inner)
         for r in reversed(regions):
             out = _region(r, out)
@@ -310,13 +302,7 @@ class _Block:
             kind = REDUCTIONS[name].rsplit("_", 1)[1]
             value = get[0]
             init = value(base)
-            fold = {
-                "sum": lambda a, b: a + b,
-                "max": _tirx.max,
-                "min": _tirx.min,
-                "bitand": _tirx.bitwise_and,
-                "bitor": _tirx.bitwise_or,
-            }[kind]
+            fold = REDUCTION_COMBINE[kind]
             start = 1
             term = None
         else:

@@ -23,7 +23,8 @@ factory hooks), ``host_library.py`` (C compiler, packing the device module, expo
 host library), ``direct_launch.py`` (the ``DIRECT_LAUNCH`` option and its host-code
 rewrite) and ``errors.py`` (the exceptions). The public names of ``headers.py`` and the
 exceptions are re-exported here. Module flags and hooks are read from the module that owns
-them: set or patch ``direct_launch.DIRECT_LAUNCH``, ``host_library._c_compiler`` /
+them: set or patch ``direct_launch.DIRECT_LAUNCH`` (None: the environment variable, see
+``env_switches.py``), ``host_library._c_compiler`` /
 ``host_library._export_host_library`` and ``headers._PREVIOUS_HOOK`` there.
 
 How the TIRx hooks are used (see also the module docstring of ``runtime``):
@@ -426,8 +427,9 @@ def build_cuda(
         pipeline: TIRx pipeline name passed to ``tvm_tirx.tirx.compile``.
         direct_launch: launch the kernels from the host library with ``cuLaunchKernel``
             instead of a packed call into TIRx's CUDA module (see
-            :func:`.direct_launch._direct_launch_source`); ``None`` reads the flag
-            :data:`.direct_launch.DIRECT_LAUNCH` (at call time). Kernels it cannot
+            :func:`.direct_launch._direct_launch_source`); ``None`` asks
+            :func:`.direct_launch.direct_launch_enabled` (the module flag
+            ``DIRECT_LAUNCH`` when set, else ``TILELANG_CUDA_DIRECT_LAUNCH``). Kernels it cannot
             handle keep the packed call.
         compact: keep ``T.unroll`` loops as ``#pragma unroll`` loops for the device
             compiler to unroll, and skip TIRx's device-side StmtSimplify (which re-inlines
@@ -464,7 +466,7 @@ def build_cuda(
     compile_flags = _check_flags("compile_flags", compile_flags)
     ptxas_flags = _check_flags("ptxas_flags", ptxas_flags)
     if direct_launch is None:
-        direct_launch = _direct_launch_module.DIRECT_LAUNCH
+        direct_launch = _direct_launch_module.direct_launch_enabled()
     direct_launch = bool(direct_launch)
     compact = True if compact is None else bool(compact)
     header_request = _resolve_header_request(extra_headers)

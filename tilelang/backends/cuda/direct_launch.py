@@ -4,9 +4,10 @@ TIRx's C host code launches each kernel with a tvm-ffi packed call into TIRx's C
 module. With the option on, :func:`_direct_launch_source` rewrites those calls into a
 ``cuLaunchKernel`` of a function loaded from a second, raw copy of the device binary
 (embedded as ``__tilelang_cubin`` by :func:`_direct_cubin_asm`); kernels it cannot handle
-keep the packed call. :data:`DIRECT_LAUNCH` is the default of
-``build_cuda(direct_launch=None)``; it is read at call time from this module, so set it
-here (``direct_launch.DIRECT_LAUNCH = ...``) to change it in a running process.
+keep the packed call. :func:`direct_launch_enabled` is the default of
+``build_cuda(direct_launch=None)``: the environment variable ``TILELANG_CUDA_DIRECT_LAUNCH``
+(default on), read at each build, unless :data:`DIRECT_LAUNCH` here is set to True/False
+(``direct_launch.DIRECT_LAUNCH = ...`` changes it in a running process).
 """
 
 from __future__ import annotations
@@ -17,15 +18,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .env_switches import DIRECT_LAUNCH_ENV, switch
+
 # Build option: replace each kernel launch of the C host code (a tvm-ffi packed call into
 # TIRx's CUDA module) by a direct cuLaunchKernel; see :func:`_direct_launch_source`.
-# ``build_cuda(direct_launch=None)`` reads this flag. It is part of tilelang's sources, so
-# changing the default here changes every cache key (``source_fingerprint``); setting it at
-# run time does not, so clear the cache (or bypass it) when toggling it in a process.
 # On by default (checked on the H200: every cuda-marked test passes with it, and a cached
-# call costs 4.6 us instead of 5.8 us); ``TILELANG_CUDA_DIRECT_LAUNCH=0`` turns it off
-# (read at import; the cache key includes that variable).
-DIRECT_LAUNCH = os.environ.get("TILELANG_CUDA_DIRECT_LAUNCH", "1").strip() != "0"
+# call costs 4.6 us instead of 5.8 us); ``TILELANG_CUDA_DIRECT_LAUNCH=0`` turns it off (the
+# cache key includes that variable). ``True``/``False`` here overrides the variable in this
+# process; that does not change cache keys, so clear the cache (or bypass it) when toggling
+# it in a process.
+DIRECT_LAUNCH: bool | None = None
+
+
+def direct_launch_enabled() -> bool:
+    """The default of ``build_cuda(direct_launch=None)``: :data:`DIRECT_LAUNCH` when set,
+    else ``TILELANG_CUDA_DIRECT_LAUNCH`` (default on), read now."""
+    return switch(DIRECT_LAUNCH, DIRECT_LAUNCH_ENV)
+
 
 _DIRECT_CUBIN_SYMBOL = "__tilelang_cubin"
 _DYN_SMEM_TAG = "tirx.use_dyn_shared_memory"

@@ -393,7 +393,7 @@ def _compile_device_source(source: str, config: dict[str, Any]) -> tuple[bytes, 
     """Compile CUDA source with a resolved backend config; returns (binary, format).
 
     NVRTC compiles go through tilelang's driver (``nvrtc.py``: TIRx's options, a lighter
-    preamble) unless :data:`.nvrtc.USE_TILELANG_NVRTC` is off; nvcc and NVSHMEM
+    preamble) unless :func:`.nvrtc.use_tilelang_nvrtc` says no; nvcc and NVSHMEM
     kernels through TIRx's ``compile_source``.
     """
     from tvm_tirx.backend.cuda.compiler import compile_source
@@ -402,7 +402,7 @@ def _compile_device_source(source: str, config: dict[str, Any]) -> tuple[bytes, 
 
     target = {"kind": "cuda", "arch": config["arch"]}
     own = (
-        nvrtc.USE_TILELANG_NVRTC
+        nvrtc.use_tilelang_nvrtc()
         and config.get("compiler") == "nvrtc"
         and "#include <nvshmem" not in source
     )

@@ -30,11 +30,21 @@ import os
 import re
 from typing import Any
 
-__all__ = ["USE_TILELANG_NVRTC", "compile_nvrtc", "nvrtc_source"]
+from .env_switches import NVRTC_DRIVER_ENV, switch
 
-#: ``False`` sends NVRTC compiles back to TIRx's driver (``benchmark/compile_time.py``
-#: compares the two); read at call time.
-USE_TILELANG_NVRTC = True
+__all__ = ["USE_TILELANG_NVRTC", "compile_nvrtc", "nvrtc_source", "use_tilelang_nvrtc"]
+
+#: ``True``/``False`` forces tilelang's driver on/off in this process (tests and
+#: ``benchmark/compile_time.py`` set it); ``None`` (the default) leaves the choice to the
+#: environment variable ``TILELANG_CUDA_NVRTC_DRIVER`` (``0``: TIRx's driver).
+USE_TILELANG_NVRTC: bool | None = None
+
+
+def use_tilelang_nvrtc() -> bool:
+    """Whether NVRTC compiles go through this driver: :data:`USE_TILELANG_NVRTC` when set,
+    else ``TILELANG_CUDA_NVRTC_DRIVER`` (default on), read at each call."""
+    return switch(USE_TILELANG_NVRTC, NVRTC_DRIVER_ENV)
+
 
 _INT_TYPES = """#include <cuda/std/cstdint>
 using cuda::std::uint8_t;

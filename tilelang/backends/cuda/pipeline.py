@@ -108,9 +108,7 @@ def stage_layout_inference(func, state):
     )
     func = func.with_body(strip_layout_annotations(func.body))
     func = func.with_attr("tl.layouts", {v.name: repr(lay) for v, lay in info.layouts.items()})
-    return func.with_attr(
-        "tl.loop_layouts", [f"{n.key}: {info.loops[n.key]!r}" for n in info.nests]
-    )
+    return func.with_attr("tl.loop_layouts", info.loop_layout_lines())
 
 
 def stage_pipeline_planning(func, state):

@@ -68,13 +68,7 @@ def load_module(artifact: CudaArtifact | str | os.PathLike) -> Any:
     """
     import tvm_ffi
 
-    if not isinstance(artifact, CudaArtifact):
-        if not isinstance(artifact, str | os.PathLike):
-            raise TypeError(
-                "artifact must be a CudaArtifact or an artifact directory, "
-                f"got {type(artifact).__name__}"
-            )
-        artifact = CudaArtifact.load(artifact)
+    artifact = _as_artifact(artifact)
     _require_cuda_runtime(artifact.meta.get("host_embeds") == "source")
     fd, path = tempfile.mkstemp(prefix="tilelang_cuda_", suffix=".so")
     try:
@@ -83,6 +77,17 @@ def load_module(artifact: CudaArtifact | str | os.PathLike) -> Any:
         return tvm_ffi.load_module(path)
     finally:
         Path(path).unlink(missing_ok=True)
+
+
+def _as_artifact(artifact) -> CudaArtifact:
+    """``artifact`` itself, or the artifact saved in that directory (TypeError otherwise)."""
+    if isinstance(artifact, CudaArtifact):
+        return artifact
+    if not isinstance(artifact, str | os.PathLike):
+        raise TypeError(
+            f"artifact must be a CudaArtifact or an artifact directory, got {type(artifact).__name__}"
+        )
+    return CudaArtifact.load(artifact)
 
 
 def load_kernel(artifact: CudaArtifact | str | os.PathLike, entry_name: str | None = None) -> Any:
@@ -102,13 +107,7 @@ def load_kernel(artifact: CudaArtifact | str | os.PathLike, entry_name: str | No
         CudaRuntimeError: TIRx's CUDA runtime cannot run on this machine.
         CorruptArtifactError: a saved artifact directory is damaged.
     """
-    if not isinstance(artifact, CudaArtifact):
-        if not isinstance(artifact, str | os.PathLike):
-            raise TypeError(
-                "artifact must be a CudaArtifact or an artifact directory, "
-                f"got {type(artifact).__name__}"
-            )
-        artifact = CudaArtifact.load(artifact)
+    artifact = _as_artifact(artifact)
     name = artifact.entry_name if entry_name is None else entry_name
     module = load_module(artifact)
     try:

@@ -22,7 +22,7 @@ from ... import errors
 from ...lowering import irb
 from ...lowering.bounds import in_bounds
 from ...lowering.region import RegionView
-from ...lowering.thread_utils import is_fragment, physical
+from ...lowering.thread_utils import extern_stmt, is_fragment, physical
 from ..registry import TileOpDef, lower_rule
 
 ATOMIC_OR = TileOpDef("atomic_or", ("dst", "value"), {"memory_order": ""})
@@ -47,7 +47,7 @@ def _lower_atomic_or_gpu(v, ctx):
     idx = physical(dst.tensor, dst.begins, ctx)
     address = _tirx.address_of(ir.TensorLoad(dst.tensor, list(idx)))
     call = _tirx.call_extern("atomicOr", address, v.value.astype(dst.dtype), ty=dst.dtype)
-    fence = ir.Evaluate(_tirx.call_extern("__threadfence", ty="void"))
+    fence = extern_stmt("__threadfence")
     before = [fence] if v.memory_order in ("release", "acq_rel", "seq_cst") else []
     after = [fence] if v.memory_order in ("acquire", "acq_rel", "seq_cst") else []
     stmts = [*before, ir.Evaluate(call), *after]

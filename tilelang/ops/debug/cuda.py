@@ -39,7 +39,14 @@ from ...lowering import irb
 from ...lowering.bounds import in_bounds
 from ...lowering.region import RegionView
 from ...lowering.stmt import uses_any
-from ...lowering.thread_utils import for_, fragment_points, is_fragment, is_global, is_shared
+from ...lowering.thread_utils import (
+    extern_stmt,
+    for_,
+    fragment_points,
+    is_fragment,
+    is_global,
+    is_shared,
+)
 from ..registry import lower_rule
 from .op import _fmt_text, assert_message
 
@@ -66,7 +73,7 @@ def c_string(text: str) -> str:
 
 def _printf(fmt: str, args) -> ir.Evaluate:
     args = [c_string(a) if isinstance(a, str) else a for a in args]
-    return ir.Evaluate(tirx.call_extern("printf", c_string(fmt), *args, ty="int32"))
+    return extern_stmt("printf", c_string(fmt), *args, ty="int32")
 
 
 def _conversion(dtype: str, value, what: str, loc):
@@ -175,5 +182,5 @@ def lower_device_assert_cuda(v, ctx):
     report = _printf("%s " + WHERE + "\n", [text] + _where_args(ctx))
     if not uses_any(cond, [ctx.thread_var]):  # fails in every thread: one line per warp
         report = ir.If(ctx.thread_var % WARP == 0, report, None)
-    trap = ir.Evaluate(tirx.call_extern("__trap", ty="void"))
+    trap = extern_stmt("__trap")
     return ir.If(ir.prim.expr.Not(cond), ir.SeqStmt([report, trap]), None, v.loc)

@@ -36,6 +36,7 @@ from ... import errors
 from ...lowering import irb
 from ...lowering.bounds import in_bounds
 from ...lowering.region import RegionView
+from ...lowering.thread_utils import extern_stmt
 from ..registry import TileOpDef, lower_rule, tile_op_of
 
 PRINT = TileOpDef("print", ("value",), {"msg": "", "warp_group_id": 0, "warp_id": 0})
@@ -79,18 +80,19 @@ def _fmt_text(text: str) -> str:
     return str(text).replace("%", "%%")
 
 
-def _extern(name, *args):
-    return ir.Evaluate(tirx.call_extern(name, *args, ty="int32"))
-
-
 def _value_format(dtype: str, value):
     """(printf conversion, argument, statements to run first) for a scalar of ``dtype``."""
     if dtype.startswith(("float", "bfloat")):
         buf = ir.Var("print_buf", TensorType([_FLOAT_BUF], "int8", scope="local"))
         ptr = tirx.address_of(ir.TensorLoad(buf, [ir.const(0, "int32")]))
         alloc = ir.Bind(buf, ir.Call("tirx.alloc_tensor", [], ty_args=[buf.ty], ty=buf.ty))
-        fmt = _extern(
-            "strfromd", ptr, ir.const(_FLOAT_BUF, "int64"), "%.8g", value.astype("float64")
+        fmt = extern_stmt(
+            "strfromd",
+            ptr,
+            ir.const(_FLOAT_BUF, "int64"),
+            "%.8g",
+            value.astype("float64"),
+            ty="int32",
         )
         return "%s", ptr, [alloc, fmt]
     if dtype.startswith("uint"):
@@ -105,7 +107,9 @@ def _print_scalar(prefix: str, value, loc):
         conv, arg, pre = _value_format(str(value.ty), value)
     except errors.CompileError as err:
         raise errors.compile_error(str(err), loc) from None
-    return irb.seq(pre + [_extern("dprintf", ir.const(1, "int32"), prefix + conv + "\n", arg)])
+    return irb.seq(
+        pre + [extern_stmt("dprintf", ir.const(1, "int32"), prefix + conv + "\n", arg, ty="int32")]
+    )
 
 
 def _print_region(prefix: str, region, ctx, loc):
@@ -120,12 +124,13 @@ def _print_region(prefix: str, region, ctx, loc):
         except errors.CompileError as err:
             raise errors.compile_error(f"{err} ({view.name})", loc) from None
         fmt = prefix + _fmt_text(view.name) + "[" + ", ".join(["%lld"] * rank) + "] = "
-        call = _extern(
+        call = extern_stmt(
             "dprintf",
             ir.const(1, "int32"),
             fmt + conv + "\n",
             *[i.astype("int64") for i in index],
             arg,
+            ty="int32",
         )
         stmt = irb.seq(pre + [call])
         pred = in_bounds(view.tensor, index, ctx, {v: (0, e) for v, e in zip(vars_, view.extents)})

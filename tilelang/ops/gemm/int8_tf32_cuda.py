@@ -39,7 +39,8 @@ from tvm_tirx import ir, tirx
 from ...layout import make_linear_layout
 from ...lowering import irb
 from ...lowering.shared_address import shared_offset, shared_ptr
-from .mma_cuda import WARP, _addr, _call, _check_layout, _new_local
+from ...lowering.thread_utils import extern_stmt
+from .mma_cuda import WARP, _addr, _check_layout, _new_local
 
 #: A/B dtype -> (mma wrapper of mma.h, A registers per m16 tile, B registers per n8 tile)
 MMA_INT8_TF32 = {
@@ -139,7 +140,7 @@ class _Loader:
                 q = lane // 8
                 row, col = lane % 8 + (q % 2) * 8, (q // 2) * 16
                 ptr = shared_ptr(plan.a, self.a_layout, mm + row, kk + col)
-                stmts.append(_call("tl::ptx_ldmatrix_x4", ptr, _addr(regs, 16 * mi)))
+                stmts.append(extern_stmt("tl::ptx_ldmatrix_x4", ptr, _addr(regs, 16 * mi)))
             elif self.int8:
                 for i in range(16):
                     m, k = s8_a_elem(self.g, self.t, i)
@@ -159,7 +160,7 @@ class _Loader:
                 q = (lane // 8) % nmat
                 row, col = lane % 8 + (q // 2) * 8, (q % 2) * 16
                 ptr = shared_ptr(plan.b, self.b_layout, self.n0 + ni * 8 + row, kk + col)
-                stmts.append(_call(f"tl::ptx_ldmatrix_x{nmat}", ptr, _addr(regs, 8 * ni)))
+                stmts.append(extern_stmt(f"tl::ptx_ldmatrix_x{nmat}", ptr, _addr(regs, 8 * ni)))
                 ni += nmat // 2
             return
         for ni in range(plan.tn):
@@ -219,7 +220,7 @@ def lower_gemm_int8_tf32(plan, v, ctx):
             for nj in range(plan.tn):
                 ni = nj if mi % 2 == 0 else plan.tn - 1 - nj  # serpentine: reuse B regs
                 acc = _addr(c_local, 4 * (mi * plan.tn + ni))
-                stmts.append(_call(mma, acc, a_ptr, _addr(b_regs, b_per_tile * ni), acc))
+                stmts.append(extern_stmt(mma, acc, a_ptr, _addr(b_regs, b_per_tile * ni), acc))
     return irb.seq(stmts)
 
 

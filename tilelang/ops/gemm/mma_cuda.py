@@ -49,6 +49,7 @@ from ...layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_s
 from ...lowering import irb
 from ...lowering.region import _const
 from ...lowering.shared_address import shared_offset, shared_ptr  # noqa: F401 - re-exported
+from ...lowering.thread_utils import extern_stmt
 from ..registry import layout_rule, lower_rule
 from .op import GemmWarpPolicy, gemm_dims
 
@@ -224,10 +225,6 @@ def infer_gemm_layout_cuda(v, ctx):
 # ---------------------------------------------------------------------------------------
 # address helpers
 # ---------------------------------------------------------------------------------------
-def _call(name, *args):
-    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
-
-
 def _addr(local, index):
     return tirx.address_of(ir.TensorLoad(local, [ir.const(int(index), "int32")]))
 
@@ -333,7 +330,7 @@ class _MmaEmitter:
                     else shared_ptr(a, self.a_layout, mm + row, kk + col)
                 )
                 name = "tl::ptx_ldmatrix_x4_trans" if self.trans_a else "tl::ptx_ldmatrix_x4"
-                stmts.append(_call(name, ptr, _addr(a_regs, a_base + 8 * mi)))
+                stmts.append(extern_stmt(name, ptr, _addr(a_regs, a_base + 8 * mi)))
         # B tiles: two n8 tiles per ldmatrix.x4 (one per .x2 for an odd last tile)
         ni = 0
         while ni < plan.tn:
@@ -346,7 +343,7 @@ class _MmaEmitter:
                 else shared_ptr(b, self.b_layout, kk + row, nn + col)
             )
             name = f"tl::ptx_ldmatrix_x{nmat}" + ("" if self.trans_b else "_trans")
-            stmts.append(_call(name, ptr, _addr(b_regs, b_base + 4 * ni)))
+            stmts.append(extern_stmt(name, ptr, _addr(b_regs, b_base + 4 * ni)))
             ni += nmat // 2
         return stmts
 
@@ -364,7 +361,7 @@ class _MmaEmitter:
                 ni = nj if mi % 2 == 0 else plan.tn - 1 - nj
                 acc = _addr(self.c_local, 4 * (mi * plan.tn + ni))
                 b_ptr = _addr(b_regs, b_base + 4 * ni)
-                stmts.append(_call(self.mma, acc, a_ptr, b_ptr, acc))
+                stmts.append(extern_stmt(self.mma, acc, a_ptr, b_ptr, acc))
         return stmts
 
 

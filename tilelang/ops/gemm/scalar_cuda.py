@@ -15,6 +15,7 @@ from tvm_tirx import ir
 
 from ...layout import expr as E
 from ...layout import make_mma_accumulator_fragment, make_parallel_fragment
+from ...layout.partition import atom_partition
 from ...lowering.irb import seq, store
 from ...lowering.region import RegionView
 from ...lowering.thread_utils import (
@@ -25,26 +26,13 @@ from ...lowering.thread_utils import (
     new_tensor,
     physical,
 )
-from .op import GemmWarpPolicy, gemm_dims
+from .op import gemm_dims
 
 
 def warp_partition(m, n, warps, policy):
-    """(warp_m, warp_n) as upstream's policies: FullRow, FullCol or Square."""
-    if policy == GemmWarpPolicy.FullRow and m % (16 * warps) == 0:
-        return warps, 1
-    if policy == GemmWarpPolicy.FullCol and n % (8 * warps) == 0:
-        return 1, warps
-    best = None
-    for wm in range(1, warps + 1):
-        if warps % wm:
-            continue
-        wn = warps // wm
-        if m % (16 * wm) or n % (8 * wn):
-            continue
-        score = abs(m / wm - n / wn)
-        if best is None or score < best[0]:
-            best = (score, wm, wn)
-    return None if best is None else (best[1], best[2])
+    """(warp_m, warp_n) as upstream's policies: FullRow, FullCol or Square, in 16x8 atoms
+    (None when no split divides the tile)."""
+    return atom_partition(m, n, warps, int(policy), 16, 8)
 
 
 def gemm_layout(v, ctx):

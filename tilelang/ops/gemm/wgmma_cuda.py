@@ -76,6 +76,7 @@ from ...layout.swizzle import SwizzleMode, dtype_bits, make_swizzle_layout_for_m
 from ...lowering import irb
 from ...lowering.region import _const
 from ...lowering.shared_address import shared_ptr
+from ...lowering.thread_utils import extern_stmt as _call
 from .op import GemmWarpPolicy, gemm_dims
 from .wgmma_header import WGMMA_N
 
@@ -414,10 +415,6 @@ def infer_gemm_layout_wgmma(plan, ctx) -> dict:
 # ---------------------------------------------------------------------------------------
 # lowering
 # ---------------------------------------------------------------------------------------
-def _call(name, *args):
-    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
-
-
 def _addr(local, index):
     return tirx.address_of(ir.TensorLoad(local, [ir.const(int(index), "int32")]))
 

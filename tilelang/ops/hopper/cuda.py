@@ -15,7 +15,7 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from ... import errors
-from ...lowering.thread_utils import sync_threads
+from ...lowering.thread_utils import extern_stmt, sync_threads
 from ..registry import lower_rule
 from . import op
 
@@ -36,10 +36,6 @@ def require_sm90(v, ctx, name: str, arch_specific: bool = False) -> None:
         )
 
 
-def _call(name, *args, ty="void"):
-    return ir.Evaluate(_tirx.call_extern(name, *args, ty=ty))
-
-
 def _u32(x):
     return ir.const(int(x), "uint32") if isinstance(x, int) else _tirx.Cast("uint32", x)
 
@@ -53,7 +49,7 @@ def _simple(op_def, helper, arch_specific=False):
     @lower_rule(op_def.name, "cuda")
     def rule(v, ctx):
         require_sm90(v, ctx, op_def.name, arch_specific)
-        return _call(helper)
+        return extern_stmt(helper)
 
     return rule
 
@@ -73,13 +69,13 @@ _simple(op.WARPGROUP_COMMIT_BATCH, "tl::wgmma_commit", arch_specific=True)
 @lower_rule("warpgroup_wait", "cuda")
 def lower_warpgroup_wait(v, ctx):
     require_sm90(v, ctx, "warpgroup_wait", arch_specific=True)
-    return _call(f"tl::wgmma_wait<{int(v.num_mma)}>")
+    return extern_stmt(f"tl::wgmma_wait<{int(v.num_mma)}>")
 
 
 @lower_rule("set_max_nreg", "cuda")
 def lower_set_max_nreg(v, ctx):
     require_sm90(v, ctx, "set_max_nreg", arch_specific=True)
-    return _call(f"tl::set_max_nreg<{int(v.reg_count)}, {int(v.is_inc)}>")
+    return extern_stmt(f"tl::set_max_nreg<{int(v.reg_count)}, {int(v.is_inc)}>")
 
 
 @lower_rule("alloc_barrier", "cuda")
@@ -88,45 +84,44 @@ def lower_alloc_barrier(v, ctx):
     require_sm90(v, ctx, "alloc_barrier")
     tensor = v.bar.source
     inits = [
-        _call("tl::mbarrier_init", bar_ptr(ir.TensorLoad(tensor, [ir.const(i, "int32")])), _u32(c))
+        extern_stmt(
+            "tl::mbarrier_init", bar_ptr(ir.TensorLoad(tensor, [ir.const(i, "int32")])), _u32(c)
+        )
         for i, c in enumerate(v.counts)
     ]
-    inits.append(_call("tl::mbarrier_init_fence"))
+    inits.append(extern_stmt("tl::mbarrier_init_fence"))
     return ir.SeqStmt([ir.If(ctx.thread_var == 0, ir.SeqStmt(inits), None), sync_threads()])
 
 
-@lower_rule("mbarrier_arrive", "cuda")
-def lower_mbarrier_arrive(v, ctx):
-    require_sm90(v, ctx, "mbarrier_arrive")
-    return _call("tl::mbarrier_arrive", bar_ptr(v.bar))
+def _mbarrier_rule(name, helper, operand=None):
+    """Lower ``name`` to ``helper(&bar[, (uint32) v.<operand>])`` (sm_90+)."""
+
+    @lower_rule(name, "cuda")
+    def rule(v, ctx):
+        require_sm90(v, ctx, name)
+        extra = [] if operand is None else [_u32(getattr(v, operand))]
+        return extern_stmt(helper, bar_ptr(v.bar), *extra)
+
+    return rule
 
 
-@lower_rule("mbarrier_expect_tx", "cuda")
-def lower_mbarrier_expect_tx(v, ctx):
-    require_sm90(v, ctx, "mbarrier_expect_tx")
-    return _call("tl::mbarrier_expect_tx", bar_ptr(v.bar), _u32(v.tx))
-
-
-@lower_rule("mbarrier_arrive_expect_tx", "cuda")
-def lower_mbarrier_arrive_expect_tx(v, ctx):
-    require_sm90(v, ctx, "mbarrier_arrive_expect_tx")
-    return _call("tl::mbarrier_arrive_expect_tx", bar_ptr(v.bar), _u32(v.tx))
-
-
-@lower_rule("mbarrier_wait_parity", "cuda")
-def lower_mbarrier_wait_parity(v, ctx):
-    require_sm90(v, ctx, "mbarrier_wait_parity")
-    return _call("tl::mbarrier_wait", bar_ptr(v.bar), _u32(v.parity))
+for _name, _helper, _operand in (
+    ("mbarrier_arrive", "tl::mbarrier_arrive", None),
+    ("mbarrier_expect_tx", "tl::mbarrier_expect_tx", "tx"),
+    ("mbarrier_arrive_expect_tx", "tl::mbarrier_arrive_expect_tx", "tx"),
+    ("mbarrier_wait_parity", "tl::mbarrier_wait", "parity"),
+):
+    _mbarrier_rule(_name, _helper, _operand)
 
 
 @lower_rule("named_barrier_arrive", "cuda")
 def lower_named_barrier_arrive(v, ctx):
-    return _call("tl::named_barrier_arrive", _u32(v.barrier_id), _u32(v.thread_count))
+    return extern_stmt("tl::named_barrier_arrive", _u32(v.barrier_id), _u32(v.thread_count))
 
 
 @lower_rule("named_barrier_sync", "cuda")
 def lower_named_barrier_sync(v, ctx):
-    return _call("tl::named_barrier_sync", _u32(v.barrier_id), _u32(v.thread_count))
+    return extern_stmt("tl::named_barrier_sync", _u32(v.barrier_id), _u32(v.thread_count))
 
 
 #: The marker a ``T.ws`` branch starts with until ``passes/warp_specialize.py`` chains it.
@@ -135,7 +130,7 @@ WS_MARKER = "tl::ws_branch"
 
 @lower_rule("ws", "cuda")
 def lower_ws(v, ctx):
-    return _call(WS_MARKER)
+    return extern_stmt(WS_MARKER)
 
 
 @lower_rule("block_rank_in_cluster", "cuda")
@@ -155,7 +150,7 @@ def lower_wgmma_fence_accum(v, ctx):
     for extent in local.ty.shape:
         regs *= int(extent)
     addr = _tirx.address_of(ir.TensorLoad(local, [ir.const(0, "int32")]))
-    return _call(f"tl::wgmma_fence_operand<{regs}>", addr)
+    return extern_stmt(f"tl::wgmma_fence_operand<{regs}>", addr)
 
 
 @lower_rule("wgmma_gemm", "cuda")

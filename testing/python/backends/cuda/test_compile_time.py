@@ -25,6 +25,7 @@ import tilelang
 import tilelang.language as T_tl
 from tilelang.backends.cuda import build as cuda_build
 from tilelang.backends.cuda import build_cuda
+from tilelang.backends.cuda import direct_launch as cuda_direct_launch
 from tilelang.backends.cuda import headers as cuda_headers
 from tilelang.backends.cuda import nvrtc as cuda_nvrtc
 from tilelang.backends.cuda.compact_source import COMPACT_SUFFIX, compact_pipeline
@@ -276,7 +277,49 @@ def test_compile_callback_uses_tilelang_driver_only_inside_builds(monkeypatch):
         ),
     )
     assert bytes(callback("switched off", text)[0]) == b"Z"
-    assert calls == [("tirx", "outside"), ("ours", "inside"), ("tirx-direct", "switched off")]
+    # with the module flag unset, the environment variable decides at each compile
+    monkeypatch.setattr(cuda_nvrtc, "USE_TILELANG_NVRTC", None)
+    monkeypatch.setenv("TILELANG_CUDA_NVRTC_DRIVER", "0")
+    assert bytes(callback("env off", text)[0]) == b"Z"
+    monkeypatch.setenv("TILELANG_CUDA_NVRTC_DRIVER", "1")
+    assert bytes(callback("env on", text)[0]) == b"X"
+    assert calls == [
+        ("tirx", "outside"),
+        ("ours", "inside"),
+        ("tirx-direct", "switched off"),
+        ("tirx-direct", "env off"),
+        ("ours", "env on"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "module, flag, variable, read",
+    [
+        (cuda_nvrtc, "USE_TILELANG_NVRTC", "TILELANG_CUDA_NVRTC_DRIVER", "use_tilelang_nvrtc"),
+        (
+            cuda_direct_launch,
+            "DIRECT_LAUNCH",
+            "TILELANG_CUDA_DIRECT_LAUNCH",
+            "direct_launch_enabled",
+        ),
+    ],
+)
+def test_build_driver_switch(module, flag, variable, read, monkeypatch):
+    """A build-driver switch: the module flag when set, else the environment variable read
+    at each use (default on); a value that is not a switch names the variable."""
+    monkeypatch.setattr(module, flag, None)
+    monkeypatch.delenv(variable, raising=False)
+    assert getattr(module, read)() is True
+    monkeypatch.setenv(variable, "off")
+    assert getattr(module, read)() is False
+    monkeypatch.setenv(variable, " 1 ")
+    assert getattr(module, read)() is True
+    monkeypatch.setattr(module, flag, False)
+    assert getattr(module, read)() is False
+    monkeypatch.setattr(module, flag, None)
+    monkeypatch.setenv(variable, "sometimes")
+    with pytest.raises(ValueError, match=f"{variable}='sometimes'"):
+        getattr(module, read)()
 
 
 def _tirx_nvrtc(source, config):

@@ -148,6 +148,19 @@ def test_flag_off_leaves_host_code_unchanged(monkeypatch):
     assert stripped == source
 
 
+def test_environment_variable_is_read_at_each_build(monkeypatch):
+    """``TILELANG_CUDA_DIRECT_LAUNCH`` decides while the module flag is None (the switch
+    itself: ``test_compile_time.py::test_build_driver_switch``)."""
+    monkeypatch.setattr(cuda_direct_launch, "DIRECT_LAUNCH", None)
+    monkeypatch.setenv("TILELANG_CUDA_DIRECT_LAUNCH", "0")
+    off = pipeline.build(tiny_add(), {"kind": "cuda", "arch": _arch()})
+    assert off.meta["direct_launch"] is False
+    assert _launch_calls(off.get_host_source()) == off.meta["kernel_names"]
+    monkeypatch.setenv("TILELANG_CUDA_DIRECT_LAUNCH", "1")
+    on = pipeline.build(tiny_add(), {"kind": "cuda", "arch": _arch()})
+    assert on.meta["direct_launch"] is True and on.meta["direct_launch_kernels"]
+
+
 def test_unsupported_kernels_keep_the_packed_call():
     host = (
         "#include <x.h>\n#ifdef __cplusplus\n#endif\nint f(void) {\n"

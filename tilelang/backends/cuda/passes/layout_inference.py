@@ -130,6 +130,16 @@ class InferResult:
                 return v
         return None
 
+    def loop_layout_lines(self) -> list:
+        """One dump line per parallel nest, ``"<ordinal> (<loop vars>): <Fragment>"``, in
+        program order (the ``tl.loop_layouts`` attribute). Nests are named by position and
+        loop variable names, not by ``loop_key`` (an object handle), so a dump is the same in
+        every process; the passes look nests up in :attr:`loops` by ``loop_key``."""
+        return [
+            f"{k} ({', '.join(v.name for v in n.vars)}): {self.loops[n.key]!r}"
+            for k, n in enumerate(self.nests)
+        ]
+
 
 # --------------------------------------------------------------------------- the pass
 class _Inference:

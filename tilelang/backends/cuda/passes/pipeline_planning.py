@@ -97,6 +97,7 @@ from ....lowering.global_layouts import vectorizable
 from ....lowering.region import RegionView, _const
 from ....lowering.shared_address import shared_ptr
 from ....lowering.stmt import StmtMutator, alloc_of, launch_of, substitute
+from ....lowering.thread_utils import extern_stmt as _call
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY, matched_axes
 from ....ops.registry import pipeline_rule_for
@@ -110,10 +111,6 @@ VEC_BYTES = 16
 def make_alloc(var) -> ir.Bind:
     """``var = alloc_tensor()`` (with the empty attrs CUDA codegen expects)."""
     return ir.Bind(var, ir.Call("tirx.alloc_tensor", [], attrs={}, ty_args=[var.ty], ty=var.ty))
-
-
-def _call(name, *args):
-    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
 
 
 def sync_threads():

@@ -21,12 +21,13 @@ thread-level accesses, split over the tile's trailing extents by
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm_tirx import ir
 
 from .... import errors
 from ....layout import expr as E
 from ....layout.annotation import storage_elements
-from ....lowering.stmt import alloc_of, launch_of, substitute, uses_any
+from ....lowering.stmt import alloc_of, launches_of, substitute, uses_any, with_launch_body
 from ....lowering.thread_utils import (
     _bits,
     alloc,
@@ -104,25 +105,6 @@ def _storage_var(var, layouts):
     return new_tensor(var.name, [rows] + shape[1:], str(var.ty.dtype), scope_of(var))
 
 
-def _split(body):
-    """(path of launch regions, innermost statements)."""
-    path = []
-    while True:
-        while isinstance(body, ir.SeqStmt) and len(body.seq) == 1:
-            body = body.seq[0]
-        if launch_of(body) is None:
-            return path, list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
-        path.append(body)
-        body = body.body
-
-
-def _wrap(path, stmts):
-    body = stmts[0] if len(stmts) == 1 else ir.SeqStmt(stmts)
-    for r in reversed(path):
-        body = ir.RegionStmt(r.op, r.args, r.body_params, r.attrs, body, r.result_vars, r.loc)
-    return body
-
-
 def _alloc_loc(stmt):
     """Source location of an allocation (on the Bind, or on its ``alloc_tensor`` call)."""
     loc = getattr(stmt, "loc", None)
@@ -137,7 +119,8 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
     ``layouts`` maps tile Vars to their Layouts (the CUDA pipeline's layout map); only
     padded ones change anything here.
     """
-    path, stmts = _split(body)
+    _, inner = launches_of(body)
+    stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
     tiles = []  # (var, index of its alloc)
     alloc_locs = {}  # var handle -> the allocation's source location
     for s in stmts:
@@ -154,9 +137,7 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
             nested.append(var)
             nested_locs.append(_alloc_loc(node))
 
-    import tvm_ffi
-
-    tvm_ffi.structural_walk(_wrap([], stmts), [(ir.Bind, find)])
+    tvm_ffi.structural_walk(inner, [(ir.Bind, find)])
     if nested:
         raise errors.compile_error(
             f"shared tiles must be allocated at the kernel's top level: {[v.name for v in nested]}",
@@ -217,4 +198,4 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
         if k in syncs_before:
             out.append(sync_threads())
         out.append(substitute(s, renamed) if renamed else s)
-    return _wrap(path, out)
+    return with_launch_body(body, out[0] if len(out) == 1 else ir.SeqStmt(out))

@@ -38,6 +38,7 @@ import re
 
 from tvm_tirx import ir, tirx
 
+from ....lowering.thread_utils import extern_stmt as _call
 from ....lowering.thread_utils import new_tensor
 from ..tensor_map import TmaCopy, plan_tma_copy
 
@@ -46,10 +47,6 @@ def tma_supported(arch: str, options: dict) -> bool:
     """Whether TMA lowering is on for ``arch`` (sm_90 and later) and the pass configs."""
     m = re.match(r"sm_(\d+)", arch or "")
     return bool(m) and int(m.group(1)) >= 90 and options.get("disable_tma") is not True
-
-
-def _call(name, *args):
-    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
 
 
 def _i32(x):

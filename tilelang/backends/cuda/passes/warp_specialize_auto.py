@@ -53,6 +53,7 @@ import tvm_ffi
 from tvm_tirx import ir, tirx
 
 from ....lowering.stmt import alloc_of, launches_of, substitute, with_launch_body
+from ....lowering.thread_utils import extern_stmt as _call
 from ....lowering.thread_utils import i32, is_sync, new_tensor
 
 #: Marker call opening the consumer branch (found by :func:`consumer_barriers`).
@@ -70,10 +71,6 @@ class WsParts:
     producer: ir.Stmt
     consumer: ir.Stmt  # replaces the loop in the kernel body
     threads: int
-
-
-def _call(name, *args):
-    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
 
 
 def _u32(x):
