@@ -61,6 +61,9 @@ from ....lowering.thread_utils import (
     new_tensor,
     sync_threads,
 )
+from ....lowering.thread_utils import (
+    extern_stmt as _call,
+)
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY
 from ..tensor_map import ATTR_TMA, TmaCopy, plan_tma_copy
@@ -70,10 +73,6 @@ from .warp_specialize_auto import CONSUMER_MARKER
 
 #: Marker in ``tl.tma`` of a kernel split by automatic warp specialization.
 _WS_NOTE = "warp-specialized ("
-
-
-def _call(name, *args):
-    return ir.Evaluate(tirx.call_extern(name, *args, ty="void"))
 
 
 def _extern_name(stmt) -> str:
