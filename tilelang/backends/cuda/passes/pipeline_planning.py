@@ -102,6 +102,7 @@ from ....ops.copy.op import COPY, matched_axes
 from ....ops.registry import pipeline_rule_for
 from .insert_sync import ATTR_ASYNC_STAGES
 from .pipeline_copies import _later_copies, _plan_split_copies
+from .pipeline_order import ordered_loop, plan_order
 from .tma_lowering import tma_loop
 
 VEC_BYTES = 16
@@ -319,13 +320,19 @@ class _Planner(StmtMutator):
         copies, rest = _leading_copies(loop.body, ctx)
         if not copies:
             return None
+        # original body index of each statement of ``rest`` / of each pipelined copy
+        rest_index = list(range(len(copies), len(copies) + len(rest)))
+        copy_index = list(range(len(copies)))
         mode = copy_schedule(stages, self.pctx.options)
         later = []
         if mode != "leading":
             later = _later_copies(rest, loop, ctx, [c.dst.tensor for c in copies], self.root)
         if mode == "hoist" or (mode == "split" and stages >= 2 and not later):
             copies = copies + [c for _, c in later]
-            rest = [s for i, s in enumerate(rest) if i not in {j for j, _ in later}]
+            hoisted = {j for j, _ in later}
+            copy_index += [rest_index[j] for j in sorted(hoisted)]
+            rest = [s for i, s in enumerate(rest) if i not in hoisted]
+            rest_index = [x for i, x in enumerate(rest_index) if i not in hoisted]
             later = []
         tiles = []
         for c in copies + [c for _, c in later]:
@@ -376,8 +383,20 @@ class _Planner(StmtMutator):
         # sm_90+: TMA boxes completing on mbarriers (passes/tma_lowering.py), except where
         # the mma.sync split schedule (tuned for cp.async) applies
         if wgmma or stages < 2 or self._phase_plan(rest, tiles, stages) is None:
+            ordered = self._ordered(loop, ctx, stages, rest, rest_index, copy_index, tiles)
+            ordered = None if in_flight is not None else ordered
             tma = tma_loop(
-                self, loop, ctx, stages, copies, rest, mapping, in_flight, fence, _restage
+                self,
+                loop,
+                ctx,
+                stages,
+                copies,
+                rest,
+                mapping,
+                in_flight,
+                fence,
+                _restage,
+                ordered=ordered,
             )
             if tma is not None:
                 return tma
@@ -410,6 +429,37 @@ class _Planner(StmtMutator):
             rule, reader = in_flight
             after += rule.drain(self.pctx, reader)
         return ir.SeqStmt([*prologue, _with_loop(loop, new_body), *after])
+
+    def _ordered(self, loop, ctx, stages, rest, rest_index, copy_index, tiles):
+        """The consumer-loop builder honoring ``T.Pipelined(order=, stage=, group=)`` for a
+        warp-specialized loop (``passes/pipeline_order.py``), or None (a note says why)."""
+        if not self.pctx.options.get("pipeline_order", True):
+            return None
+        plan, why = plan_order(loop, rest_index, copy_index, stages, rest, tiles)
+        if why:
+            self.pctx.tma_notes.append(f"loop {loop.var.name}: order/stage/group ignored ({why})")
+        if plan is None:
+            return None
+
+        def build(wait_full, release):
+            self.pctx.tma_notes.append(
+                f"loop {loop.var.name}: order/stage/group honored (groups in order: "
+                + ", ".join(f"{g.positions}@stage{g.stage}" for g in plan.groups)
+                + ")"
+            )
+            return ordered_loop(
+                plan,
+                loop,
+                rest,
+                mapping_of(self, tiles),
+                _restage,
+                stages,
+                wait_full,
+                release,
+                ctx.prove,
+            )
+
+        return build
 
     def _phase_plan(self, rest, tiles, stages):
         """(rule, plan) when the body after the copies is one tile op whose pipelining rule
@@ -520,6 +570,11 @@ class _Planner(StmtMutator):
         return self.pctx.options["copy_schedule"] != "leading" and not any(
             _uses(x, t) for x in others
         )
+
+
+def mapping_of(planner, tiles) -> dict:
+    """Tile -> its multi-buffered replacement, for the pipelined ``tiles``."""
+    return {t: planner.replaced[t] for t in tiles}
 
 
 def copy_schedule(stages: int, options: dict) -> str:

@@ -100,9 +100,22 @@ def candidate_loop(body):
     return loop.var
 
 
-def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fence, issue_copy):
+def ws_loop(
+    planner,
+    loop,
+    stages,
+    tma,
+    mapping,
+    total,
+    body_rest,
+    in_flight,
+    fence,
+    issue_copy,
+    ordered=None,
+):
     """The :class:`WsParts` of ``loop`` (module doc), or None when the producer would need a
-    value only the consumers compute."""
+    value only the consumers compute. ``ordered(wait_full, release)``: the consumer's loop
+    statements for ``T.Pipelined(order=, stage=)`` (``passes/pipeline_order.py``)."""
     pctx = planner.pctx
     threads = int(planner.threads)
     tx = planner.tx
@@ -151,21 +164,35 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
     # before the wgmmas) is needed once, before the loop, not in every iteration
-    body_rest, turns_before, turns_after = _pingpong(planner, body_rest, threads)
+    if ordered is not None:
+        turns_before, turns_after = [], []
+    else:
+        body_rest, turns_before, turns_after = _pingpong(planner, body_rest, threads)
     consumer = [_call("tl::mbarrier_wait", ptr(full, stage), phase), body_rest]
     after = []
-    if in_flight is not None:
+    if ordered is not None:
+
+        def wait_full(r):
+            return _call(
+                "tl::mbarrier_wait", ptr(full, r % stages), ir.prim.floordiv(r, stages) % 2
+            )
+
+        def release(r):
+            return _call("tl::mbarrier_arrive", ptr(empty, r % stages))
+
+        loop_stmts = ordered(wait_full, release)
+    elif in_flight is not None:
         rule, reader = in_flight
         prev = ptr(empty, (rel + stages - 1) % stages)
         consumer.append(ir.If(rel > 0, _call("tl::mbarrier_arrive", prev), None))
         after = rule.drain(pctx, reader)
     else:
         consumer.append(_call("tl::mbarrier_arrive", ptr(empty, stage)))
+    if ordered is None:
+        loop_stmts = [_with_loop(loop, consumer)]
     pctx.extra_allocs += [make_alloc(full), make_alloc(empty)]
     producer = ir.If(tx == threads, producer_loop, None)
-    consumer_stmt = ir.SeqStmt(
-        [*fence, *turns_before, _with_loop(loop, consumer), *after, *turns_after]
-    )
+    consumer_stmt = ir.SeqStmt([*fence, *turns_before, *loop_stmts, *after, *turns_after])
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"
