@@ -127,34 +127,99 @@ def _tensors(node, skip) -> set:
 
 def _check_dependences(groups, rest, tiles) -> str:
     """ "" when every pair of statement instances the schedule reorders is independent
-    (shares no tensor but the pipelined tiles), else the reason."""
+    (shares no tensor but the pipelined tiles), else the reason.
+
+    Statement ``x`` of iteration ``i`` runs originally at ``(i, x)`` and now at
+    ``(i + stage, order, x)``; with stages 0..1 only instances of neighbouring iterations
+    can swap, so pairs ``(x, i)``, ``(y, i + d)`` for ``d`` in 0, 1 cover every swap."""
     skip = {t.__chandle__() for t in tiles}
-    uses = [_tensors(ir.SeqStmt([rest[p] for p in g.positions]), skip) for g in groups]
-    first = [min(g.positions) for g in groups]
-    for a, ga in enumerate(groups):
-        for b, gb in enumerate(groups):
-            for d in (0, 1):  # instance (a, i) vs (b, i + d)
-                before = d == 1 or (d == 0 and first[a] < first[b])
-                if not before:
+    placed = [(p, g.stage, g.order) for g in groups for p in g.positions]
+    uses = {p: _tensors(rest[p], skip) for p, _, _ in placed}
+    for px, sx, ox in placed:
+        for py, sy, oy in placed:
+            for d in (0, 1):  # instance (x, i) vs (y, i + d)
+                if not (d == 1 or px < py):
                     continue
-                new_a, new_b = (ga.stage, ga.order), (d + gb.stage, gb.order)
-                if new_a > new_b and uses[a] & uses[b]:
+                if (sx, ox, px) > (d + sy, oy, py) and uses[px] & uses[py]:
                     return (
-                        f"groups {sorted(ga.positions)} and {sorted(gb.positions)} (body after the "
-                        "copies) swap places but touch the same tensors"
+                        f"statements {px} and {py} of the body after the copies swap places "
+                        "but touch the same tensors"
                     )
     return ""
 
 
-def ordered_loop(plan, loop, rest, mapping, restage, stages, wait_full, release, prove):
+def plan_overlap(rest, accumulator_of, stages, tiles):
+    """(OrderPlan, "") for the automatic overlap schedule (pass config ``tl.wgmma_overlap``),
+    else (None, reason).
+
+    The body must hold exactly two top-level asynchronous gemms ``G`` (first) and ``P``
+    (``accumulator_of(stmt)``: the accumulator Var of a wgmma gemm, else None). Statements up
+    to ``G`` run first (stage 0, order 0); those between ``G`` and ``P`` that touch ``P``'s
+    accumulator (FlashAttention's rescale of ``acc_o``) one iteration late (order 1), then
+    ``P`` and what follows it (order 2), then the other statements between (the softmax;
+    stage 0, order 3): upstream's ``wgmma_pipelined`` schedule. Dependences are checked as
+    for annotated loops."""
+    if stages < 2:
+        return None, "needs num_stages >= 2"
+    gemms = [i for i, st in enumerate(rest) if accumulator_of(st) is not None]
+    if len(gemms) != 2:
+        return None, f"{len(gemms)} wgmma gemms at the top of the body (the schedule needs 2)"
+    g, p = gemms
+    acc_p = {accumulator_of(rest[p]).__chandle__()}
+    late, soft = [], []
+    for i in range(g + 1, p):
+        (late if _tensors(rest[i], set()) & acc_p else soft).append(i)
+    if not soft:
+        return None, "nothing between the two gemms to overlap"
+    if any(isinstance(st, ir.Bind) for st in rest):
+        return None, "the body binds names (bindings cannot move between iterations)"
+    groups = [OrderGroup(list(range(g + 1)), 0, 0)]
+    if late:
+        groups.append(OrderGroup(late, 1, 1))
+    groups += [OrderGroup(list(range(p, len(rest))), 1, 2), OrderGroup(soft, 0, 3)]
+    reason = _check_dependences(groups, rest, tiles)
+    if reason:
+        return None, reason
+    return OrderPlan(groups, 1), ""
+
+
+def ordered_loop(plan, loop, rest, mapping, restage, stages, prove, rings):
     """The consumer statements of the module doc: prologue, steady-state loop, epilogue.
 
-    ``wait_full(rel)``/``release(rel)``: the statement waiting for / handing back the stage
-    of iteration ``begin + rel``; ``prove(cond)``: whether ``cond`` holds.
-    """
+    ``rings = (wait_full, release, per_tile)`` from ``warp_specialize_auto.ws_loop``:
+    ``wait_full(rel, tile)`` / ``release(rel, tile)`` wait for / hand back ``tile``'s stage
+    of iteration ``begin + rel``. Tile ``t`` of iteration ``j`` is waited for before its
+    first reader runs and handed back after its last reader's iteration (the wgmma waits
+    sink no further than an mbarrier arrive, so the reads are complete). Without
+    ``per_tile`` all tiles share one ring and count as one tile. ``prove(cond)``: whether
+    ``cond`` holds."""
     from .pipeline_planning import _with_loop
 
+    wait_full, release, per_tile = rings
     k, begin, end = loop.var, loop.begin, loop.end
+    rel = k - begin
+    depth = plan.depth
+    tiles = list(mapping)
+    handles = {t.__chandle__(): t for t in tiles}
+
+    def rep(t):  # the ring a tile belongs to
+        return t if per_tile else tiles[0]
+
+    readers = {}  # ring tile handle -> stages of the groups reading it
+    group_tiles = []
+    for g in plan.groups:
+        used = _tensors(ir.SeqStmt([rest[p] for p in g.positions]), set())
+        mine = []
+        for t in tiles:
+            if t.__chandle__() in used and rep(t).__chandle__() not in [
+                x.__chandle__() for x in mine
+            ]:
+                mine.append(rep(t))
+        group_tiles.append(mine)
+        for t in mine:
+            readers.setdefault(t.__chandle__(), []).append(g.stage)
+    first = {h: min(v) for h, v in readers.items()}
+    last = {h: max(v) for h, v in readers.items()}
 
     def inst(g, k_value, stage_index):
         body = [rest[p] for p in g.positions]
@@ -163,14 +228,21 @@ def ordered_loop(plan, loop, rest, mapping, restage, stages, wait_full, release,
             body = substitute(body, {k: k_value})
         return restage(body, mapping, stage_index)
 
-    rel = k - begin
-    depth = plan.depth
-    steady = [wait_full(rel)]
-    for g in plan.groups:
-        late = g.stage
-        k_g = k if late == 0 else k - late
-        steady.append(inst(g, k_g, (rel - late) % stages))
-    steady.append(release(rel - depth))
+    def emit(groups_here, k_of, rel_of):
+        """Groups with their waits: ``k_of(g)``/``rel_of(g)``: the iteration each runs."""
+        out, waited = [], set()
+        for g, used in groups_here:
+            for t in used:
+                h = t.__chandle__()
+                if first[h] == g.stage and h not in waited:
+                    waited.add(h)
+                    out.append(wait_full(rel_of(g), t))
+            out.append(inst(g, k_of(g), rel_of(g) % stages))
+        return out
+
+    paired = list(zip(plan.groups, group_tiles))
+    steady = emit(paired, lambda g: k if g.stage == 0 else k - g.stage, lambda g: rel - g.stage)
+    steady += [release(rel - last[h], handles[h]) for h in readers]
     body = _with_loop(loop, steady)
     if depth == 0:
         return [body]
@@ -179,15 +251,18 @@ def ordered_loop(plan, loop, rest, mapping, restage, stages, wait_full, release,
     )
 
     def guarded(stmts):
+        if not stmts:
+            return []
         stmt = ir.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
-        return stmt if prove(begin < end) else ir.If(begin < end, stmt, None)
+        return [stmt if prove(begin < end) else ir.If(begin < end, stmt, None)]
 
-    zero = ir.const(0, "int32")
-    prologue = [wait_full(zero)]
-    prologue += [inst(g, begin, zero) for g in plan.groups if g.stage == 0]
-    last = end - 1
-    epilogue = [inst(g, last, (last - begin) % stages) for g in plan.groups if g.stage == 1]
-    return [guarded(prologue), new_loop, guarded(epilogue)]
+    zero, end_rel = ir.const(0, "int32"), end - 1 - begin
+    early = [(g, t) for g, t in paired if g.stage == 0]
+    prologue = emit(early, lambda g: begin, lambda g: zero)
+    prologue += [release(zero, handles[h]) for h in readers if last[h] == 0]
+    late = [(g, t) for g, t in paired if g.stage == 1]
+    epilogue = emit(late, lambda g: end - 1, lambda g: end_rel)
+    return [*guarded(prologue), new_loop, *guarded(epilogue)]
 
 
-__all__ = ["OrderGroup", "OrderPlan", "ordered_loop", "plan_order"]
+__all__ = ["OrderGroup", "OrderPlan", "ordered_loop", "plan_order", "plan_overlap"]

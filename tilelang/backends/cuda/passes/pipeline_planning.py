@@ -102,7 +102,7 @@ from ....ops.copy.op import COPY, matched_axes
 from ....ops.registry import pipeline_rule_for
 from .insert_sync import ATTR_ASYNC_STAGES
 from .pipeline_copies import _later_copies, _plan_split_copies
-from .pipeline_order import ordered_loop, plan_order
+from .pipeline_order import ordered_loop, plan_order, plan_overlap
 from .tma_lowering import tma_loop
 
 VEC_BYTES = 16
@@ -433,33 +433,35 @@ class _Planner(StmtMutator):
     def _ordered(self, loop, ctx, stages, rest, rest_index, copy_index, tiles):
         """The consumer-loop builder honoring ``T.Pipelined(order=, stage=, group=)`` for a
         warp-specialized loop (``passes/pipeline_order.py``), or None (a note says why)."""
-        if not self.pctx.options.get("pipeline_order", True):
-            return None
-        plan, why = plan_order(loop, rest_index, copy_index, stages, rest, tiles)
-        if why:
-            self.pctx.tma_notes.append(f"loop {loop.var.name}: order/stage/group ignored ({why})")
+        options, notes = self.pctx.options, self.pctx.tma_notes
+        plan = None
+        if options.get("pipeline_order", True):
+            plan, why = plan_order(loop, rest_index, copy_index, stages, rest, tiles)
+            if why:
+                notes.append(f"loop {loop.var.name}: order/stage/group ignored ({why})")
+        if plan is None and options.get("wgmma_overlap", False):
+            plan, why = plan_overlap(rest, self._accumulator_of, stages, tiles)
+            if why:
+                notes.append(f"loop {loop.var.name}: no automatic wgmma overlap ({why})")
         if plan is None:
             return None
 
-        def build(wait_full, release):
+        def build(wait_full, release, per_tile):
             self.pctx.tma_notes.append(
-                f"loop {loop.var.name}: order/stage/group honored (groups in order: "
+                f"loop {loop.var.name}: consumer software-pipelined (groups in order: "
                 + ", ".join(f"{g.positions}@stage{g.stage}" for g in plan.groups)
-                + ")"
+                + ("; one mbarrier ring per copy)" if per_tile else ")")
             )
-            return ordered_loop(
-                plan,
-                loop,
-                rest,
-                mapping_of(self, tiles),
-                _restage,
-                stages,
-                wait_full,
-                release,
-                ctx.prove,
-            )
+            rings = (wait_full, release, per_tile)
+            mapping = mapping_of(self, tiles)
+            return ordered_loop(plan, loop, rest, mapping, _restage, stages, ctx.prove, rings)
 
         return build
+
+    def _accumulator_of(self, stmt):
+        """The accumulator Var of ``stmt`` when it is an asynchronous (wgmma) gemm."""
+        found = self._reader_of(stmt)
+        return None if found is None else found[1].accumulator
 
     def _phase_plan(self, rest, tiles, stages):
         """(rule, plan) when the body after the copies is one tile op whose pipelining rule

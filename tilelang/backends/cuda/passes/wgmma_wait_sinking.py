@@ -12,8 +12,9 @@ sequence it belongs to (nested ``SeqStmt`` flattened) past every statement that
   (so the operands are neither read nor overwritten while the tensor cores read them), nor
   the registers of groups that the wait also completes (older groups pending in the same
   sequence, and accumulators kept in flight across iterations by ``wgmma.wait_group 1``);
-* does not synchronise (``__syncthreads``, named barriers, mbarrier arrive/wait, fences,
-  ``setmaxnreg``) and waits for no other wgmma group;
+* does not synchronise (``__syncthreads``, named barriers, mbarrier arrives, fences,
+  ``setmaxnreg``, copies to shared memory) and waits for no other wgmma group (an mbarrier
+  *wait*, for a TMA load to land, releases nothing and is passed);
 * holds no wgmma instruction in a nested loop or branch.
 
 Each ``wgmma.commit_group`` passed on the way (another gemm issued while this one runs)
@@ -39,7 +40,9 @@ _WAIT = re.compile(r"tl::wgmma_wait<(\d+)>")
 _SYNC_PREFIXES = (
     "__syncthreads",
     "tl::named_barrier",
-    "tl::mbarrier",
+    "tl::mbarrier_arrive",  # hands a stage back: its readers must be complete
+    "tl::mbarrier_init",
+    "tl::mbarrier_expect",
     "tl::fence",
     "tl::set_max_nreg",
     "tl::tma_",
