@@ -8,13 +8,14 @@ are explicit). A ``T.gemm`` lowered to wgmma (``ops/gemm/wgmma_cuda.py``) ends w
 Guarantees: that wait block (the wait and its operand fences) moves down the statement
 sequence it belongs to (nested ``SeqStmt`` flattened) past every statement that
 
-* names none of the gemm's registers (C, a register A) and none of its shared operand tiles
-  (so the operands are neither read nor overwritten while the tensor cores read them), nor
+* names none of the gemm's registers (C, a register A) and writes none of its shared operand
+  tiles (no store, no address taken outside a wgmma descriptor: other gemms may read
+  them), nor
   the registers of groups that the wait also completes (older groups pending in the same
   sequence, and accumulators kept in flight across iterations by ``wgmma.wait_group 1``);
-* does not synchronise (``__syncthreads``, named barriers, mbarrier arrives, fences,
-  ``setmaxnreg``, copies to shared memory) and waits for no other wgmma group (an mbarrier
-  *wait*, for a TMA load to land, releases nothing and is passed);
+* does not synchronise (``__syncthreads``, named barriers, mbarrier arrives, fences other
+  than ``fence.proxy.async``, ``setmaxnreg``, cp.async/TMA copies) and waits for no other
+  wgmma group (an mbarrier *wait*, for a TMA load to land, releases nothing: passed);
 * holds no wgmma instruction in a nested loop or branch.
 
 Each ``wgmma.commit_group`` passed on the way (another gemm issued while this one runs)
@@ -43,7 +44,6 @@ _SYNC_PREFIXES = (
     "tl::mbarrier_arrive",  # hands a stage back: its readers must be complete
     "tl::mbarrier_init",
     "tl::mbarrier_expect",
-    "tl::fence",
     "tl::set_max_nreg",
     "tl::tma_",
     "tl::cp_async",
@@ -164,11 +164,50 @@ def _wait_block(stmts, at):
     return (end, regs) if regs else None
 
 
-def _passable(stmt, protected) -> bool:
-    """Whether a wait block protecting ``protected`` handles may move below ``stmt``."""
-    if _var_handles(stmt) & protected:
+def _written_tiles(stmt) -> set:
+    """Handles of the tensors ``stmt`` may write: stored to, or whose address it takes
+    anywhere but in a wgmma descriptor (which only reads)."""
+    in_desc = set()
+
+    def desc(call):
+        if _is_desc(call):
+            tvm_ffi.structural_walk(call, [(ir.Call, lambda c: in_desc.add(c.__chandle__()))])
+
+    tvm_ffi.structural_walk(stmt, [(ir.Call, desc)])
+    found = set()
+
+    def addr(call):
+        if (
+            getattr(call.op, "name", "").endswith("address_of")
+            and call.__chandle__() not in in_desc
+        ):
+            found.update(_var_handles(call, tensors_only=True))
+
+    def store(x):
+        if isinstance(x.dest, ir.Var):
+            found.add(x.dest.__chandle__())
+
+    tvm_ffi.structural_walk(stmt, [(ir.Call, addr), (ir.TensorStore, store)])
+    return found
+
+
+def _is_desc(call) -> bool:
+    if getattr(call.op, "name", "") != "tirx.call_extern" or not call.args:
         return False
-    names = _calls(stmt)
+    head = call.args[0]
+    return isinstance(head, ir.StringImm) and str(head.value).startswith("tl::wgmma_desc")
+
+
+def _passable(stmt, protected, tiles) -> bool:
+    """Whether a wait block may move below ``stmt``: ``protected`` register handles must
+    not be named, ``tiles`` (the gemms' shared operands) not written."""
+    if _var_handles(stmt) & protected or _written_tiles(stmt) & tiles:
+        return False
+    # a proxy fence orders this thread's earlier shared writes before later async reads:
+    # nothing the gemm in flight depends on (other fences, e.g. of mbarrier setup, stop)
+    names = [n for n in _calls(stmt) if not n.startswith("tl::fence_proxy_async")]
+    if any(n.startswith("tl::fence") for n in names):
+        return False
     if any(n.startswith(_SYNC_PREFIXES) for n in names):
         return False
     top = _extern_name(stmt)
@@ -203,11 +242,12 @@ def _sink_seq(stmts, in_flight) -> list:
         end, regs = _wait_block(stmts, at)
         pending = _pending_before(stmts, at)
         mine = pending.pop() if pending else _Group(regs, ())
-        protected = set(regs) | mine.regs | mine.tiles | in_flight
+        protected, tiles = set(regs) | mine.regs | in_flight, set(mine.tiles)
         for older in pending:  # the wait completes them too
-            protected |= older.regs | older.tiles
+            protected |= older.regs
+            tiles |= older.tiles
         j, passed = end, 0
-        while j < len(stmts) and _passable(stmts[j], protected):
+        while j < len(stmts) and _passable(stmts[j], protected, tiles):
             if _extern_name(stmts[j]) == "tl::wgmma_commit":
                 passed += 1
             j += 1
