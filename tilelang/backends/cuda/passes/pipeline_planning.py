@@ -81,7 +81,10 @@ The pass config ``tl.wgmma_in_flight = False`` turns the in-flight schedule off;
 ``tl_wgmma_defer_wait`` and the loop waits for ``wait_group 1`` after the copies).
 
 Guarantees: the results of the loop are those of the original loop. ``order``/``stage``/
-``group`` annotations are accepted and ignored (the schedule above is always valid).
+``group`` annotations are honored in a warp-specialized loop when legal (its consumer loop
+becomes prologue, steady state and epilogue: :mod:`.pipeline_order`; pass configs
+``tl.pipeline_order``, and ``tl.wgmma_overlap`` for the same schedule without annotations),
+otherwise ignored with a note in ``tl.tma`` (the schedules above are always valid).
 Loops that do not match are left unchanged (their copies lower synchronously).
 """
 
