@@ -166,10 +166,11 @@ LEGAL = dict(order=[-1, -1, 0, 2, 1], stage=[-1, -1, 0, 0, 1], group=[[0], [1], 
 ILLEGAL = dict(order=[-1, -1, 0, 1, 2], stage=[-1, -1, 0, 1, 1], group=[[0], [1], [2, 3], [4], [5]])
 
 
-def _fa_tir(path, causal, seq, batch=1, heads=1, dim=64):
+def _fa_tir(path, causal, seq, batch=1, heads=1, dim=64, blocks=(128, 128, 256)):
     fa = _example(path).flashattn
+    bm, bn, threads = blocks
     return fa.get_tir(
-        batch, heads, seq, dim, causal, block_M=128, block_N=128, num_stages=2, threads=256
+        batch, heads, seq, dim, causal, block_M=bm, block_N=bn, num_stages=2, threads=threads
     )
 
 
@@ -274,11 +275,17 @@ def test_pipeline_order_pass_config_off():
         (PIPELINED, True, 200, {"tl.pipeline_order": False}),
         (PLAIN, True, 300, OVERLAP),
         (PLAIN, False, 200, {**OVERLAP, "tl.pipeline_order": False}),
+        (PLAIN, False, 300, (128, 64, 128)),  # one consumer warpgroup
+        (PLAIN, True, 300, (128, 64, 128, OVERLAP)),
+        (PLAIN, False, 200, (64, 64, 256)),  # P exchanged through shared memory
     ],
 )
 def test_flash_attention_emulated(path, causal, seq, configs, rng):
     B, H, D = 1, 2, 64
-    lowered = _lower(_fa_tir(path, causal, seq, B, H, D), configs)
+    blocks = (128, 128, 256)
+    if isinstance(configs, tuple):
+        blocks, configs = configs[:3], (configs[3] if len(configs) > 3 else None)
+    lowered = _lower(_fa_tir(path, causal, seq, B, H, D, blocks), configs)
     q, k, v = (rng.standard_normal((B, seq, H, D)).astype(np.float16) for _ in range(3))
     (_, _, _, o), m = emulate(lowered, q, k, v, np.full_like(q, np.nan))
     np.testing.assert_allclose(o, _attention(q, k, v, causal), rtol=1e-2, atol=2e-3)
