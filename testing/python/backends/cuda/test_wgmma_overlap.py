@@ -389,3 +389,10 @@ def test_chained_legal_order_gpu(n1):
     torch.cuda.synchronize()
     ref = (q.double() @ kt.double().T).half().double() @ v.double()
     torch.testing.assert_close(out.double(), ref, rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_pipelined_example_main_cpu(causal):
+    """The ported example's ``main`` (upstream's signature) on the CPU backend."""
+    out = _example(PIPELINED).main(1, 2, 100, 64, causal, device="cpu")
+    assert out.shape == (1, 100, 2, 64)
