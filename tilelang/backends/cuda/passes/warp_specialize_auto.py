@@ -177,7 +177,7 @@ def ws_loop(
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
     # before the wgmmas) is needed once, before the loop, not in every iteration
-    if ordered is not None:
+    if ordered is not None:  # the ordered loop overlaps the gemms itself: no ping-pong turns
         turns_before, turns_after = [], []
     else:
         body_rest, turns_before, turns_after = _pingpong(planner, body_rest, threads)
