@@ -386,7 +386,7 @@ class _Planner(StmtMutator):
         # sm_90+: TMA boxes completing on mbarriers (passes/tma_lowering.py), except where
         # the mma.sync split schedule (tuned for cp.async) applies
         if wgmma or stages < 2 or self._phase_plan(rest, tiles, stages) is None:
-            ordered = self._ordered(loop, ctx, stages, rest, rest_index, copy_index, tiles)
+            ordered = self._ordered(loop, ctx, stages, rest, rest_index, copy_index, mapping)
             ordered = None if in_flight is not None else ordered
             tma = tma_loop(
                 self,
@@ -433,10 +433,11 @@ class _Planner(StmtMutator):
             after += rule.drain(self.pctx, reader)
         return ir.SeqStmt([*prologue, _with_loop(loop, new_body), *after])
 
-    def _ordered(self, loop, ctx, stages, rest, rest_index, copy_index, tiles):
+    def _ordered(self, loop, ctx, stages, rest, rest_index, copy_index, mapping):
         """The consumer-loop builder honoring ``T.Pipelined(order=, stage=, group=)`` for a
         warp-specialized loop (``passes/pipeline_order.py``), or None (a note says why)."""
         options, notes = self.pctx.options, self.pctx.tma_notes
+        tiles = list(mapping)
         plan = None
         if options.get("pipeline_order", True):
             plan, why = plan_order(loop, rest_index, copy_index, stages, rest, tiles)
@@ -456,7 +457,6 @@ class _Planner(StmtMutator):
                 + ("; one mbarrier ring per copy)" if per_tile else ")")
             )
             rings = (wait_full, release, per_tile)
-            mapping = mapping_of(self, tiles)
             return ordered_loop(plan, loop, rest, mapping, _restage, stages, ctx.prove, rings)
 
         return build
@@ -575,11 +575,6 @@ class _Planner(StmtMutator):
         return self.pctx.options["copy_schedule"] != "leading" and not any(
             _uses(x, t) for x in others
         )
-
-
-def mapping_of(planner, tiles) -> dict:
-    """Tile -> its multi-buffered replacement, for the pipelined ``tiles``."""
-    return {t: planner.replaced[t] for t in tiles}
 
 
 def copy_schedule(stages: int, options: dict) -> str:
