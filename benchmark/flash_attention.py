@@ -8,7 +8,12 @@ for causal) and the ratio is ours over torch's time inverted (higher is better).
 ``--variants`` runs every config once per value of the pass config
 ``tl.pipeline_copy_schedule`` (``leading``: only K's copy pipelined, the schedule before;
 ``hoist``/``split``/``auto``: every copy, see ``backends/cuda/passes/pipeline_copies.py``);
-default: ``auto``.
+default: ``auto``. Two more rows per causal setting, 128x128 blocks, 256 threads, 2 stages:
+``pipelined`` (``example_mha_fwd_bshd_wgmma_pipelined.py``: upstream's program whose
+``T.Pipelined(order=, stage=, group=)`` issues Q @ K^T of block k before the softmax of k
+and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_overlap``,
+which derives that schedule where the annotations do not apply); ``--no-overlap-rows``
+leaves them out.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
 import plotting  # noqa: E402
 from example_mha_fwd_bshd import flashattn  # noqa: E402
+from example_mha_fwd_bshd_wgmma_pipelined import flashattn as flashattn_pipelined  # noqa: E402
 
 import tilelang  # noqa: E402
 from tilelang.profiler import bench  # noqa: E402
@@ -61,6 +67,11 @@ def main():
         metavar="KEY=VALUE",
         help="extra pass configs for every kernel, e.g. tl.disable_tma_lower=false",
     )
+    parser.add_argument(
+        "--no-overlap-rows",
+        action="store_true",
+        help="leave out the pipelined (wgmma_pipelined example) and overlap rows",
+    )
     plotting.add_plot_argument(parser)
     args = parser.parse_args()
     extra = {}
@@ -88,19 +99,22 @@ def main():
         ref = ref_fn().transpose(1, 2)
         t_ref = bench(ref_fn, warmup=10, rep=args.iters, device="cuda")
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-        for (bm, bn, stages, threads), variant in (
-            (c, var) for c in configs for var in args.variants
-        ):
+        rows = [(c, var, flashattn, {}) for c in configs for var in args.variants]
+        if not args.no_overlap_rows:
+            rows.append(((128, 128, 2, 256), "pipelined", flashattn_pipelined, {}))
+            rows.append(((128, 128, 2, 256), "overlap", flashattn, {"tl.wgmma_overlap": True}))
+        for (bm, bn, stages, threads), variant, program, row_configs in rows:
             label = f"{variant:>8} {bm}x{bn}/{threads}t/{stages}s"
+            schedule = variant if variant in ("leading", "hoist", "split", "auto") else "auto"
             try:
-                tir = flashattn.get_tir(
+                tir = program.get_tir(
                     b, h, s, d, causal, block_M=bm, block_N=bn, num_stages=stages, threads=threads
                 )
                 kernel = tilelang.compile(
                     tir,
                     out_idx=[3],
                     target="cuda",
-                    pass_configs={"tl.pipeline_copy_schedule": variant, **extra},
+                    pass_configs={"tl.pipeline_copy_schedule": schedule, **row_configs, **extra},
                 )
                 out = kernel(q, k, v)
                 err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()

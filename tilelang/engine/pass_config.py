@@ -63,6 +63,24 @@ class PassConfigKey(str, Enum):
     """CUDA sm_90a: keep one wgmma group in flight across iterations of a pipelined loop
     (needs ``num_stages >= 3``). Default: True."""
 
+    TL_WGMMA_WAIT_SINKING = "tl.wgmma_wait_sinking"
+    """CUDA sm_90a: a wgmma gemm's ``wgmma.wait_group`` moves down to the first statement
+    that needs its result (reads or writes its accumulator or register A, overwrites its
+    shared operands, synchronises), so independent work overlaps the tensor cores
+    (``backends/cuda/passes/wgmma_wait_sinking.py``). Default: True."""
+
+    TL_PIPELINE_ORDER = "tl.pipeline_order"
+    """CUDA sm_90a, warp-specialized loops: honor ``T.Pipelined(order=, stage=, group=)``
+    (statement groups run ``stage`` iterations late, in ``order``: upstream's
+    ``wgmma_pipelined`` FlashAttention issues Q @ K^T of iteration k before the softmax of
+    k and P @ V of k-1; ``backends/cuda/passes/pipeline_order.py``). Default: True."""
+
+    TL_WGMMA_OVERLAP = "tl.wgmma_overlap"
+    """CUDA sm_90a, warp-specialized loops without ``order``/``stage`` annotations: derive
+    FlashAttention's overlap schedule automatically (the gemm that starts the body and the
+    statements it feeds run in iteration k, the rest of the body one iteration late) when
+    the loop's carried dependences allow it. Default: False."""
+
     TL_WGMMA_COPIES_AFTER = "tl.wgmma_copies_after"
     """CUDA sm_90a, with a wgmma group in flight: issue each iteration's copies after the
     wgmma batch, then wait. Default: False (measured slower on the H200)."""
@@ -254,6 +272,9 @@ def build_options(pass_configs) -> dict:
         "wgmma_in_flight": flag(PassConfigKey.TL_WGMMA_IN_FLIGHT, True),
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
+        "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),
+        "pipeline_order": flag(PassConfigKey.TL_PIPELINE_ORDER, True),
+        "wgmma_overlap": flag(PassConfigKey.TL_WGMMA_OVERLAP, False),
         "copy_schedule": schedule,
         # None (unset): TMA where the loop is also warp-specialized, else cp.async (TMA
         # without a producer warpgroup measured slower, see the key's docstring)

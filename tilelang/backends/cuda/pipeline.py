@@ -41,6 +41,7 @@ from .passes.rasterize_blocks import rasterize_blocks
 from .passes.tma_store import stage_tma_store
 from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
 from .passes.warp_specialize_auto import consumer_barriers
+from .passes.wgmma_wait_sinking import sink_wgmma_waits
 from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
 
 
@@ -168,6 +169,15 @@ def stage_insert_sync(func, state):
     return func.with_body(insert_sync(body, state.thread_var))
 
 
+def stage_wgmma_wait_sinking(func, state):
+    """Each wgmma gemm's ``wgmma.wait_group`` moves down to the first statement that needs
+    its result, so independent work overlaps the tensor cores
+    (``passes/wgmma_wait_sinking.py``; ``tl.wgmma_wait_sinking``)."""
+    if not state.options.get("wgmma_wait_sinking", True):
+        return func
+    return func.with_body(sink_wgmma_waits(func.body))
+
+
 def stage_bounds_check(func, state):
     """``tl.enable_bounds_check``: ``printf`` + ``__trap()`` before every element access not
     proven in bounds (``tilelang/transform/check_bounds.py``)."""
@@ -231,6 +241,7 @@ STAGES = [
     ("lower_fragments", stage_lower_fragments),
     ("hoist_allocs", stage_hoist_allocs),
     ("insert_sync", stage_insert_sync),
+    ("wgmma_wait_sinking", stage_wgmma_wait_sinking),
     ("bounds_check", stage_bounds_check),
     ("plan_shared_memory", stage_plan_shared_memory),
     ("strip_schedule_hints", stage_strip_schedule_hints),

@@ -61,7 +61,10 @@ usually rewritten in the next iteration (P = cast(S) in FlashAttention), so the 
 pipeline keeps one group in flight across iterations (call attribute ``tl_wgmma_in_flight``;
 it then waits for 0 after the loop, :func:`wgmma_drain`; with ``tl_wgmma_defer_wait`` the
 pipeline emits that wait itself, after issuing its copies). The user's ``wg_wait`` is not
-used: this backend has no ``T.wait_wgmma``, so every gemm leaves C complete.
+used: this backend has no ``T.wait_wgmma``, so every gemm leaves C complete, as far as the
+program can tell: the CUDA pipeline's ``wgmma_wait_sinking`` stage then moves each
+``wait_group 0`` (and its operand fences) down to the first statement that needs the gemm's
+result (``backends/cuda/passes/wgmma_wait_sinking.py``), so independent work overlaps it.
 """
 
 from __future__ import annotations

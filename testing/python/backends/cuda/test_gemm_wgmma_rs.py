@@ -434,7 +434,9 @@ def test_flash_attention_configs_compile_without_spills(bm, bn, threads, stages,
         r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 \{[^}]*\}, \{", ptx
     )
     per_wg_m = bm // (threads // 128) // 64
-    assert len(rs) == per_wg_m * bn // 16  # P @ V: one m64n128 RS instruction per (m64, k16)
+    # P @ V: one m64n128 RS instruction per (m64, k16); twice when the example's
+    # order/stage annotations software-pipeline the loop (P @ V also in the epilogue)
+    assert len(rs) in (per_wg_m * bn // 16, 2 * per_wg_m * bn // 16)
     assert "mma.sync" not in ptx
 
 

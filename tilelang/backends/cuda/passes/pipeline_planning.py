@@ -81,7 +81,10 @@ The pass config ``tl.wgmma_in_flight = False`` turns the in-flight schedule off;
 ``tl_wgmma_defer_wait`` and the loop waits for ``wait_group 1`` after the copies).
 
 Guarantees: the results of the loop are those of the original loop. ``order``/``stage``/
-``group`` annotations are accepted and ignored (the schedule above is always valid).
+``group`` annotations are honored in a warp-specialized loop when legal (its consumer loop
+becomes prologue, steady state and epilogue: :mod:`.pipeline_order`; pass configs
+``tl.pipeline_order``, and ``tl.wgmma_overlap`` for the same schedule without annotations),
+otherwise ignored with a note in ``tl.tma`` (the schedules above are always valid).
 Loops that do not match are left unchanged (their copies lower synchronously).
 """
 
@@ -103,6 +106,7 @@ from ....ops.copy.op import COPY, matched_axes
 from ....ops.registry import pipeline_rule_for
 from .insert_sync import ATTR_ASYNC_STAGES
 from .pipeline_copies import _later_copies, _plan_split_copies
+from .pipeline_order import ordered_loop, plan_order, plan_overlap
 from .tma_lowering import tma_loop
 
 VEC_BYTES = 16
@@ -316,13 +320,19 @@ class _Planner(StmtMutator):
         copies, rest = _leading_copies(loop.body, ctx)
         if not copies:
             return None
+        # original body index of each statement of ``rest`` / of each pipelined copy
+        rest_index = list(range(len(copies), len(copies) + len(rest)))
+        copy_index = list(range(len(copies)))
         mode = copy_schedule(stages, self.pctx.options)
         later = []
         if mode != "leading":
             later = _later_copies(rest, loop, ctx, [c.dst.tensor for c in copies], self.root)
         if mode == "hoist" or (mode == "split" and stages >= 2 and not later):
             copies = copies + [c for _, c in later]
-            rest = [s for i, s in enumerate(rest) if i not in {j for j, _ in later}]
+            hoisted = {j for j, _ in later}
+            copy_index += [rest_index[j] for j in sorted(hoisted)]
+            rest = [s for i, s in enumerate(rest) if i not in hoisted]
+            rest_index = [x for i, x in enumerate(rest_index) if i not in hoisted]
             later = []
         tiles = []
         for c in copies + [c for _, c in later]:
@@ -373,8 +383,20 @@ class _Planner(StmtMutator):
         # sm_90+: TMA boxes completing on mbarriers (passes/tma_lowering.py), except where
         # the mma.sync split schedule (tuned for cp.async) applies
         if wgmma or stages < 2 or self._phase_plan(rest, tiles, stages) is None:
+            ordered = self._ordered(loop, ctx, stages, rest, rest_index, copy_index, mapping)
+            ordered = None if in_flight is not None else ordered
             tma = tma_loop(
-                self, loop, ctx, stages, copies, rest, mapping, in_flight, fence, _restage
+                self,
+                loop,
+                ctx,
+                stages,
+                copies,
+                rest,
+                mapping,
+                in_flight,
+                fence,
+                _restage,
+                ordered=ordered,
             )
             if tma is not None:
                 return tma
@@ -407,6 +429,39 @@ class _Planner(StmtMutator):
             rule, reader = in_flight
             after += rule.drain(self.pctx, reader)
         return ir.SeqStmt([*prologue, _with_loop(loop, new_body), *after])
+
+    def _ordered(self, loop, ctx, stages, rest, rest_index, copy_index, mapping):
+        """The consumer-loop builder honoring ``T.Pipelined(order=, stage=, group=)`` for a
+        warp-specialized loop (``passes/pipeline_order.py``), or None (a note says why)."""
+        options, notes = self.pctx.options, self.pctx.tma_notes
+        tiles = list(mapping)
+        plan = None
+        if options.get("pipeline_order", True):
+            plan, why = plan_order(loop, rest_index, copy_index, stages, rest, tiles)
+            if why:
+                notes.append(f"loop {loop.var.name}: order/stage/group ignored ({why})")
+        if plan is None and options.get("wgmma_overlap", False):
+            plan, why = plan_overlap(rest, self._accumulator_of, stages, tiles)
+            if why:
+                notes.append(f"loop {loop.var.name}: no automatic wgmma overlap ({why})")
+        if plan is None:
+            return None
+
+        def build(wait_full, release, per_tile):
+            self.pctx.tma_notes.append(
+                f"loop {loop.var.name}: consumer software-pipelined (groups in order: "
+                + ", ".join(f"{g.positions}@stage{g.stage}" for g in plan.groups)
+                + ("; one mbarrier ring per copy)" if per_tile else ")")
+            )
+            rings = (wait_full, release, per_tile)
+            return ordered_loop(plan, loop, rest, mapping, _restage, stages, ctx.prove, rings)
+
+        return build
+
+    def _accumulator_of(self, stmt):
+        """The accumulator Var of ``stmt`` when it is an asynchronous (wgmma) gemm."""
+        found = self._reader_of(stmt)
+        return None if found is None else found[1].accumulator
 
     def _phase_plan(self, rest, tiles, stages):
         """(rule, plan) when the body after the copies is one tile op whose pipelining rule

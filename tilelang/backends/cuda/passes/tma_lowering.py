@@ -76,12 +76,15 @@ def _shared_map(pctx, spec):
     return spec
 
 
-def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence, restage):
+def tma_loop(
+    planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence, restage, ordered=None
+):
     """The TMA schedule of ``loop`` (module doc), or None when a copy cannot use TMA.
 
     ``copies``: the loop's pipelined AsyncCopy list; ``rest``: the other statements of the
     body (wgmma marks applied); ``mapping``: tile -> multi-buffered tile; ``restage``:
-    pipeline_planning's ``_restage``.
+    pipeline_planning's ``_restage``; ``ordered``: the consumer loop of ``T.Pipelined(order=,
+    stage=)`` (``passes/pipeline_order.py``), honored when the loop is warp-specialized.
     """
     from .pipeline_planning import _with_loop
 
@@ -120,7 +123,17 @@ def tma_loop(planner, loop, ctx, stages, copies, rest, mapping, in_flight, fence
 
         body_rest = restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
         parts = ws_loop(
-            planner, loop, stages, tma, mapping, total, body_rest, in_flight, fence, _issue_copy
+            planner,
+            loop,
+            stages,
+            tma,
+            mapping,
+            total,
+            body_rest,
+            in_flight,
+            fence,
+            _issue_copy,
+            ordered=ordered,
         )
         if parts is not None:
             planner.ws_parts = parts

@@ -97,38 +97,64 @@ def candidate_loop(body):
     return loop.var
 
 
-def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fence, issue_copy):
+def ws_loop(
+    planner,
+    loop,
+    stages,
+    tma,
+    mapping,
+    total,
+    body_rest,
+    in_flight,
+    fence,
+    issue_copy,
+    ordered=None,
+):
     """The :class:`WsParts` of ``loop`` (module doc), or None when the producer would need a
-    value only the consumers compute."""
+    value only the consumers compute. ``ordered(wait_full, release, per_tile)``: the
+    consumer's loop statements for ``T.Pipelined(order=, stage=)``
+    (``passes/pipeline_order.py``); ``wait_full(rel, tile)`` / ``release(rel, tile)`` wait
+    for / hand back the stage of ``tile`` for iteration ``begin + rel`` (one ring per tile
+    when ``per_tile``, else one ring for all)."""
     pctx = planner.pctx
     threads = int(planner.threads)
     tx = planner.tx
     k, begin, end = loop.var, loop.begin, loop.end
     rel = k - begin
     name = loop.var.name
-    full = new_tensor(f"tma_full_{name}", [stages], "uint64", "shared.dyn")
-    empty = new_tensor(f"tma_empty_{name}", [stages], "uint64", "shared.dyn")
     from .pipeline_planning import _with_loop, make_alloc
 
     def ptr(bar, stage):
         return tirx.address_of(ir.TensorLoad(bar, [i32(stage)]))
 
+    # one full/empty ring for all copies; with an ordered consumer one ring per copy, so
+    # each tile is handed back as soon as its last reader is done (``pipeline_order.py``)
+    per_copy = ordered is not None and len(tma) > 1
+    ring_copies = [[t] for t in tma] if per_copy else [list(tma)]
+    rings = []
+    for r, copies in enumerate(ring_copies):
+        suffix = f"_{r}" if per_copy else ""
+        full_r = new_tensor(f"tma_full_{name}{suffix}", [stages], "uint64", "shared.dyn")
+        empty_r = new_tensor(f"tma_empty_{name}{suffix}", [stages], "uint64", "shared.dyn")
+        rings.append((full_r, empty_r, copies, copies[0].bytes if per_copy else total))
+    full, empty = rings[0][0], rings[0][1]
+
     init = []
     for s in range(stages):
-        init.append(_call("tl::mbarrier_init", ptr(full, s), _u32(1)))
-        init.append(_call("tl::mbarrier_init", ptr(empty, s), _u32(threads)))
+        for full_r, empty_r, _, _ in rings:
+            init.append(_call("tl::mbarrier_init", ptr(full_r, s), _u32(1)))
+            init.append(_call("tl::mbarrier_init", ptr(empty_r, s), _u32(threads)))
     init.append(_call("tl::mbarrier_init_fence"))
 
     stage = rel % stages
     phase = ir.prim.floordiv(rel, stages) % 2
-    load = [
-        _call(
-            "tl::mbarrier_wait", ptr(empty, stage), ir.prim.BitwiseXor(phase, ir.const(1, "int32"))
-        ),
-        _call("tl::mbarrier_arrive_expect_tx", ptr(full, stage), _u32(total)),
-    ]
-    for t in tma:
-        load += issue_copy(t, mapping[t.dst.tensor], stage, k, k, ptr(full, stage))
+    load = []
+    for full_r, empty_r, copies, nbytes in rings:
+        parity = ir.prim.BitwiseXor(phase, ir.const(1, "int32"))
+        load.append(_call("tl::mbarrier_wait", ptr(empty_r, stage), parity))
+        load.append(_call("tl::mbarrier_arrive_expect_tx", ptr(full_r, stage), _u32(nbytes)))
+        for t in copies:
+            load += issue_copy(t, mapping[t.dst.tensor], stage, k, k, ptr(full_r, stage))
     # the producer's own loop variable (a Var is bound by one loop only)
     kp = ir.Var(f"{name}_load", k.ty)
     load = [substitute(x, {k: kp}) for x in load]
@@ -148,21 +174,35 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
     # before the wgmmas) is needed once, before the loop, not in every iteration
-    body_rest, turns_before, turns_after = _pingpong(planner, body_rest, threads)
+    if ordered is not None:  # the ordered loop overlaps the gemms itself: no ping-pong turns
+        turns_before, turns_after = [], []
+    else:
+        body_rest, turns_before, turns_after = _pingpong(planner, body_rest, threads)
     consumer = [_call("tl::mbarrier_wait", ptr(full, stage), phase), body_rest]
     after = []
-    if in_flight is not None:
+    if ordered is not None:
+        ring_of = {t.dst.tensor.__chandle__(): ring for ring in rings for t in ring[2]}
+
+        def wait_full(r, tile):
+            bar = ring_of[tile.__chandle__()][0]
+            return _call("tl::mbarrier_wait", ptr(bar, r % stages), ir.prim.floordiv(r, stages) % 2)
+
+        def release(r, tile):
+            return _call("tl::mbarrier_arrive", ptr(ring_of[tile.__chandle__()][1], r % stages))
+
+        loop_stmts = ordered(wait_full, release, per_copy)
+    elif in_flight is not None:
         rule, reader = in_flight
         prev = ptr(empty, (rel + stages - 1) % stages)
         consumer.append(ir.If(rel > 0, _call("tl::mbarrier_arrive", prev), None))
         after = rule.drain(pctx, reader)
     else:
         consumer.append(_call("tl::mbarrier_arrive", ptr(empty, stage)))
-    pctx.extra_allocs += [make_alloc(full), make_alloc(empty)]
+    if ordered is None:
+        loop_stmts = [_with_loop(loop, consumer)]
+    pctx.extra_allocs += [make_alloc(bar) for ring in rings for bar in ring[:2]]
     producer = ir.If(tx == threads, producer_loop, None)
-    consumer_stmt = ir.SeqStmt(
-        [*fence, *turns_before, _with_loop(loop, consumer), *after, *turns_after]
-    )
+    consumer_stmt = ir.SeqStmt([*fence, *turns_before, *loop_stmts, *after, *turns_after])
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"

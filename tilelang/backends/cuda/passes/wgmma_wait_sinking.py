@@ -1,0 +1,311 @@
+"""WgmmaWaitSinking (CUDA sm_90a): a wgmma gemm's completion wait moves to where it is needed.
+
+Assumes: thread-level code after ``insert_sync`` (fragments are register arrays, barriers
+are explicit). A ``T.gemm`` lowered to wgmma (``ops/gemm/wgmma_cuda.py``) ends with::
+
+    wgmma.commit_group; wgmma.wait_group 0; wgmma_fence_operand(C) [; wgmma_fence_operand(A)]
+
+Guarantees: that wait block (the wait and its operand fences) moves down the statement
+sequence it belongs to (nested ``SeqStmt`` flattened) past every statement that
+
+* names none of the gemm's registers (C, a register A) and writes none of its shared operand
+  tiles (no store, no address taken outside a wgmma descriptor: other gemms may read
+  them), nor
+  the registers of groups that the wait also completes (older groups pending in the same
+  sequence, and accumulators kept in flight across iterations by ``wgmma.wait_group 1``);
+* does not synchronise (``__syncthreads``, named barriers, mbarrier arrives, fences other
+  than ``fence.proxy.async``, ``setmaxnreg``, cp.async/TMA copies) and waits for no other
+  wgmma group (an mbarrier *wait*, for a TMA load to land, releases nothing: passed);
+* holds no wgmma instruction in a nested loop or branch.
+
+Each ``wgmma.commit_group`` passed on the way (another gemm issued while this one runs)
+raises the wait's count by one (``wgmma.wait_group n`` leaves the ``n`` newest groups in
+flight, so this gemm's group is complete). The block stops before the first statement that
+fails the test, or at the end of its sequence (a loop body's end: the loop boundary). So
+the softmax of one tile, the rescale of ``acc_o`` or the next gemm's issue overlap a gemm in
+flight. Pass config ``tl.wgmma_wait_sinking = False`` keeps every wait where the gemm put it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm_ffi
+from tvm_tirx import ir, tirx
+from tvm_tirx.tirx.tensor import TensorType
+
+from ....lowering.stmt import StmtMutator
+
+_WAIT = re.compile(r"tl::wgmma_wait<(\d+)>")
+#: Calls that synchronise threads or memory: a wait block never passes them.
+_SYNC_PREFIXES = (
+    "__syncthreads",
+    "tl::named_barrier",
+    "tl::mbarrier_arrive",  # hands a stage back: its readers must be complete
+    "tl::mbarrier_init",
+    "tl::mbarrier_expect",
+    "tl::set_max_nreg",
+    "tl::tma_",
+    "tl::cp_async",
+    "tl::wgmma_wait",
+)
+
+
+def _extern_name(stmt):
+    """The callee of ``stmt`` when it is ``Evaluate(call_extern(name, ...))``, else None."""
+    if not isinstance(stmt, ir.Evaluate) or not isinstance(stmt.value, ir.Call):
+        return None
+    call = stmt.value
+    if getattr(call.op, "name", "") != "tirx.call_extern" or not call.args:
+        return None
+    head = call.args[0]
+    return str(head.value) if isinstance(head, ir.StringImm) else None
+
+
+def _calls(node) -> list:
+    """Names of every extern called inside ``node``."""
+    names = []
+
+    def visit(call):
+        if getattr(call.op, "name", "") == "tirx.call_extern" and call.args:
+            head = call.args[0]
+            if isinstance(head, ir.StringImm):
+                names.append(str(head.value))
+
+    tvm_ffi.structural_walk(node, [(ir.Call, visit)])
+    return names
+
+
+def _var_handles(node, tensors_only=False) -> set:
+    found = set()
+
+    def visit(v):
+        if not tensors_only or isinstance(v.ty, TensorType):
+            found.add(v.__chandle__())
+
+    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
+    return found
+
+
+def _fenced_local(stmt):
+    """The register array handle a ``wgmma_fence_operand<n>(&x[0])`` statement names."""
+    name = _extern_name(stmt)
+    if name is None or not name.startswith("tl::wgmma_fence_operand<"):
+        return None
+    handles = _var_handles(stmt.value, tensors_only=True)
+    return next(iter(handles)) if len(handles) == 1 else None
+
+
+def _flatten(stmt) -> list:
+    if isinstance(stmt, ir.SeqStmt):
+        out = []
+        for s in stmt.seq:
+            out += _flatten(s)
+        return out
+    return [stmt]
+
+
+def _wait_count(name):
+    m = _WAIT.fullmatch(name or "")
+    return None if m is None else int(m.group(1))
+
+
+class _Group:
+    """One committed wgmma group of a flattened sequence and the handles it protects."""
+
+    def __init__(self, regs, tiles):
+        self.regs = set(regs)
+        self.tiles = set(tiles)
+
+
+def _issue_operands(stmts, commit_at):
+    """(register handles, shared tile handles) of the group committed at ``commit_at``: the
+    statements back to its ``wgmma_arrive``."""
+    regs, tiles = set(), set()
+    i = commit_at - 1
+    while i >= 0:
+        name = _extern_name(stmts[i])
+        if name is None:
+            break
+        local = _fenced_local(stmts[i])
+        if local is not None:
+            regs.add(local)
+        elif name.startswith("tl::wgmma_m64n"):
+            call = stmts[i].value
+            # args: [name, A (descriptor or &A_regs[i]), B descriptor, &C[i], scale]
+            for arg in call.args[1:3]:
+                if "tl::wgmma_desc" in " ".join(_calls(arg)):
+                    tiles |= _var_handles(arg, tensors_only=True)
+                else:
+                    regs |= _var_handles(arg, tensors_only=True)
+            regs |= _var_handles(call.args[3], tensors_only=True)
+        elif name != "tl::wgmma_arrive" and not name.startswith("tl::fence"):
+            break
+        if name == "tl::wgmma_arrive":
+            break
+        i -= 1
+    return regs, tiles
+
+
+def _wait_block(stmts, at):
+    """(end, fenced register handles) when ``stmts[at]`` is ``wgmma_wait<0>`` right after a
+    ``wgmma_commit``, followed by its operand fences; else None."""
+    if _wait_count(_extern_name(stmts[at])) != 0 or at == 0:
+        return None
+    if _extern_name(stmts[at - 1]) != "tl::wgmma_commit":
+        return None
+    end, regs = at + 1, set()
+    while end < len(stmts):
+        local = _fenced_local(stmts[end])
+        if local is None:
+            break
+        regs.add(local)
+        end += 1
+    return (end, regs) if regs else None
+
+
+def _written_tiles(stmt) -> set:
+    """Handles of the tensors ``stmt`` may write: stored to, or whose address it takes
+    anywhere but in a wgmma descriptor (which only reads)."""
+    in_desc = set()
+
+    def desc(call):
+        if _is_desc(call):
+            tvm_ffi.structural_walk(call, [(ir.Call, lambda c: in_desc.add(c.__chandle__()))])
+
+    tvm_ffi.structural_walk(stmt, [(ir.Call, desc)])
+    found = set()
+
+    def addr(call):
+        if (
+            getattr(call.op, "name", "").endswith("address_of")
+            and call.__chandle__() not in in_desc
+        ):
+            found.update(_var_handles(call, tensors_only=True))
+
+    def store(x):
+        if isinstance(x.dest, ir.Var):
+            found.add(x.dest.__chandle__())
+
+    tvm_ffi.structural_walk(stmt, [(ir.Call, addr), (ir.TensorStore, store)])
+    return found
+
+
+def _is_desc(call) -> bool:
+    if getattr(call.op, "name", "") != "tirx.call_extern" or not call.args:
+        return False
+    head = call.args[0]
+    return isinstance(head, ir.StringImm) and str(head.value).startswith("tl::wgmma_desc")
+
+
+def _passable(stmt, protected, tiles) -> bool:
+    """Whether a wait block may move below ``stmt``: ``protected`` register handles must
+    not be named, ``tiles`` (the gemms' shared operands) not written."""
+    if _var_handles(stmt) & protected or _written_tiles(stmt) & tiles:
+        return False
+    # a proxy fence orders this thread's earlier shared writes before later async reads:
+    # nothing the gemm in flight depends on (other fences, e.g. of mbarrier setup, stop)
+    names = [n for n in _calls(stmt) if not n.startswith("tl::fence_proxy_async")]
+    if any(n.startswith("tl::fence") for n in names):
+        return False
+    if any(n.startswith(_SYNC_PREFIXES) for n in names):
+        return False
+    top = _extern_name(stmt)
+    if top is not None and top.startswith("tl::wgmma_"):
+        return True  # another gemm's issue (fence, arrive, mma, commit) at this level
+    return not any(n.startswith("tl::wgmma_") for n in names)
+
+
+def _pending_before(stmts, at) -> list:
+    """The groups committed in ``stmts[:at]`` that no wait there completed, oldest first."""
+    pending = []
+    for i in range(at):
+        name = _extern_name(stmts[i])
+        if name == "tl::wgmma_commit":
+            pending.append(_Group(*_issue_operands(stmts, i)))
+            continue
+        count = _wait_count(name)
+        if count is not None:
+            pending = pending[len(pending) - count :] if count else []
+    return pending
+
+
+def _sink_seq(stmts, in_flight) -> list:
+    """The flattened sequence ``stmts`` with its wait blocks moved down (module doc).
+
+    Blocks are moved last first: a later gemm's wait goes as far as its own uses allow
+    before an earlier gemm's wait (which stops at any other wait) follows it down, so
+    ``QK; PV; softmax(QK)`` waits for QK alone before the softmax and for PV later."""
+    stmts = list(stmts)
+    starts = [i for i in range(len(stmts)) if _wait_block(stmts, i) is not None]
+    for at in reversed(starts):
+        end, regs = _wait_block(stmts, at)
+        pending = _pending_before(stmts, at)
+        mine = pending.pop() if pending else _Group(regs, ())
+        protected, tiles = set(regs) | mine.regs | in_flight, set(mine.tiles)
+        for older in pending:  # the wait completes them too
+            protected |= older.regs
+            tiles |= older.tiles
+        j, passed = end, 0
+        while j < len(stmts) and _passable(stmts[j], protected, tiles):
+            if _extern_name(stmts[j]) == "tl::wgmma_commit":
+                passed += 1
+            j += 1
+        if j == end:
+            continue
+        wait_stmts = stmts[at:end]
+        if passed:
+            first = ir.Evaluate(tirx.call_extern(f"tl::wgmma_wait<{passed}>", ty="void"))
+            wait_stmts = [first, *wait_stmts[1:]]
+        stmts[at:j] = [*stmts[end:j], *wait_stmts]
+    return stmts
+
+
+class _Sinker(StmtMutator):
+    def __init__(self, in_flight):
+        super().__init__("cuda")
+        self.in_flight = in_flight
+
+    def visit_SeqStmt(self, stmt, ctx):
+        flat = []
+        for s in _flatten(stmt):
+            r = self.visit(s, ctx)
+            if r is not None:
+                flat += _flatten(r)
+        if not flat:
+            return None
+        if any(_extern_name(s) == "tl::wgmma_commit" for s in flat):
+            flat = _sink_seq(flat, self.in_flight)
+        return ir.SeqStmt(flat) if len(flat) > 1 else flat[0]
+
+
+def _in_flight_registers(body) -> set:
+    """Register handles fenced after a ``wgmma_wait<n>`` with ``n > 0`` (accumulators that
+    the GEMM pipeline keeps in flight across iterations)."""
+    stmts = []
+
+    def visit(s):
+        if isinstance(s, ir.SeqStmt):
+            stmts.append(_flatten(s))
+
+    tvm_ffi.structural_walk(body, [(ir.SeqStmt, visit)])
+    regs = set()
+    for flat in stmts:
+        for i, s in enumerate(flat):
+            if (_wait_count(_extern_name(s)) or 0) > 0:
+                j = i + 1
+                while j < len(flat) and _fenced_local(flat[j]) is not None:
+                    regs.add(_fenced_local(flat[j]))
+                    j += 1
+    return regs
+
+
+def sink_wgmma_waits(body):
+    """``body`` with each wgmma gemm's ``wait_group 0`` moved down to its first needed
+    point (module doc)."""
+    if "tl::wgmma_commit" not in _calls(body):
+        return body
+    return _Sinker(_in_flight_registers(body))(body)
+
+
+__all__ = ["sink_wgmma_waits"]
