@@ -2,12 +2,19 @@
 
     python benchmark/matmul_readme.py [--sizes 4096 8192] [--dtypes float16 bfloat16]
                                       [--iters 50] [--pass-configs KEY=VALUE ...]
+                                      [--variant NAME:KEY=VALUE,KEY=VALUE ...]
 
 The configurations are the issue tracker's held-out ones (block M x N x K / threads /
 stages): 128x256x64/256/3, 128x128x64/128/3, 128x256x32/256/4. Each kernel is built by
 ``tilelang.compile`` (only ``T.*`` and pass configs: no module switches), checked against
 torch on sampled rows, and timed with CUDA events (median of ``--iters``) in the same
-process as torch.matmul; the table gives TFLOP/s and the ratio to torch.
+process as torch.matmul; the table gives TFLOP/s and the ratio to torch. torch.matmul is
+timed before and after each size/dtype group and the ratio is against the mean of the two.
+
+``--variant`` adds a build of every configuration with more pass configs (on top of
+``--pass-configs``), timed in the same process: e.g. ``--variant
+epi:tl.tma_store_epilogue=true mc:tl.cluster_multicast=2`` gives rows ``.../3s epi`` and
+``.../3s mc`` next to the plain ones (A/B of code-generation choices without a second run).
 """
 
 from __future__ import annotations
@@ -62,9 +69,22 @@ def main():
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--pass-configs", nargs="*", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...")
+    parser.add_argument(
+        "--configs",
+        nargs="*",
+        default=None,
+        metavar="BMxBNxBK/Tt/Ss",
+        help="only these configurations (names as in the table)",
+    )
     args = parser.parse_args()
     configs = dict(kv.split("=", 1) for kv in args.pass_configs)
     configs = {k: _config_value(v) for k, v in configs.items()}
+    variants = [("", configs)]
+    for spec in args.variant:
+        name, _, pairs = spec.partition(":")
+        extra = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
+        variants.append((name, {**configs, **{k: _config_value(v) for k, v in extra.items()}}))
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, configs {configs}")
     rows = []
     for size in args.sizes:
@@ -73,23 +93,31 @@ def main():
             a = torch.randn(size, size, dtype=tdt, device="cuda")
             b = torch.randn(size, size, dtype=tdt, device="cuda")
             flops = 2.0 * size**3
-            t_ref = time_ms(lambda a=a, b=b: torch.matmul(a, b), args.iters)
-            rows.append((size, dtype, "torch.matmul", t_ref, flops / t_ref / 1e9, 1.0))
+            t_first = time_ms(lambda a=a, b=b: torch.matmul(a, b), args.iters)
             sample = torch.randperm(size, device="cuda")[:128]
             want = a[sample].float() @ b.float()
+            timed = []
             for cfg in CONFIGS:
-                name = "x".join(map(str, cfg[:3])) + f"/{cfg[3]}t/{cfg[4]}s"
-                try:
-                    kernel = matmul(size, size, size, *cfg, dtype, configs)
-                    c = kernel(a, b)
-                    torch.testing.assert_close(c[sample].float(), want, rtol=2e-2, atol=5e-1)
-                    t = time_ms(lambda k=kernel, a=a, b=b: k(a, b), args.iters)
-                    rows.append((size, dtype, name, t, flops / t / 1e9, t_ref / t))
-                except Exception as err:  # noqa: BLE001 - report and go on
-                    print(f"  {size} {dtype} {name}: FAILED {type(err).__name__}: {err}"[:600])
-    print(f"\n{'size':>6} {'dtype':>9} {'config':>20} {'ms':>8} {'TFLOP/s':>9} {'ratio':>6}")
+                base = "x".join(map(str, cfg[:3])) + f"/{cfg[3]}t/{cfg[4]}s"
+                if args.configs and base not in args.configs:
+                    continue
+                for vname, vconfigs in variants:
+                    name = f"{base} {vname}".strip()
+                    try:
+                        kernel = matmul(size, size, size, *cfg, dtype, vconfigs)
+                        c = kernel(a, b)
+                        torch.testing.assert_close(c[sample].float(), want, rtol=2e-2, atol=5e-1)
+                        timed.append((name, time_ms(lambda k=kernel: k(a, b), args.iters)))
+                    except Exception as err:  # noqa: BLE001 - report and go on
+                        print(f"  {size} {dtype} {name}: FAILED {type(err).__name__}: {err}"[:600])
+            t_last = time_ms(lambda a=a, b=b: torch.matmul(a, b), args.iters)
+            t_ref = (t_first + t_last) / 2
+            rows.append((size, dtype, "torch.matmul", t_ref, flops / t_ref / 1e9, 1.0))
+            for name, t in timed:
+                rows.append((size, dtype, name, t, flops / t / 1e9, t_ref / t))
+    print(f"\n{'size':>6} {'dtype':>9} {'config':>26} {'ms':>8} {'TFLOP/s':>9} {'ratio':>6}")
     for size, dtype, name, t, tf, ratio in rows:
-        print(f"{size:>6} {dtype:>9} {name:>20} {t:>8.3f} {tf:>9.1f} {ratio:>6.2f}")
+        print(f"{size:>6} {dtype:>9} {name:>26} {t:>8.3f} {tf:>9.1f} {ratio:>6.2f}")
 
 
 if __name__ == "__main__":
