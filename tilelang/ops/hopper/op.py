@@ -28,6 +28,10 @@ NAMED_BARRIER_ARRIVE = TileOpDef("named_barrier_arrive", ("barrier_id", "thread_
 NAMED_BARRIER_SYNC = TileOpDef("named_barrier_sync", ("barrier_id", "thread_count"), {})
 #: First statement of a ``T.ws`` branch; the CUDA pipeline's ``merge_ws_branches`` removes it.
 WS = TileOpDef("ws", (), {"groups": []})
+#: ``T.Kernel(..., cluster_dims=(x, y, z))`` with a cluster of more than one block: the
+#: launch shape, read (and removed) by the CUDA pipeline's first stage
+#: (``backends/cuda/passes/cluster_multicast.py``); no other target has a rule.
+CLUSTER_DIMS = TileOpDef("cluster_dims", (), {"dims": []})
 #: ``T.block_rank_in_cluster()``: stores the rank into the one-element cell ``out``.
 BLOCK_RANK_IN_CLUSTER = TileOpDef("block_rank_in_cluster", ("out",), {})
 #: After ``T.wait_wgmma``: a compiler fence on the registers of an accumulator ``c`` of an

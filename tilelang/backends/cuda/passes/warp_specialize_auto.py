@@ -70,6 +70,7 @@ class WsParts:
     producer: ir.Stmt
     consumer: ir.Stmt  # replaces the loop in the kernel body
     threads: int
+    cluster: int = 1  # blocks per cluster sharing TMA loads (cluster_multicast.py)
 
 
 def _call(name, *args):
@@ -111,15 +112,26 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
     name = loop.var.name
     full = new_tensor(f"tma_full_{name}", [stages], "uint64", "shared.dyn")
     empty = new_tensor(f"tma_empty_{name}", [stages], "uint64", "shared.dyn")
+    from . import cluster_multicast as cm
     from .pipeline_planning import _with_loop, make_alloc
 
     def ptr(bar, stage):
         return tirx.address_of(ir.TensorLoad(bar, [i32(stage)]))
 
+    maps_before, cluster_before = list(pctx.tma_maps), cm.cluster_shape(pctx)
+    mc = cm.plan_multicast(planner, loop, tma)  # TMA multicast in a cluster, or None
+    rank, rank_bind = cm.rank_bind() if mc is not None else (None, None)
+    releases = threads if mc is None else threads // 32 * mc.size
+
+    def release(bar_ptr):
+        if mc is None:
+            return _call("tl::mbarrier_arrive", bar_ptr)
+        return _call(f"tl::mbarrier_arrive_cluster_warp<{mc.size}>", bar_ptr)
+
     init = []
     for s in range(stages):
         init.append(_call("tl::mbarrier_init", ptr(full, s), _u32(1)))
-        init.append(_call("tl::mbarrier_init", ptr(empty, s), _u32(threads)))
+        init.append(_call("tl::mbarrier_init", ptr(empty, s), _u32(releases)))
     init.append(_call("tl::mbarrier_init_fence"))
 
     stage = rel % stages
@@ -131,7 +143,12 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
         _call("tl::mbarrier_arrive_expect_tx", ptr(full, stage), _u32(total)),
     ]
     for t in tma:
-        load += issue_copy(t, mapping[t.dst.tensor], stage, k, k, ptr(full, stage))
+        if mc is not None and id(t) in mc.shared:
+            load += cm.issue_multicast(
+                mc, t, mapping[t.dst.tensor], stage, k, k, ptr(full, stage), rank
+            )
+        else:
+            load += issue_copy(t, mapping[t.dst.tensor], stage, k, k, ptr(full, stage))
     # the producer's own loop variable (a Var is bound by one loop only)
     kp = ir.Var(f"{name}_load", k.ty)
     load = [substitute(x, {k: kp}) for x in load]
@@ -147,6 +164,7 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
         loop.loc,
     )
     if not _only_free(producer_loop, planner.ws_forbidden):
+        pctx.tma_maps[:], pctx.cluster_dims = maps_before, cluster_before
         return None
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
@@ -157,11 +175,13 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
     if in_flight is not None:
         rule, reader = in_flight
         prev = ptr(empty, (rel + stages - 1) % stages)
-        consumer.append(ir.If(rel > 0, _call("tl::mbarrier_arrive", prev), None))
+        consumer.append(ir.If(rel > 0, release(prev), None))
         after = rule.drain(pctx, reader)
     else:
-        consumer.append(_call("tl::mbarrier_arrive", ptr(empty, stage)))
+        consumer.append(release(ptr(empty, stage)))
     pctx.extra_allocs += [make_alloc(full), make_alloc(empty)]
+    if rank_bind is not None:
+        producer_loop = ir.SeqStmt([rank_bind, producer_loop])
     producer = ir.If(tx == threads, producer_loop, None)
     consumer_stmt = ir.SeqStmt(
         [*fence, *turns_before, _with_loop(loop, consumer), *after, *turns_after]
@@ -170,7 +190,7 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"
     )
-    return WsParts(init, producer, consumer_stmt, threads)
+    return WsParts(init, producer, consumer_stmt, threads, 1 if mc is None else mc.size)
 
 
 #: Named barriers of the ping-pong turns (warpgroup w waits on 2 + w).
@@ -277,7 +297,11 @@ def split_kernel(body, parts: WsParts, regs):
     lead += [s for s in rest if alloc_of(s) is not None]
     rest = [s for s in rest if alloc_of(s) is None]
     sync = _call("__syncthreads")
-    init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), sync]
+    # in a cluster, peers multicast into this block's tiles and arrive on its barriers:
+    # the initialised barriers are published to the cluster before, and no block exits
+    # while a peer may still use them after (cluster_multicast.py)
+    published = _call("tl::cluster_sync") if parts.cluster > 1 else sync
+    init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), published]
     consumer = [_call(CONSUMER_MARKER)]
     producer = []
     if regs is not None:
@@ -286,7 +310,8 @@ def split_kernel(body, parts: WsParts, regs):
     consumer += rest
     producer.append(parts.producer)
     split = ir.If(tx < threads, ir.SeqStmt(consumer), ir.SeqStmt(producer))
-    new_inner = ir.SeqStmt([*lead, *init, split])
+    tail = [_call("tl::cluster_sync")] if parts.cluster > 1 else []
+    new_inner = ir.SeqStmt([*lead, *init, split, *tail])
     return with_launch_body(body, new_inner, threads + PRODUCER_THREADS)
 
 
