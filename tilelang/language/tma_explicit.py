@@ -100,8 +100,7 @@ def _check_cluster_mask(st, cluster_mask):
     size = dims[0] * dims[1] * dims[2]
     if cluster_mask >> size:
         raise errors.TraceError(
-            f"T.tma_copy: cluster_mask {cluster_mask:#b} names blocks beyond the cluster's "
-            f"{size}"
+            f"T.tma_copy: cluster_mask {cluster_mask:#b} names blocks beyond the cluster's {size}"
         )
 
 

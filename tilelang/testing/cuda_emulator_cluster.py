@@ -169,8 +169,10 @@ class Cluster:
         self.sched = Scheduler(error, self._progress)
 
     def _progress(self):
-        return self.generation * 1_000_003 + self.arrived + sum(
-            m.barriers.version for m in self.members.values()
+        return (
+            self.generation * 1_000_003
+            + self.arrived
+            + sum(m.barriers.version for m in self.members.values())
         )
 
 
