@@ -60,6 +60,48 @@ def gemm(M, N, K, bM, bN, bK, threads, stages, dtype, swizzle):
     return main
 
 
+def bench(size, dtype, args, arch):
+    """Print the rows of one size and dtype; return the sustained rows (``--sustain``)."""
+    bM, bN, bK = args.tile
+    tdt = getattr(torch, dtype)
+    a = torch.randn(size, size, device="cuda", dtype=tdt)
+    b = torch.randn(size, size, device="cuda", dtype=tdt)
+    c = torch.empty(size, size, device="cuda", dtype=tdt)
+    flops = 2 * size**3
+
+    def torch_fn():
+        torch.matmul(a, b, out=c)
+
+    torch_ms = time_ms(torch_fn, args.iters)
+    print(f"{size:>6} {dtype:>9} {'torch.matmul':>30} {'':>3} {torch_ms:>8.3f} "
+          f"{flops / torch_ms / 1e9:>8.1f} {1.0:>6.2f}")  # fmt: skip
+    runners = {}
+    for swz in args.swizzle:
+        for cl in args.cluster:
+            name = f"{bM}x{bN}x{bK}/{args.threads}t/{args.stages}s"
+            name += (f"+swz{swz}" if swz else "") + (f"+mc{cl}" if cl > 1 else "")
+            func = gemm(size, size, size, bM, bN, bK, args.threads, args.stages, dtype, swz)
+            kern = tilelang.compile(
+                func,
+                target={"kind": "cuda", "arch": arch},
+                pass_configs={"tl.cluster_multicast": cl},
+            )
+            applied = "tma_load_multicast" in kern.get_kernel_source()
+            kern(a, b, c)
+            check(c, a, b, size)
+
+            def run(kern=kern):
+                kern(a, b, c)
+
+            ms = time_ms(run, args.iters)
+            runners[name] = run
+            print(f"{size:>6} {dtype:>9} {name:>30} {'yes' if applied else 'no':>3} "
+                  f"{ms:>8.3f} {flops / ms / 1e9:>8.1f} {torch_ms / ms:>6.2f}")  # fmt: skip
+    if args.sustain <= 0:
+        return []
+    return sustain_rows(size, dtype, torch_fn, runners, flops, args.sustain)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
@@ -73,43 +115,13 @@ def main():
     parser.add_argument("--sustain", type=float, default=0.0, help="seconds per sustained run")
     args = parser.parse_args()
     arch = arch_of_device()
-    bM, bN, bK = args.tile
     print(
         f"{'size':>6} {'dtype':>9} {'config':>30} {'mc':>3} {'ms':>8} {'TFLOP/s':>8} {'ratio':>6}"
     )
     sustained = []
     for size in args.sizes:
         for dtype in args.dtypes:
-            tdt = getattr(torch, dtype)
-            a = torch.randn(size, size, device="cuda", dtype=tdt)
-            b = torch.randn(size, size, device="cuda", dtype=tdt)
-            c = torch.empty(size, size, device="cuda", dtype=tdt)
-            flops = 2 * size**3
-            torch_ms = time_ms(lambda: torch.matmul(a, b, out=c), args.iters)
-            print(f"{size:>6} {dtype:>9} {'torch.matmul':>30} {'':>3} {torch_ms:>8.3f} "
-                  f"{flops / torch_ms / 1e9:>8.1f} {1.0:>6.2f}")  # fmt: skip
-            runners = {}
-            for swz in args.swizzle:
-                for cl in args.cluster:
-                    name = f"{bM}x{bN}x{bK}/{args.threads}t/{args.stages}s"
-                    name += (f"+swz{swz}" if swz else "") + (f"+mc{cl}" if cl > 1 else "")
-                    func = gemm(size, size, size, bM, bN, bK, args.threads, args.stages, dtype, swz)
-                    kern = tilelang.compile(
-                        func,
-                        target={"kind": "cuda", "arch": arch},
-                        pass_configs={"tl.cluster_multicast": cl},
-                    )
-                    applied = "tma_load_multicast" in kern.get_kernel_source()
-                    kern(a, b, c)
-                    check(c, a, b, size)
-                    ms = time_ms(lambda kern=kern: kern(a, b, c), args.iters)
-                    runners[name] = lambda kern=kern: kern(a, b, c)
-                    print(f"{size:>6} {dtype:>9} {name:>30} {'yes' if applied else 'no':>3} "
-                          f"{ms:>8.3f} {flops / ms / 1e9:>8.1f} {torch_ms / ms:>6.2f}")  # fmt: skip
-            if args.sustain > 0:
-                sustained += sustain_rows(
-                    size, dtype, lambda: torch.matmul(a, b, out=c), runners, flops, args.sustain
-                )
+            sustained += bench(size, dtype, args, arch)
     if sustained:
         print(f"\nsustained ({args.sustain:.0f} s each)")
         print(f"{'size':>6} {'dtype':>9} {'config':>30} {'TFLOP/s':>9} {'SM MHz':>7} {'W':>5} "

@@ -43,6 +43,11 @@ next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_
 no explicit Hopper ops in the body; ``T`` is a multiple of 128;
 the producer's copies depend only on block indices, parameters and binds before the loop
 that read no tensor. The pass config ``tl.disable_warp_specialized`` turns it off.
+
+With ``tl.cluster_multicast`` the producer multicasts the tiles the blocks of a cluster
+share, ``empty[s]`` counts the consumer warps of every block of the cluster (remote
+arrivals), and cluster barriers follow the initialisation and end the kernel
+(:mod:`.cluster_multicast`).
 """
 
 from __future__ import annotations
