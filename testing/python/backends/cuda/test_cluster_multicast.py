@@ -180,6 +180,7 @@ def _emulate(func, M, N, K, configs, seed=0):
         (200, 200, 136, 64, 128, 2, 0),  # tails in M, N (4 column blocks) and K
         (136, 512, 72, 64, 128, 4, 0),  # 4-block clusters: 32-row slices
         (264, 256, 136, 64, 128, 2, 3),  # swizzled clusters, a partial last panel
+        (136, 256, 136, 128, 256, 2, 0),  # two consumer warpgroups: 16 warps release
     ],
 )
 def test_emulated_cluster_gemm_matches_float64(M, N, K, bN, threads, size, swizzle):
@@ -189,6 +190,30 @@ def test_emulated_cluster_gemm_matches_float64(M, N, K, bN, threads, size, swizz
     lowered, c, want = _emulate(func, M, N, K, {"tl.cluster_multicast": size})
     assert f"tl::cluster_dims<{size}, 1, 1>" in str(lowered)
     np.testing.assert_array_equal(c, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_emulated_attention_chain_multicasts_k_and_v(dtype):
+    """The FlashAttention gemm chain (K and V tiles the same in every block along M): both
+    are multicast (V's 64-byte-swizzled boxes sliced too); Q, loaded before the loop, stays
+    per block; the result matches float64."""
+    from test_gemm_wgmma_rs import _round, chained, emulate_rs
+
+    M, N1, N2, K = 200, 256, 96, 64
+    lowered = pipeline.lower(chained(M, N1, N2, K, 128, 128, 256, 3, dtype), SM90A, MC2)
+    notes = _notes(lowered)
+    assert any("Kt -> K_s multicast" in n for n in notes), notes
+    assert any("V -> V_s multicast" in n for n in notes), notes
+    rng = np.random.default_rng(7)
+    q = _round(rng.standard_normal((M, K)) / 4, dtype)
+    kt = _round(rng.standard_normal((N1, K)) / 4, dtype)
+    v = _round(rng.standard_normal((N1, N2)), dtype)
+    o = np.full((M, N2), np.nan, np.float32)
+    (_, _, _, o), _ = emulate_rs(lowered, q, kt, v, o)
+    want = _round(q.astype(np.float64) @ kt.astype(np.float64).T, dtype).astype(np.float64)
+    want = want @ v.astype(np.float64)
+    tol = 2e-2 if dtype == "bfloat16" else 4e-3
+    np.testing.assert_allclose(o, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
 def test_emulator_catches_missing_peer_releases(monkeypatch):
@@ -296,7 +321,14 @@ def _gpu_gemm(M, N, K, dtype, configs, swizzle=0, bN=128):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("multicast", [0, 2, 4])
 @pytest.mark.parametrize(
-    "shape", [(1024, 1024, 1024), (1000, 1000, 1000), (520, 2048, 776), (4096, 4096, 512)]
+    "shape",
+    [
+        (1024, 1024, 1024),
+        (1000, 1000, 1000),  # tails in M, N, K
+        (520, 2048, 776),
+        (4096, 4096, 512),
+        (1000, 1100, 296),  # 9 column blocks: no multicast, an ordinary launch
+    ],
 )
 def test_cluster_gemm_matches_torch_gpu(dtype, multicast, shape):
     import torch
@@ -343,3 +375,29 @@ def test_user_cluster_launch_gpu():
     tilelang.compile(k, target="cuda")(a)
     want = (torch.arange(8) % 2 * 10 + torch.arange(8) + 1)[:, None].expand(8, 128)
     torch.testing.assert_close(a.cpu(), want.to(torch.int32))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_attention_chain_multicast_gpu(dtype):
+    """K and V multicast to 2-block clusters (the FlashAttention gemm chain)."""
+    import torch
+    from test_gemm_wgmma_rs import chained
+
+    import tilelang
+
+    M, N1, N2, K = 1000, 1024, 128, 128
+    kern = tilelang.compile(
+        chained(M, N1, N2, K, 128, 128, 256, 3, dtype), target="cuda", pass_configs=MC2
+    )
+    assert "tl::tma_load_multicast_2d" in kern.get_kernel_source()
+    tdt = getattr(torch, dtype)
+    q = (torch.randn(M, K, device="cuda") / 8).to(tdt)
+    kt = (torch.randn(N1, K, device="cuda") / 8).to(tdt)
+    v = torch.randn(N1, N2, device="cuda").to(tdt)
+    o = torch.full((M, N2), float("nan"), device="cuda")
+    kern(q, kt, v, o)
+    s = (q.double() @ kt.double().T).to(tdt).double()
+    want = s @ v.double()
+    tol = 3e-2 if dtype == "bfloat16" else 5e-3
+    torch.testing.assert_close(o.double(), want, rtol=tol, atol=tol * want.abs().max().item())
