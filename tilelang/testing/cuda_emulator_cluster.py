@@ -18,6 +18,7 @@ Cluster operations (``cluster.h``, ``hopper.h``):
   same shared address in every member whose rank bit is set, its bytes counted on the
   mbarrier at the same address in each (a peer's bytes may reach a barrier before its own
   ``arrive.expect_tx``: the pending count goes below zero, as on the GPU);
+* ``tl::mbarrier_wait_cluster(bar, parity)``: ``tl::mbarrier_wait``;
 * ``tl::mbarrier_arrive_cluster(bar, cta)`` / ``tl::mbarrier_arrive_cluster_warp<N>(bar)``:
   arrivals on a member's mbarrier (the warp form: one arrival per whole active warp on
   each of the members ``0..N-1``).
@@ -286,6 +287,10 @@ def cluster_extern(machine, fname, args, mask):
     if fname == "tl::cluster_wait":
         _cluster_wait(machine)
         return None
+    if fname == "tl::mbarrier_wait_cluster":  # scope only differs from mbarrier_wait
+        if machine.race is not None:
+            machine.race.barrier()
+        return machine.barriers.wait(machine, args, mask)
     if fname.startswith("tl::tma_load_multicast_"):
         return _multicast(machine, fname, args, mask)
     if fname == "tl::mbarrier_arrive_cluster":

@@ -74,6 +74,7 @@ def test_multicast_ir_of_the_readme_gemm():
     assert "T.uint32(3), k_load * 64 + A_tma_shift, by * 128 + cluster_rank * 64" in producer
     assert "k_load % 3 * 8192 + cluster_rank * 4096" in producer  # the slice's place
     assert "T.uint32(32768)" in producer  # each block's full barrier expects all bytes
+    assert '"tl::mbarrier_wait_cluster", T.address_of(tma_empty_k[k_load % 3])' in producer
     consumer = text.split("if tx < 256:")[1].split("else:")[0]
     assert "tl::mbarrier_arrive_cluster_warp<2>" in consumer
     assert '"tl::mbarrier_arrive"' not in consumer

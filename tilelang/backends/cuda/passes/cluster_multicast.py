@@ -28,7 +28,7 @@ published with a cluster barrier, and the kernel ends with one, so no block exit
 peer may still write its shared memory or arrive on its barriers::
 
     init full[s] (1), empty[s] (C * T / 32); fence.mbarrier_init; cluster_sync
-    producer: for k: wait(empty[s], ph ^ 1); arrive.expect_tx(full[s], all bytes)
+    producer: for k: wait.acquire.cluster(empty[s], ph ^ 1); arrive.expect_tx(full[s], all bytes)
                      shared copy: slice rank of each box, multicast to mask 2^C - 1
                      other copies: as before
     consumer: ... mbarrier_arrive_cluster_warp<C>(empty[s]) ...

@@ -141,10 +141,9 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
 
     stage = rel % stages
     phase = ir.prim.floordiv(rel, stages) % 2
+    wait_empty = "tl::mbarrier_wait" if mc is None else "tl::mbarrier_wait_cluster"
     load = [
-        _call(
-            "tl::mbarrier_wait", ptr(empty, stage), ir.prim.BitwiseXor(phase, ir.const(1, "int32"))
-        ),
+        _call(wait_empty, ptr(empty, stage), ir.prim.BitwiseXor(phase, ir.const(1, "int32"))),
         _call("tl::mbarrier_arrive_expect_tx", ptr(full, stage), _u32(total)),
     ]
     for t in tma:

@@ -14,6 +14,8 @@
 //                                            at the CTA-relative address of `bar` in each
 //   tl::mbarrier_arrive_cluster(bar, cta)    mbarrier.arrive on the barrier at the address of
 //                                            `bar` in CTA `cta` of the cluster (mapa)
+//   tl::mbarrier_wait_cluster(bar, parity)   mbarrier_wait with cluster-scope acquire (the phase
+//                                            completed by other blocks' releases)
 //   tl::mbarrier_arrive_cluster_warp<N>(bar) one arrival of this warp on `bar` in each of the
 //                                            CTAs 0..N-1 of the cluster: lane r arrives on
 //                                            CTA r (after __syncwarp: every lane's earlier
@@ -41,6 +43,18 @@ TL_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(
                    cluster_smem_addr(bar, cta))
                : "memory");
+}
+
+TL_DEVICE void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred done;\n"
+      "TL_MBAR_WAIT_CLUSTER:\n"
+      "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "  @!done bra TL_MBAR_WAIT_CLUSTER;\n"
+      "}\n" ::"r"(tma_smem_addr(bar)),
+      "r"(parity)
+      : "memory");
 }
 
 template <int N>
