@@ -209,3 +209,44 @@ def get_thread_extent(dim: int = 0):
 def get_block_extent(dim: int = 0):
     """Blocks of dimension ``dim`` of the enclosing kernel."""
     return _current().blocks[dim]
+
+
+def get_cluster_dims() -> list:
+    """The enclosing kernel's cluster shape ``[x, y, z]`` (``[1, 1, 1]`` without clusters)."""
+    dims = _current().cluster_dims
+    return list(dims) if dims is not None else [1, 1, 1]
+
+
+def get_cluster_size() -> int:
+    """Blocks per cluster of the enclosing kernel."""
+    x, y, z = get_cluster_dims()
+    return x * y * z
+
+
+def get_cluster_id(dim: int = 0):
+    """The index of this block's cluster along grid dimension ``dim``:
+    ``blockIdx // cluster_dims[dim]`` (0 for a dimension the grid does not have)."""
+    frame = _current()
+    if dim >= len(frame.block_vars):
+        return 0
+    d = get_cluster_dims()[dim]
+    block = frame.block_vars[dim]
+    return block if d == 1 else block // d
+
+
+def get_cluster_ids() -> list:
+    """:func:`get_cluster_id` of every grid dimension of the enclosing kernel."""
+    return [get_cluster_id(d) for d in range(len(_current().block_vars))]
+
+
+def get_cluster_extent(dim: int = 0):
+    """Clusters along grid dimension ``dim`` (``ceil(blocks / cluster_dims[dim])``)."""
+    frame = _current()
+    blocks = frame.blocks[dim] if dim < len(frame.blocks) else 1
+    d = get_cluster_dims()[dim]
+    return blocks if d == 1 else (blocks + d - 1) // d
+
+
+def get_cluster_extents() -> list:
+    """:func:`get_cluster_extent` of the three grid dimensions."""
+    return [get_cluster_extent(d) for d in range(3)]

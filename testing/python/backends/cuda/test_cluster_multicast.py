@@ -252,12 +252,15 @@ def test_user_cluster_launch_rank_and_barrier_emulated():
             r = T.block_rank_in_cluster()
             S[tx] = r * 10 + bx
             T.cluster_sync()
-            A[bx, tx] = S[127 - tx] + 1
+            assert T.get_cluster_dims() == [2, 1, 1] and T.get_cluster_size() == 2
+            assert T.get_cluster_extents() == [4, 1, 1]
+            A[bx, tx] = S[127 - tx] + 1 + T.get_cluster_id() * 100
 
     f = pipeline.lower(k, SM90A)
     assert 'T.call_extern("tl::cluster_dims<2, 1, 1>"' in str(f)
     (a,) = emulate(f, np.zeros((8, 128), np.int32))
-    want = (np.arange(8) % 2 * 10 + np.arange(8) + 1)[:, None] * np.ones((1, 128), np.int32)
+    x = np.arange(8)
+    want = (x % 2 * 10 + x + 1 + x // 2 * 100)[:, None] * np.ones((1, 128), np.int32)
     np.testing.assert_array_equal(a, want)
     with pytest.raises(errors.CompileError, match="need CUDA sm_90"):
         pipeline.lower(k, {"kind": "cuda", "arch": "sm_80"})
