@@ -29,13 +29,17 @@ SM90A = {"kind": "cuda", "arch": "sm_90a"}
 MC2 = {"tl.cluster_multicast": 2}
 
 
-def gemm(M, N, K, bM=128, bN=128, bK=64, threads=256, stages=3, dtype="float16", swizzle=0):
+def gemm(
+    M, N, K, bM=128, bN=128, bK=64, threads=256, stages=3, dtype="float16", swizzle=0,
+    cluster=None,
+):  # fmt: skip
     """The README GEMM (blockIdx.x walks N, so the blocks of a cluster share the A tile);
-    ``swizzle``: ``T.use_swizzle`` panel size (0: none)."""
+    ``swizzle``: ``T.use_swizzle`` panel size (0: none); ``cluster``: ``cluster_dims``."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):  # fmt: skip
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+        grid = (T.ceildiv(N, bN), T.ceildiv(M, bM))
+        with T.Kernel(*grid, threads=threads, cluster_dims=cluster) as (bx, by):
             if swizzle:
                 T.use_swizzle(panel_size=swizzle)
             A_s = T.alloc_shared((bM, bK), dtype)
@@ -215,6 +219,21 @@ def test_emulated_attention_chain_multicasts_k_and_v(dtype):
     want = want @ v.astype(np.float64)
     tol = 2e-2 if dtype == "bfloat16" else 4e-3
     np.testing.assert_allclose(o, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_user_cluster_dims_with_multicast_emulated():
+    """``T.Kernel(..., cluster_dims=2)`` and ``tl.cluster_multicast = 2`` agree: one marker,
+    the multicast applies (with ``T.use_swizzle`` over clusters); other cluster shapes
+    refuse the multicast (a note) but keep the launch."""
+    M, N, K = 136, 256, 200
+    func = gemm(M, N, K, bN=64, threads=128, swizzle=2, cluster=2)
+    lowered, c, want = _emulate(func, M, N, K, MC2)
+    assert str(lowered).count("tl::cluster_dims<2, 1, 1>") == 1
+    assert any("multicast to the 2 blocks" in n for n in _notes(lowered))
+    np.testing.assert_array_equal(c, want)
+    other = pipeline.lower(gemm(M, N, K, bN=64, threads=128, cluster=(1, 2)), SM90A, MC2)
+    assert any("cluster_dims (1, 2, 1) differ" in n for n in _notes(other)), _notes(other)
+    assert "tl::cluster_dims<1, 2, 1>" in str(other)
 
 
 def test_emulator_catches_missing_peer_releases(monkeypatch):

@@ -65,14 +65,19 @@ def take_cluster_dims(func):
 
     found = []
 
-    def repl(node):
-        hit = tile_op_of(node)
+    def is_op(node):
+        hit = tile_op_of(node) if isinstance(node, ir.Evaluate) else None
         if hit is not None and hit[0] is CLUSTER_DIMS:
             found.append(tuple(int(d) for d in CLUSTER_DIMS.view(hit[1]).dims))
-            return ir.Evaluate(ir.const(0, "int32"))
-        return node
+            return True
+        return False
 
-    body = tvm_ffi.structural_map(func.body, [(ir.Evaluate, repl)])
+    def drop(seq):  # removed, not left as a no-op: statements before the binds stop the
+        # warp-specialization's scan of the kernel's leading binds
+        kept = [s for s in seq.seq if not is_op(s)]
+        return seq if len(kept) == len(seq.seq) else ir.SeqStmt(kept)
+
+    body = tvm_ffi.structural_map(func.body, [(ir.SeqStmt, drop)])
     if not found:
         return func, None
     return func.with_body(body), found[0]
