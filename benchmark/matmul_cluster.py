@@ -3,13 +3,16 @@
     python benchmark/matmul_cluster.py [--sizes 4096 8192] [--dtypes float16 bfloat16]
                                        [--cluster 0 2 4] [--swizzle 0 8] [--tile 128 256 64]
                                        [--threads 256] [--stages 4] [--iters 50] [--sustain S]
+                                       [--x-walks n m]
 
 Each row builds the GEMM (``C = A @ B``, blockIdx.x walking N, C in the input dtype, float32
 accumulation) with the pass config ``tl.cluster_multicast = C`` (0: off; 2/4: clusters of C
 blocks along x that load the shared A tile once, each block multicasting a 1/C row slice,
 ``tilelang/backends/cuda/passes/cluster_multicast.py``) and ``T.use_swizzle(P)`` (0: none;
 with clusters the panels are laid over clusters), checks it against torch and times it
-(CUDA events, median), next to torch.matmul. The "mc" column says whether the multicast was
+(CUDA events, median), next to torch.matmul. ``--x-walks m`` builds the grid with
+blockIdx.x walking M instead, so the blocks of a cluster share (and multicast) the B tile
+(32 KB of a 128x256x64 stage) instead of A (16 KB). The "mc" column says whether the multicast was
 applied (the ``tl.tma`` notes give the reason when not, e.g. an odd number of column blocks).
 
 ``--sustain S`` also runs torch, each configuration and torch again back to back for S
@@ -24,6 +27,7 @@ python benchmark/matmul_cluster.py --sizes 8192 --dtypes float16 --iters 1``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -39,12 +43,15 @@ import tilelang  # noqa: E402
 import tilelang.language as T  # noqa: E402
 
 
-def gemm(M, N, K, bM, bN, bK, threads, stages, dtype, swizzle):
-    """The README GEMM with C in ``dtype``; ``swizzle``: ``T.use_swizzle`` panel (0: none)."""
+def gemm(M, N, K, bM, bN, bK, threads, stages, dtype, swizzle, x_walks="n"):
+    """The README GEMM with C in ``dtype``; ``swizzle``: ``T.use_swizzle`` panel (0: none);
+    ``x_walks``: the dimension blockIdx.x walks (``n``: clusters share A; ``m``: B)."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+        gn, gm = T.ceildiv(N, bN), T.ceildiv(M, bM)
+        with T.Kernel(*((gn, gm) if x_walks == "n" else (gm, gn)), threads=threads) as (x, y):
+            bx, by = (x, y) if x_walks == "n" else (y, x)
             if swizzle:
                 T.use_swizzle(panel_size=swizzle)
             A_s = T.alloc_shared((bM, bK), dtype)
@@ -76,27 +83,26 @@ def bench(size, dtype, args, arch):
     print(f"{size:>6} {dtype:>9} {'torch.matmul':>30} {'':>3} {torch_ms:>8.3f} "
           f"{flops / torch_ms / 1e9:>8.1f} {1.0:>6.2f}")  # fmt: skip
     runners = {}
-    for swz in args.swizzle:
-        for cl in args.cluster:
-            name = f"{bM}x{bN}x{bK}/{args.threads}t/{args.stages}s"
-            name += (f"+swz{swz}" if swz else "") + (f"+mc{cl}" if cl > 1 else "")
-            func = gemm(size, size, size, bM, bN, bK, args.threads, args.stages, dtype, swz)
-            kern = tilelang.compile(
-                func,
-                target={"kind": "cuda", "arch": arch},
-                pass_configs={"tl.cluster_multicast": cl},
-            )
-            applied = "tma_load_multicast" in kern.get_kernel_source()
+    for xw, swz, cl in itertools.product(args.x_walks, args.swizzle, args.cluster):
+        name = f"{bM}x{bN}x{bK}/{args.threads}t/{args.stages}s" + ("/xM" if xw == "m" else "")
+        name += (f"+swz{swz}" if swz else "") + (f"+mc{cl}" if cl > 1 else "")
+        func = gemm(size, size, size, bM, bN, bK, args.threads, args.stages, dtype, swz, xw)
+        kern = tilelang.compile(
+            func,
+            target={"kind": "cuda", "arch": arch},
+            pass_configs={"tl.cluster_multicast": cl},
+        )
+        applied = "tma_load_multicast" in kern.get_kernel_source()
+        kern(a, b, c)
+        check(c, a, b, size)
+
+        def run(kern=kern):
             kern(a, b, c)
-            check(c, a, b, size)
 
-            def run(kern=kern):
-                kern(a, b, c)
-
-            ms = time_ms(run, args.iters)
-            runners[name] = run
-            print(f"{size:>6} {dtype:>9} {name:>30} {'yes' if applied else 'no':>3} "
-                  f"{ms:>8.3f} {flops / ms / 1e9:>8.1f} {torch_ms / ms:>6.2f}")  # fmt: skip
+        ms = time_ms(run, args.iters)
+        runners[name] = run
+        print(f"{size:>6} {dtype:>9} {name:>30} {'yes' if applied else 'no':>3} "
+              f"{ms:>8.3f} {flops / ms / 1e9:>8.1f} {torch_ms / ms:>6.2f}")  # fmt: skip
     if args.sustain <= 0:
         return []
     return sustain_rows(size, dtype, torch_fn, runners, flops, args.sustain)
@@ -113,6 +119,7 @@ def main():
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--sustain", type=float, default=0.0, help="seconds per sustained run")
+    parser.add_argument("--x-walks", nargs="+", choices=["n", "m"], default=["n"])
     args = parser.parse_args()
     arch = arch_of_device()
     print(

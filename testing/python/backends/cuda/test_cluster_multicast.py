@@ -31,15 +31,18 @@ MC2 = {"tl.cluster_multicast": 2}
 
 def gemm(
     M, N, K, bM=128, bN=128, bK=64, threads=256, stages=3, dtype="float16", swizzle=0,
-    cluster=None,
+    cluster=None, x_walks="n",
 ):  # fmt: skip
-    """The README GEMM (blockIdx.x walks N, so the blocks of a cluster share the A tile);
-    ``swizzle``: ``T.use_swizzle`` panel size (0: none); ``cluster``: ``cluster_dims``."""
+    """The README GEMM (blockIdx.x walks N, so the blocks of a cluster share the A tile;
+    ``x_walks="m"``: it walks M, and they share B); ``swizzle``: ``T.use_swizzle`` panel
+    size (0: none); ``cluster``: ``cluster_dims``."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):  # fmt: skip
         grid = (T.ceildiv(N, bN), T.ceildiv(M, bM))
-        with T.Kernel(*grid, threads=threads, cluster_dims=cluster) as (bx, by):
+        grid = grid if x_walks == "n" else grid[::-1]
+        with T.Kernel(*grid, threads=threads, cluster_dims=cluster) as (x, y):
+            bx, by = (x, y) if x_walks == "n" else (y, x)
             if swizzle:
                 T.use_swizzle(panel_size=swizzle)
             A_s = T.alloc_shared((bM, bK), dtype)
@@ -221,6 +224,18 @@ def test_emulated_attention_chain_multicasts_k_and_v(dtype):
     np.testing.assert_allclose(o, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
+def test_emulated_b_multicast_when_x_walks_m():
+    """blockIdx.x walking M: the B tile (two 64-column panels) is the shared one, sliced in
+    32-row boxes; swizzled over clusters; exact against float64."""
+    M, N, K = 392, 200, 136  # 4 row blocks, tails in M, N, K
+    func = gemm(M, N, K, bN=128, bK=64, threads=128, swizzle=2, x_walks="m")
+    lowered, c, want = _emulate(func, M, N, K, MC2)
+    notes = _notes(lowered)
+    assert any("B -> B_s multicast" in n and "32-row slices" in n for n in notes), notes
+    assert not any("A -> A_s multicast" in n for n in notes)
+    np.testing.assert_array_equal(c, want)
+
+
 def test_user_cluster_dims_with_multicast_emulated():
     """``T.Kernel(..., cluster_dims=2)`` and ``tl.cluster_multicast = 2`` agree: one marker,
     the multicast applies (with ``T.use_swizzle`` over clusters); other cluster shapes
@@ -324,12 +339,14 @@ def test_tma_copy_cluster_mask_in_a_cluster_launch():
 
 
 # ----------------------------------------------------------------------------- GPU
-def _gpu_gemm(M, N, K, dtype, configs, swizzle=0, bN=128):
+def _gpu_gemm(M, N, K, dtype, configs, swizzle=0, bN=128, x_walks="n"):
     import torch
 
     import tilelang
 
-    func = gemm(M, N, K, bN=bN, threads=256, stages=4, dtype=dtype, swizzle=swizzle)
+    func = gemm(
+        M, N, K, bN=bN, threads=256, stages=4, dtype=dtype, swizzle=swizzle, x_walks=x_walks
+    )
     kern = tilelang.compile(func, target="cuda", pass_configs=configs)
     tdt = getattr(torch, dtype)
     a = torch.randn((M, K), device="cuda", dtype=tdt)
@@ -366,10 +383,15 @@ def test_cluster_gemm_matches_torch_gpu(dtype, multicast, shape):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("swizzle", [4, 8])
-def test_cluster_gemm_swizzled_and_repeated_gpu(swizzle):
+@pytest.mark.parametrize("x_walks", ["n", "m"])
+def test_cluster_gemm_swizzled_and_repeated_gpu(swizzle, x_walks):
+    """Swizzled clusters sharing A (x walks N) or B (x walks M), launched repeatedly."""
     import torch
 
-    c, ref, kern = _gpu_gemm(2000, 2048, 1000, "float16", MC2, swizzle=swizzle, bN=256)
+    c, ref, kern = _gpu_gemm(
+        2000, 2048, 1000, "float16", MC2, swizzle=swizzle, bN=256, x_walks=x_walks
+    )
+    assert "tl::tma_load_multicast_2d" in kern.get_kernel_source()
     torch.testing.assert_close(c, ref, rtol=1e-2, atol=5e-2)
     for _ in range(3):  # every launch forms clusters and ends cleanly
         a = torch.randn((2000, 1000), device="cuda", dtype=torch.float16)
