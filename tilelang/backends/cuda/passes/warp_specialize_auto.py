@@ -124,6 +124,7 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
         return tirx.address_of(ir.TensorLoad(bar, [i32(stage)]))
 
     maps_before, cluster_before = list(pctx.tma_maps), cm.cluster_shape(pctx)
+    notes_before = len(pctx.tma_notes)
     mc = cm.plan_multicast(planner, loop, tma)  # TMA multicast in a cluster, or None
     rank, rank_bind = cm.rank_bind() if mc is not None else (None, None)
     releases = threads if mc is None else threads // 32 * mc.size
@@ -169,6 +170,7 @@ def ws_loop(planner, loop, stages, tma, mapping, total, body_rest, in_flight, fe
     )
     if not _only_free(producer_loop, planner.ws_forbidden):
         pctx.tma_maps[:], pctx.cluster_dims = maps_before, cluster_before
+        del pctx.tma_notes[notes_before:]
         return None
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
