@@ -447,3 +447,25 @@ def test_attention_chain_multicast_gpu(dtype):
     want = s @ v.double()
     tol = 3e-2 if dtype == "bfloat16" else 5e-3
     torch.testing.assert_close(o.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+
+
+@pytest.mark.cuda
+def test_tma_copy_cluster_mask_gpu():
+    import torch
+
+    import tilelang
+
+    @T.prim_func
+    def k(A: T.Tensor((16, 64), "float32"), B: T.Tensor((4, 16, 64), "float32")):
+        with T.ClusterKernel(4, cluster_dims=2, threads=128) as bx:
+            S = T.alloc_shared((16, 64), "float32")
+            bar = T.alloc_barrier(128)
+            T.tma_copy(A[0, 0], S, barrier=bar, cluster_mask=0b11)
+            T.barrier_arrive(bar)
+            T.barrier_wait(bar, 0)
+            T.copy(S, B[bx, 0, 0])
+
+    a = torch.randn(16, 64, device="cuda")
+    b = torch.zeros(4, 16, 64, device="cuda")
+    tilelang.compile(k, target="cuda")(a, b)
+    torch.testing.assert_close(b, a.expand(4, 16, 64))
