@@ -169,6 +169,20 @@ def test_ptxas_accepts_multicast_and_sass_has_it():
     assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass
     off = _sass(pipeline.build(gemm(1000, 1024, 1000), SM90A, compiler="nvcc"))
     assert "MULTICAST" not in off and "UCGABAR" not in off
+    dyn = pipeline.build(_dynamic_cluster_kernel(), SM90A, compiler="nvcc")
+    assert "__cluster_dims__(2, 1, 1) dyn_kernel(" in dyn.kernel_source
+    assert "multiple of the cluster's (2)" in dyn.host_source  # checked at each call
+
+
+def _dynamic_cluster_kernel():
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def dyn(A: T.Tensor((n, 128), "int32")):
+        with T.ClusterKernel(n, cluster_dims=(2, 1, 1), threads=128) as bx:
+            A[bx, T.get_thread_binding()] = T.block_rank_in_cluster() + bx * 10
+
+    return dyn
 
 
 # ----------------------------------------------------------------------- emulated
@@ -421,6 +435,13 @@ def test_user_cluster_launch_gpu():
     tilelang.compile(k, target="cuda")(a)
     want = (torch.arange(8) % 2 * 10 + torch.arange(8) + 1)[:, None].expand(8, 128)
     torch.testing.assert_close(a.cpu(), want.to(torch.int32))
+    dyn = tilelang.compile(_dynamic_cluster_kernel(), target="cuda")
+    a = torch.zeros((6, 128), device="cuda", dtype=torch.int32)
+    dyn(a)
+    want = (torch.arange(6) % 2 + torch.arange(6) * 10)[:, None].expand(6, 128)
+    torch.testing.assert_close(a.cpu(), want.to(torch.int32))
+    with pytest.raises(ValueError, match="multiple of the cluster"):
+        dyn(torch.zeros((5, 128), device="cuda", dtype=torch.int32))
 
 
 @pytest.mark.cuda
