@@ -440,7 +440,7 @@ def test_user_cluster_launch_gpu():
     dyn(a)
     want = (torch.arange(6) % 2 + torch.arange(6) * 10)[:, None].expand(6, 128)
     torch.testing.assert_close(a.cpu(), want.to(torch.int32))
-    with pytest.raises(ValueError, match="multiple of the cluster"):
+    with pytest.raises(Exception, match="multiple of the cluster"):  # ValueError via tvm-ffi
         dyn(torch.zeros((5, 128), device="cuda", dtype=torch.int32))
 
 
