@@ -95,9 +95,9 @@ def mark_cluster_launch(func, dims):
     body = with_launch_body(func.body, ir.SeqStmt([_call(f"{MARKER}<{x}, {y}, {z}>"), *stmts]))
     asserts = []
     for tag, extent, _ in launches:
-        axis = tag.split(".")[-1]
-        if not tag.startswith("blockIdx") or "xyz".index(axis) >= 3:
+        if not tag.startswith("blockIdx."):
             continue
+        axis = tag[len("blockIdx.") :]
         d = dims["xyz".index(axis)]
         if d == 1 or isinstance(extent, ir.IntImm):
             continue
