@@ -33,6 +33,7 @@ from .eager import const, empty
 from .entry import macro, prim_func
 from .hopper import (
     alloc_barrier,
+    alloc_cluster_barrier,
     barrier_arrive,
     barrier_wait,
     block_rank_in_cluster,

@@ -101,6 +101,13 @@ def lower_mbarrier_arrive(v, ctx):
     return _call("tl::mbarrier_arrive", bar_ptr(v.bar))
 
 
+@lower_rule("mbarrier_arrive_cluster", "cuda")
+def lower_mbarrier_arrive_cluster(v, ctx):
+    """``mbarrier.arrive`` on the barrier at the same address in block ``cta`` (``mapa``)."""
+    require_sm90(v, ctx, "mbarrier_arrive")
+    return _call("tl::mbarrier_arrive_cluster", bar_ptr(v.bar), _u32(v.cta))
+
+
 @lower_rule("mbarrier_expect_tx", "cuda")
 def lower_mbarrier_expect_tx(v, ctx):
     require_sm90(v, ctx, "mbarrier_expect_tx")

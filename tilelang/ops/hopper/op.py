@@ -12,6 +12,8 @@ from ..registry import TileOpDef
 #: T.alloc_barrier's initialisation: ``counts`` arrivals per barrier of ``bar``.
 BARRIER_INIT = TileOpDef("alloc_barrier", ("bar",), {"counts": []})
 MBARRIER_ARRIVE = TileOpDef("mbarrier_arrive", ("bar",), {})
+#: ``T.mbarrier_arrive(bar, cta_id)``: one arrival on ``bar`` of block ``cta`` of the cluster.
+MBARRIER_ARRIVE_CLUSTER = TileOpDef("mbarrier_arrive_cluster", ("bar", "cta"), {})
 MBARRIER_EXPECT_TX = TileOpDef("mbarrier_expect_tx", ("bar", "tx"), {})
 MBARRIER_ARRIVE_EXPECT_TX = TileOpDef("mbarrier_arrive_expect_tx", ("bar", "tx"), {})
 MBARRIER_WAIT_PARITY = TileOpDef("mbarrier_wait_parity", ("bar", "parity"), {})

@@ -325,6 +325,57 @@ def test_user_cluster_launch_rank_and_barrier_emulated():
     assert "multiple of the cluster's (2)" in text
 
 
+def _remote_arrival_kernel(peer_offset=1):
+    """Every thread arrives on the cluster barrier of block ``rank ^ peer_offset`` (0: its
+    own), then waits for its own barrier's first phase: 128 arrivals from the peer."""
+
+    @T.prim_func
+    def k(A: T.Tensor((4, 128), "int32")):
+        with T.ClusterKernel(4, cluster_dims=2, threads=128) as bx:
+            bar = T.alloc_cluster_barrier(128)
+            tx = T.get_thread_binding()
+            r = T.block_rank_in_cluster()
+            T.mbarrier_arrive(bar[0], cta_id=r ^ peer_offset)
+            T.mbarrier_wait_parity(bar[0], 0)
+            A[bx, tx] = r + 1
+            T.cluster_sync()
+
+    return k
+
+
+def test_cluster_barrier_remote_arrivals_emulated():
+    """``T.alloc_cluster_barrier`` + ``T.mbarrier_arrive(bar, cta_id=...)``: each block's
+    phase completes by the peer's 128 arrivals (mapa + remote arrive). When every thread
+    arrives on block 0, block 1's barrier never completes: the emulator reports the hang.
+    A barrier from ``T.alloc_barrier`` takes no ``cta_id``."""
+    from tilelang.testing.cuda_emulator import EmulationError, emulate
+
+    f = pipeline.lower(_remote_arrival_kernel(), SM90A)
+    text = str(f)
+    assert '"tl::mbarrier_arrive_cluster", T.address_of(bar[0])' in text
+    assert text.count("tl::cluster_sync") == 2  # after the init, and the user's
+    (a,) = emulate(f, np.zeros((4, 128), np.int32))
+    np.testing.assert_array_equal(a, (np.arange(4) % 2 + 1)[:, None] * np.ones((1, 128)))
+
+    @T.prim_func
+    def short(A: T.Tensor((4, 128), "int32")):
+        with T.ClusterKernel(4, cluster_dims=2, threads=128) as bx:
+            bar = T.alloc_cluster_barrier(256)
+            T.mbarrier_arrive(bar[0], cta_id=0)
+            T.mbarrier_wait_parity(bar[0], 0)
+            A[bx, T.get_thread_binding()] = 1
+
+    with pytest.raises(EmulationError, match="never return|deadlock"):
+        emulate(pipeline.lower(short, SM90A), np.zeros((4, 128), np.int32))
+    with pytest.raises(errors.TraceError, match="cluster barrier"):
+
+        @T.prim_func
+        def local(A: T.Tensor((4, 128), "int32")):
+            with T.ClusterKernel(4, cluster_dims=2, threads=128):
+                bar = T.alloc_barrier(128)
+                T.mbarrier_arrive(bar[0], cta_id=1)
+
+
 def test_tma_copy_cluster_mask_in_a_cluster_launch():
     """``T.tma_copy(..., cluster_mask=0b11)`` in a 2-block cluster: each block holds the tile
     (the synchronous copy of tma_explicit.py); outside a cluster launch it is refused."""
@@ -490,3 +541,15 @@ def test_tma_copy_cluster_mask_gpu():
     b = torch.zeros(4, 16, 64, device="cuda")
     tilelang.compile(k, target="cuda")(a, b)
     torch.testing.assert_close(b, a.expand(4, 16, 64))
+
+
+@pytest.mark.cuda
+def test_cluster_barrier_remote_arrivals_gpu():
+    import torch
+
+    import tilelang
+
+    a = torch.zeros((4, 128), device="cuda", dtype=torch.int32)
+    tilelang.compile(_remote_arrival_kernel(), target="cuda")(a)
+    want = (torch.arange(4) % 2 + 1)[:, None].expand(4, 128).to(torch.int32)
+    torch.testing.assert_close(a.cpu(), want)
