@@ -21,6 +21,8 @@ active; bfloat16 through ``ml_dtypes``); anything else
 (other ``tl::`` helpers) raises :class:`EmulationError` naming it.
 Lockstep execution hides missing barriers; ``race_check=True`` finds them instead
 (``cuda_emulator_race``: two warps touching a shared byte with no barrier between).
+A cluster launch runs cluster by cluster, its blocks as cooperative tasks
+(``cuda_emulator_cluster``: TMA multicast, remote mbarrier arrivals, cluster barriers).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Cluster operations (``cluster.h``, ``hopper.h``):
   each of the members ``0..N-1``).
 
 Without a cluster launch the same calls act on the one block (rank 0, the cluster barrier
-is the block's).
+is the block's). ``race_check`` does not cover the blocks of a cluster launch.
 """
 
 from __future__ import annotations
