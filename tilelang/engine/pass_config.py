@@ -141,6 +141,15 @@ class PassConfigKey(str, Enum):
     cuDNN with and without it (session 5); the turns alone do not overlap the gemms with the
     softmax without also reordering the loop body (FA-3 issues the next Q @ K^T first)."""
 
+    TL_CLUSTER_MULTICAST = "tl.cluster_multicast"
+    """CUDA sm_90a, warp-specialized TMA loops: launch the kernel in thread-block clusters of
+    ``C`` blocks along ``blockIdx.x`` (``C`` = 2, 4 or 8) and load each TMA tile that is the
+    same for the blocks of a cluster (the README GEMM's A tile when ``blockIdx.x`` walks N)
+    once per cluster: each block loads a ``1/C`` row slice with ``.multicast::cluster`` into
+    all of them, halving (for ``C = 2``) that operand's L2 reads
+    (``backends/cuda/passes/cluster_multicast.py``; ``tl.tma`` notes why it did not apply).
+    Needs a static grid x extent that is a multiple of ``C``. Default: 0 (off)."""
+
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
     runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
@@ -253,6 +262,12 @@ def build_options(pass_configs) -> dict:
             f"pass_configs[{PassConfigKey.TL_CONFIG_INDEX_BITWIDTH.value!r}] = {bits!r}: "
             "tilelang indexes in 32 bits only"
         )
+    multicast = configs.get(PassConfigKey.TL_CLUSTER_MULTICAST.value) or 0
+    if isinstance(multicast, bool) or multicast not in (0, 1, 2, 4, 8):
+        raise ValueError(
+            f"pass_configs[{PassConfigKey.TL_CLUSTER_MULTICAST.value!r}] = {multicast!r}: "
+            "expected 0 (off), 2, 4 or 8 blocks per cluster"
+        )
     schedule = configs.get(PassConfigKey.TL_PIPELINE_COPY_SCHEDULE.value, "auto")
     if schedule not in COPY_SCHEDULES:
         raise ValueError(
@@ -288,4 +303,5 @@ def build_options(pass_configs) -> dict:
         "tma_store_epilogue": flag(PassConfigKey.TL_TMA_STORE_EPILOGUE, False),
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
+        "cluster_multicast": int(multicast),
     }

@@ -33,6 +33,7 @@ from .eager import const, empty
 from .entry import macro, prim_func
 from .hopper import (
     alloc_barrier,
+    alloc_cluster_barrier,
     barrier_arrive,
     barrier_wait,
     block_rank_in_cluster,
@@ -64,6 +65,12 @@ from .kernel import (
     get_block_binding,
     get_block_bindings,
     get_block_extent,
+    get_cluster_dims,
+    get_cluster_extent,
+    get_cluster_extents,
+    get_cluster_id,
+    get_cluster_ids,
+    get_cluster_size,
     get_thread_binding,
     get_thread_bindings,
     get_thread_extent,

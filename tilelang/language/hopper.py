@@ -79,13 +79,35 @@ def alloc_barrier(arrive_count):
 
 
 def mbarrier_arrive(mbarrier, cta_id=None):
-    """One arrival of each calling thread on ``mbarrier`` (``mbarrier.arrive``)."""
-    if cta_id is not None:
+    """One arrival of each calling thread on ``mbarrier`` (``mbarrier.arrive``); with
+    ``cta_id``, on the barrier at the same place in block ``cta_id`` of the cluster (the
+    barrier must come from :func:`alloc_cluster_barrier`)."""
+    bar = _barrier(mbarrier, "mbarrier_arrive")
+    if cta_id is None:
+        _emit(_op.MBARRIER_ARRIVE, bar)
+        return
+    kernel = builder.state().kernels[-1] if builder.state().kernels else None
+    known = getattr(kernel, "_tl_cluster_barriers", [])
+    if not any(bar.source.same_as(t) for t in known):
         raise errors.TraceError(
-            "T.mbarrier_arrive with cta_id (arriving on a peer "
-            "CTA's cluster barrier) is not supported"
+            "T.mbarrier_arrive(..., cta_id=...): the barrier must be a cluster barrier "
+            "(T.alloc_cluster_barrier), which its peers may arrive on"
         )
-    _emit(_op.MBARRIER_ARRIVE, _barrier(mbarrier, "mbarrier_arrive"))
+    _emit(_op.MBARRIER_ARRIVE_CLUSTER, bar, _count(cta_id, "mbarrier_arrive", "cta_id"))
+
+
+def alloc_cluster_barrier(arrive_count):
+    """:func:`alloc_barrier` whose barriers the other blocks of the cluster may arrive on
+    (``T.mbarrier_arrive(bar, cta_id=...)``): after the initialisation the whole cluster
+    synchronises (``T.cluster_sync``), so every block must reach this statement. End the
+    kernel with ``T.cluster_sync()`` when peers may still arrive on this block's barriers."""
+    bars = alloc_barrier(arrive_count)
+    _emit(_op.CLUSTER_SYNC)
+    kernel = builder.state().kernels[-1] if builder.state().kernels else None
+    if kernel is None:
+        raise errors.TraceError("T.alloc_cluster_barrier must be inside T.Kernel")
+    kernel._tl_cluster_barriers = [*getattr(kernel, "_tl_cluster_barriers", []), bars]
+    return bars
 
 
 def mbarrier_expect_tx(mbarrier, tx):
@@ -340,6 +362,7 @@ ws = WarpSpecializeFrame
 
 __all__ = [
     "alloc_barrier",
+    "alloc_cluster_barrier",
     "barrier_arrive",
     "block_rank_in_cluster",
     "barrier_wait",

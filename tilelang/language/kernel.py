@@ -30,7 +30,7 @@ class KernelLaunchFrame:
         if len(threads) > 3:
             raise errors.TraceError("T.Kernel takes at most 3 thread dimensions")
         _check_launch(list(blocks), threads)
-        _check_cluster_dims(cluster_dims)
+        self.cluster_dims = _check_cluster_dims(cluster_dims, list(blocks))
         self.blocks = list(blocks)
         self.threads = threads
         self.is_cpu = is_cpu
@@ -59,6 +59,13 @@ class KernelLaunchFrame:
             builder.name_value(f"t{axis}", var)
             self.thread_vars.append(var)
         st.kernels.append(self)
+        if self.cluster_dims is not None:
+            from tvm_tirx import ir
+
+            from ..ops.hopper.op import CLUSTER_DIMS
+
+            call = CLUSTER_DIMS.make(loc=builder.user_loc(), dims=self.cluster_dims)
+            _T.emit_(ir.Evaluate(call, loc=call.loc))
         from .pointer import emit_pending_views  # T.make_tensor views made before T.Kernel
 
         emit_pending_views()
@@ -123,22 +130,38 @@ def _check_launch(blocks, threads) -> None:
             )
 
 
-def _check_cluster_dims(cluster_dims):
-    """Clusters of one block are an ordinary launch; larger ones are refused (not run as
-    one-block clusters, which would change what ``T.block_rank_in_cluster`` returns)."""
+def _check_cluster_dims(cluster_dims, blocks):
+    """The cluster shape as ``[x, y, z]`` (an int ``n`` means ``(n, 1, 1)``, upstream's
+    reading), or None for clusters of one block (an ordinary launch). A static grid extent
+    that is not a multiple of the cluster's is a TraceError (CUDA refuses such a launch);
+    dynamic extents are checked on the host at each call. Cluster launches need CUDA
+    sm_90+; other targets refuse them when lowering."""
     if cluster_dims is None:
-        return
+        return None
     dims = [cluster_dims] if isinstance(cluster_dims, int) else list(cluster_dims)
-    if len(dims) > 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+    if not 1 <= len(dims) <= 3 or any(
+        isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims
+    ):
         raise errors.TraceError(
             f"T.Kernel: cluster_dims must be up to 3 positive integers, got {cluster_dims!r}"
         )
-    if any(d != 1 for d in dims):
+    dims = dims + [1] * (3 - len(dims))
+    if dims == [1, 1, 1]:
+        return None
+    size = dims[0] * dims[1] * dims[2]
+    if size > 8:
         raise errors.TraceError(
-            f"T.Kernel(cluster_dims={cluster_dims!r}): thread-block "
-            "cluster launches are not supported yet (T.cluster_* barriers and "
-            "T.block_rank_in_cluster work in the one-block clusters of an ordinary launch)"
+            f"T.Kernel(cluster_dims={cluster_dims!r}): {size} blocks per cluster; CUDA "
+            "guarantees at most 8 (portable cluster size)"
         )
+    for axis, d, extent in zip(_AXES, dims, blocks + [1] * (3 - len(blocks))):
+        value = builder.static_value(extent)
+        if d > 1 and isinstance(value, int) and value % d:
+            raise errors.TraceError(
+                f"T.Kernel(cluster_dims={cluster_dims!r}): grid dimension {axis} has {value} "
+                f"blocks, not a multiple of the cluster's {d} (CUDA launches whole clusters)"
+            )
+    return dims
 
 
 def ClusterKernel(*blocks, cluster_dims, threads=None, prelude=None):
@@ -186,3 +209,44 @@ def get_thread_extent(dim: int = 0):
 def get_block_extent(dim: int = 0):
     """Blocks of dimension ``dim`` of the enclosing kernel."""
     return _current().blocks[dim]
+
+
+def get_cluster_dims() -> list:
+    """The enclosing kernel's cluster shape ``[x, y, z]`` (``[1, 1, 1]`` without clusters)."""
+    dims = _current().cluster_dims
+    return list(dims) if dims is not None else [1, 1, 1]
+
+
+def get_cluster_size() -> int:
+    """Blocks per cluster of the enclosing kernel."""
+    x, y, z = get_cluster_dims()
+    return x * y * z
+
+
+def get_cluster_id(dim: int = 0):
+    """The index of this block's cluster along grid dimension ``dim``:
+    ``blockIdx // cluster_dims[dim]`` (0 for a dimension the grid does not have)."""
+    frame = _current()
+    if dim >= len(frame.block_vars):
+        return 0
+    d = get_cluster_dims()[dim]
+    block = frame.block_vars[dim]
+    return block if d == 1 else block // d
+
+
+def get_cluster_ids() -> list:
+    """:func:`get_cluster_id` of every grid dimension of the enclosing kernel."""
+    return [get_cluster_id(d) for d in range(len(_current().block_vars))]
+
+
+def get_cluster_extent(dim: int = 0):
+    """Clusters along grid dimension ``dim`` (``ceil(blocks / cluster_dims[dim])``)."""
+    frame = _current()
+    blocks = frame.blocks[dim] if dim < len(frame.blocks) else 1
+    d = get_cluster_dims()[dim]
+    return blocks if d == 1 else (blocks + d - 1) // d
+
+
+def get_cluster_extents() -> list:
+    """:func:`get_cluster_extent` of the three grid dimensions."""
+    return [get_cluster_extent(d) for d in range(3)]

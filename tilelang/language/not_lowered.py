@@ -56,10 +56,6 @@ NOT_LOWERED: dict[str, str] = {
     "clc_get_first_ctaid_x": _BLACKWELL,
     "clc_is_canceled": _BLACKWELL,
     "clc_try_cancel_multicast": _BLACKWELL,
-    "alloc_cluster_barrier": (
-        "cluster-scope mbarriers (remote arrivals from other CTAs of a cluster) are not "
-        "lowered; T.alloc_barrier makes CTA-local ones and T.cluster_sync synchronizes a cluster"
-    ),
     "mma_gemm_blockscaled": _SM120,
     "tma_load": _TMA_EXPLICIT,
     "create_tma_descriptor": _TMA_EXPLICIT,

@@ -14,9 +14,16 @@ bytes are expected). The store groups have nothing pending, so ``T.tma_store_arr
 ``T.tma_store_wait`` are no-ops. Results are those of upstream for every correctly
 synchronized program; the overlap of the copy with later work is given up.
 
-Not supported (a TraceError at the user's line): ``cluster_mask`` (multicast into a cluster;
-cluster launches are not supported) and ``leader_scope_threads`` (per-warp copies, whose
-operands differ between warps while ``T.copy`` is a block-wide op).
+``cluster_mask`` (upstream: the lowest-ranked block of the mask multicasts its tile to every
+block of the mask, the others issue nothing) is accepted for loads in a cluster launch
+(``T.Kernel(..., cluster_dims=...)``): every block of the mask copies the region it names
+itself, synchronously as above. For the programs multicast is meant for (the blocks of the
+mask name the same region) each block holds the same tile as with upstream; the L2 saving
+of a real multicast is given up (the automatic multicast of the pass config
+``tl.cluster_multicast`` has it).
+
+Not supported (a TraceError at the user's line): ``leader_scope_threads`` (per-warp copies,
+whose operands differ between warps while ``T.copy`` is a block-wide op).
 """
 
 from __future__ import annotations
@@ -50,12 +57,9 @@ def tma_copy(
     annotations=None,
 ):
     """Copy ``src`` to ``dst`` (global -> shared with ``barrier``, or shared -> global)."""
-    builder.state()
+    st = builder.state()
     if cluster_mask is not None:
-        raise errors.TraceError(
-            "T.tma_copy(cluster_mask=...): TMA multicast into a thread-block cluster is not "
-            "supported (cluster launches are not supported yet)"
-        )
+        _check_cluster_mask(st, cluster_mask)
     if leader_scope_threads is not None:
         raise errors.TraceError(
             "T.tma_copy(leader_scope_threads=...): per-warp copies are not supported; "
@@ -63,6 +67,8 @@ def tma_copy(
         )
     src_scope = str(_tensor(src, "src").ty.scope) or "global"
     dst_scope = str(_tensor(dst, "dst").ty.scope) or "global"
+    if cluster_mask is not None and not (src_scope == "global" and dst_scope.startswith("shared")):
+        raise errors.TraceError("T.tma_copy(cluster_mask=...) multicasts loads only")
     if src_scope == "global" and dst_scope.startswith("shared"):
         if barrier is None:
             raise errors.TraceError(
@@ -76,6 +82,26 @@ def tma_copy(
             f"{dst_scope} (use T.copy)"
         )
     copy(src, dst, eviction_policy=eviction_policy, annotations=annotations)
+
+
+def _check_cluster_mask(st, cluster_mask):
+    """TraceError unless ``cluster_mask`` is a bitmask of blocks of the enclosing cluster."""
+    if isinstance(cluster_mask, bool) or not isinstance(cluster_mask, int) or cluster_mask <= 0:
+        raise errors.TraceError(
+            f"T.tma_copy: cluster_mask must be a positive int bitmask, got {cluster_mask!r}"
+        )
+    kernel = st.kernels[-1] if st.kernels else None
+    dims = getattr(kernel, "cluster_dims", None)
+    if dims is None:
+        raise errors.TraceError(
+            "T.tma_copy(cluster_mask=...): a multicast needs a cluster launch "
+            "(T.Kernel(..., cluster_dims=...) or T.ClusterKernel)"
+        )
+    size = dims[0] * dims[1] * dims[2]
+    if cluster_mask >> size:
+        raise errors.TraceError(
+            f"T.tma_copy: cluster_mask {cluster_mask:#b} names blocks beyond the cluster's {size}"
+        )
 
 
 def tma_store_arrive():

@@ -59,6 +59,8 @@ class CudaLowerContext(LowerContext):
     # host, and the pipelining decisions recorded as the ``tl.tma`` function attribute
     tma_maps: list = field(default_factory=list)
     tma_notes: list = field(default_factory=list)
+    # thread-block cluster shape of the launch (backends/cuda/passes/cluster_multicast.py)
+    cluster_dims: tuple = (1, 1, 1)
 
     def get_layout(self, var):
         for k, v in self.layout_map.items():

@@ -23,6 +23,8 @@ Lockstep execution hides missing barriers; ``race_check=True`` finds them instea
 (``cuda_emulator_race``: two warps touching a shared byte with no barrier between).
 The numpy types, elementwise operation tables and errors live in ``cuda_emulator_values``
 (re-exported here).
+A cluster launch runs cluster by cluster, its blocks as cooperative tasks
+(``cuda_emulator_cluster``: TMA multicast, remote mbarrier arrivals, cluster barriers).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tvm_tirx import ir
 from tvm_tirx.ir.prim import expr as P
 
 from ..lowering.stmt import launch_of
+from . import cuda_emulator_cluster as _cluster
 from . import cuda_emulator_tma as _tma
 from . import cuda_emulator_ws as _ws
 from .cuda_emulator_mma import (  # noqa: F401 - re-exported (tests use them from here)
@@ -90,8 +93,12 @@ class _Buf:
 
 
 class _Machine:
+    error_type = EmulationError
+
     def __init__(self, func, arrays, blocks=None, aligned=True, write_once=False, race=False):
         self.func, self.env, self.bufs = func, {}, {}
+        self.cluster_dims = _cluster.cluster_dims_of(func)  # cluster launch (cuda_emulator_cluster)
+        self.cluster = None
         self.race = RaceChecker(EmulationError) if race else None
         self.aligned = aligned  # what tl::is_aligned answers (False: scalar fallbacks run)
         self.write_once = write_once
@@ -284,6 +291,10 @@ class _Machine:
         raise EmulationError(f"the emulator does not handle the call {name}")
 
     def _extern(self, fname, args, e, mask):
+        if "cluster" in fname or "multicast" in fname:  # cuda_emulator_cluster
+            done = _cluster.cluster_extern(self, fname, args, mask)
+            if done is not NotImplemented:
+                return done
         if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync"):
             value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,))
             k = int(self.scalar(args[2]))
@@ -613,6 +624,8 @@ class _Machine:
             self.run(stmt.body, np.ones(n, bool))
             _tma.bulk_stores(self, EmulationError).end_of_block(self.block_index)
             return
+        if self.cluster_dims is not None and self.cluster is None:  # blocks run by cluster
+            return _cluster.run_clusters(self, stmt, self.cluster_dims, mask)
         inner = stmt.body
         while isinstance(inner, ir.SeqStmt) and len(inner.seq) == 1:
             inner = inner.seq[0]
@@ -655,6 +668,10 @@ class _Machine:
     def _run_If(self, stmt, mask):
         if stmt.else_case is not None:
             parts = _ws.branches(self, stmt, mask)
+            if parts is not None and self.cluster is not None:  # tasks of the cluster's
+                sched, me = self.task.current
+                sched.run_children(me, [(lambda s=s, m=m: self.run(s, m), self) for s, m in parts])
+                return
             if parts is not None:  # warp-specialized branches: run them interleaved
                 _ws.Tasks(self, EmulationError).run(parts)
                 return

@@ -171,10 +171,12 @@ class Barriers:
             self._get(key)["tx"] += nbytes
         self.version += 1
 
-    def complete_tx(self, key, nbytes):
+    def complete_tx(self, key, nbytes, early=False):
+        """``nbytes`` of a TMA load arrived; ``early``: a peer block's multicast, which may
+        come before this block's ``arrive.expect_tx`` (the phase cannot complete before)."""
         s = self._get(key)
         s["tx"] -= nbytes
-        if s["tx"] < 0:
+        if s["tx"] < 0 and (not early or s["arrived"] >= s["count"]):
             raise self.error(f"mbarrier {key[0]}[{key[1]}] received more bytes than expected")
         self._maybe_complete(s)
 
@@ -236,11 +238,15 @@ def _box_elements(tmap, sb, pool, first, n, fname, error):
     return elem
 
 
-def tma_load(machine, barriers, fname, args, mask, error):
-    """``tl::tma_load_<R>d(smem, &map, bar, coords...)`` for every active thread."""
+def tma_load(machine, barriers, fname, args, mask, error, target=None, early=False):
+    """``tl::tma_load_<R>d(smem, &map, bar, coords...)`` for every active thread
+    (``target``: maps the shared buffer to the one written, a peer block's for a multicast
+    (``cuda_emulator_cluster``); ``early``: see :meth:`Barriers.complete_tx`)."""
     rank = int(fname[len("tl::tma_load_")])
     tmap = _tensor_map(machine, args[1], rank, fname, error)
     sb, sflat = machine._pointer(args[0], mask)
+    if target is not None:
+        sb = target(sb)
     keys = barriers._key(machine, args[2], mask)
     coords = [
         np.broadcast_to(np.asarray(machine.eval(c, mask)), (machine.lanes,)) for c in args[3:]
@@ -254,7 +260,7 @@ def tma_load(machine, barriers, fname, args, mask, error):
         values = tmap.box_values([int(c[t]) for c in coords])
         elem = _box_elements(tmap, sb, pool, int(sflat[t]), values.size, fname, error)
         sb.data[elem] = values
-        barriers.complete_tx(key, values.size * size)
+        barriers.complete_tx(key, values.size * size, early)
 
 
 class BulkStores:

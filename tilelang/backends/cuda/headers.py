@@ -37,6 +37,7 @@ HEADER_ORDER = (
     "wgmma.h",  # sm_90a wgmma wrappers used by tilelang/ops/gemm_wgmma.py (guarded per arch)
     "tma.h",  # sm_90 TMA loads and mbarriers (backends/cuda/passes/tma_lowering.py)
     "hopper.h",  # explicit Hopper API: mbarrier arrive/expect_tx, setmaxnreg, clusters
+    "cluster.h",  # cluster launches, TMA multicast, remote mbarrier arrivals (cluster.py)
 )
 _LOCAL_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_]+\.h)"\s*$')
 
@@ -257,9 +258,9 @@ def _slim_prelude(code: str) -> str:
 
 def _with_headers(code: str, request: list[str] | str) -> tuple[str, list[str]]:
     """Paste the requested device headers in front of generated ``code``."""
-    from .hopper_source import with_register_cap
+    from .hopper_source import with_cluster_dims, with_register_cap
 
-    code = with_register_cap(_slim_prelude(code))
+    code = with_cluster_dims(with_register_cap(_slim_prelude(code)))
     names = select_headers(code) if request == "auto" else list(request)
     if not names:
         return code, []

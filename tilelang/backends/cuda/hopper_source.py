@@ -4,6 +4,11 @@
 whose body calls ``tl::set_max_nreg`` (``T.set_max_nreg``) gets
 ``__launch_bounds__(threads, 1)`` instead of TIRx's ``__launch_bounds__(threads)``
 (otherwise ptxas ignores the instruction with warning C7508).
+
+A kernel launched in thread-block clusters calls the no-op marker
+``tl::cluster_dims<X, Y, Z>()`` (``cluster.h``, emitted by ``backends/cuda/cluster.py``);
+:func:`with_cluster_dims` puts ``__cluster_dims__(X, Y, Z)`` on its definition, so every
+launch of it (TIRx's packed call and the direct ``cuLaunchKernel`` alike) forms clusters.
 """
 
 from __future__ import annotations
@@ -36,3 +41,34 @@ def with_register_cap(code: str) -> str:
         return f'extern "C" __global__ void __launch_bounds__({m.group(1)}, 1) {m.group(2)}('
 
     return _KERNEL_RE.sub(repl, code)
+
+
+_ANY_KERNEL_RE = re.compile(r'extern "C" __global__ void ((?:__launch_bounds__\([^)]*\) )?)(\w+)\(')
+_CLUSTER_MARK_RE = re.compile(r"tl::cluster_dims<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
+
+
+def with_cluster_dims(code: str) -> str:
+    """``code`` with ``__cluster_dims__(X, Y, Z)`` on every kernel whose body calls the
+    marker ``tl::cluster_dims<X, Y, Z>()``; a kernel with two different markers is an error
+    (ValueError)."""
+    if "tl::cluster_dims<" not in code:
+        return code
+    starts = [(m.start(), m.group(2)) for m in _ANY_KERNEL_RE.finditer(code)]
+    dims = {}
+    for i, (pos, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(code)
+        found = {m.groups() for m in _CLUSTER_MARK_RE.finditer(code, pos, end)}
+        if len(found) > 1:
+            raise ValueError(f"kernel {name}: conflicting cluster shapes {sorted(found)}")
+        if found:
+            dims[name] = found.pop()
+
+    def repl(m):
+        if m.group(2) not in dims:
+            return m.group(0)
+        x, y, z = dims[m.group(2)]
+        return (
+            f'extern "C" __global__ void {m.group(1)}__cluster_dims__({x}, {y}, {z}) {m.group(2)}('
+        )
+
+    return _ANY_KERNEL_RE.sub(repl, code)

@@ -30,6 +30,7 @@ from ...lowering.thread_utils import is_fragment, new_tensor
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
 from ...transform.lower_tile_ops import LowerTileOps
 from .passes.apply_shared_layouts import apply_shared_layouts
+from .passes.cluster_multicast import mark_cluster_launch, take_cluster_dims
 from .passes.insert_sync import insert_sync
 from .passes.layout_inference import infer_layouts, strip_layout_annotations
 from .passes.lower_assume import stage_lower_assume
@@ -38,6 +39,7 @@ from .passes.lower_parallel import lower_parallel
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
+from .passes.tma_lowering import tma_supported
 from .passes.tma_store import stage_tma_store
 from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
 from .passes.warp_specialize_auto import consumer_barriers
@@ -63,13 +65,34 @@ class CudaLowering:
     layouts: object = None  # passes.layout_inference.InferResult
     ctx: CudaLowerContext | None = None
     shared_memory: dict = field(default_factory=dict)  # tile name -> (offset, bytes)
+    cluster_dims: tuple = (1, 1, 1)  # T.Kernel(cluster_dims=...), passes/cluster_multicast.py
 
 
 # ------------------------------------------------------------------------------- stages
+def stage_cluster_launch(func, state):
+    """``T.Kernel(cluster_dims=...)``: the shape moves from its op to ``state.cluster_dims``
+    (sm_90+; ``passes/cluster_multicast.py``)."""
+    func, dims = take_cluster_dims(func)
+    if dims is not None:
+        if not tma_supported(state.arch, {}):
+            raise errors.compile_error(
+                f"T.Kernel(cluster_dims={list(dims)}): thread-block clusters need CUDA sm_90 "
+                f"or later (target {state.arch})"
+            )
+        state.cluster_dims = dims
+    return func
+
+
 def stage_rasterize_blocks(func, state):
     """``T.use_swizzle``: blocks renumbered in panels for L2 reuse (before anything reads
-    blockIdx). Assumes a traced kernel; guarantees no ``tl.use_swizzle`` remains."""
-    return rasterize_blocks(func)
+    blockIdx), at cluster granularity in a cluster launch (the kernel's ``cluster_dims``,
+    or ``tl.cluster_multicast`` blocks along x). Assumes a traced kernel; guarantees no
+    ``tl.use_swizzle`` remains."""
+    cluster = state.cluster_dims[:2]
+    multicast = int(state.options.get("cluster_multicast") or 1)
+    if cluster == (1, 1) and multicast > 1:
+        cluster = (multicast, 1)
+    return rasterize_blocks(func, cluster)
 
 
 def stage_check_ws_scopes(func, state):
@@ -107,6 +130,7 @@ def stage_layout_inference(func, state):
         {tag: var for tag, _, var in launches_of(func.body)[0]},
         state.options,
     )
+    state.ctx.cluster_dims = state.cluster_dims
     func = func.with_body(strip_layout_annotations(func.body))
     func = func.with_attr("tl.layouts", {v.name: repr(lay) for v, lay in info.layouts.items()})
     return func.with_attr("tl.loop_layouts", info.loop_layout_lines())
@@ -218,6 +242,13 @@ def stage_widen_indices(func, state):
     return func.with_body(widen_indices(func.body))
 
 
+def stage_mark_cluster_launch(func, state):
+    """A cluster kernel (``cluster_dims``, or TMA multicast planned by pipeline planning)
+    calls ``tl::cluster_dims<x, y, z>()``, turned into ``__cluster_dims__`` on its
+    definition (``hopper_source.py``); dynamic grid extents are checked on the host."""
+    return mark_cluster_launch(func, state.ctx.cluster_dims if state.ctx else state.cluster_dims)
+
+
 def stage_tma_host_encode(func, state):
     """The tensor maps of TMA copies are encoded on the host in front of the launch
     (``tensor_map.host_encode_stmts``); the kernel receives them as grid-constant
@@ -230,6 +261,7 @@ def stage_tma_host_encode(func, state):
 
 #: The CUDA pipeline, in order.
 STAGES = [
+    ("cluster_launch", stage_cluster_launch),
     ("rasterize_blocks", stage_rasterize_blocks),
     ("check_ws_scopes", stage_check_ws_scopes),
     ("layout_inference", stage_layout_inference),
@@ -249,6 +281,7 @@ STAGES = [
     ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume
     ("lower_atomic_mem", stage_atomic_mem),  # T.atomic_load/store (lowering/atomic_mem.py)
     ("widen_indices", stage_widen_indices),
+    ("mark_cluster_launch", stage_mark_cluster_launch),
     ("tma_host_encode", stage_tma_host_encode),
 ]
 

@@ -114,6 +114,13 @@ for _name, _helper, _operand in (
     _mbarrier_rule(_name, _helper, _operand)
 
 
+@lower_rule("mbarrier_arrive_cluster", "cuda")
+def lower_mbarrier_arrive_cluster(v, ctx):
+    """``mbarrier.arrive`` on the barrier at the same address in block ``cta`` (``mapa``)."""
+    require_sm90(v, ctx, "mbarrier_arrive")
+    return extern_stmt("tl::mbarrier_arrive_cluster", bar_ptr(v.bar), _u32(v.cta))
+
+
 @lower_rule("named_barrier_arrive", "cuda")
 def lower_named_barrier_arrive(v, ctx):
     return extern_stmt("tl::named_barrier_arrive", _u32(v.barrier_id), _u32(v.thread_count))

@@ -12,6 +12,8 @@ from ..registry import TileOpDef
 #: T.alloc_barrier's initialisation: ``counts`` arrivals per barrier of ``bar``.
 BARRIER_INIT = TileOpDef("alloc_barrier", ("bar",), {"counts": []})
 MBARRIER_ARRIVE = TileOpDef("mbarrier_arrive", ("bar",), {})
+#: ``T.mbarrier_arrive(bar, cta_id)``: one arrival on ``bar`` of block ``cta`` of the cluster.
+MBARRIER_ARRIVE_CLUSTER = TileOpDef("mbarrier_arrive_cluster", ("bar", "cta"), {})
 MBARRIER_EXPECT_TX = TileOpDef("mbarrier_expect_tx", ("bar", "tx"), {})
 MBARRIER_ARRIVE_EXPECT_TX = TileOpDef("mbarrier_arrive_expect_tx", ("bar", "tx"), {})
 MBARRIER_WAIT_PARITY = TileOpDef("mbarrier_wait_parity", ("bar", "parity"), {})
@@ -28,6 +30,10 @@ NAMED_BARRIER_ARRIVE = TileOpDef("named_barrier_arrive", ("barrier_id", "thread_
 NAMED_BARRIER_SYNC = TileOpDef("named_barrier_sync", ("barrier_id", "thread_count"), {})
 #: First statement of a ``T.ws`` branch; the CUDA pipeline's ``merge_ws_branches`` removes it.
 WS = TileOpDef("ws", (), {"groups": []})
+#: ``T.Kernel(..., cluster_dims=(x, y, z))`` with a cluster of more than one block: the
+#: launch shape, read (and removed) by the CUDA pipeline's first stage
+#: (``backends/cuda/passes/cluster_multicast.py``); no other target has a rule.
+CLUSTER_DIMS = TileOpDef("cluster_dims", (), {"dims": []})
 #: ``T.block_rank_in_cluster()``: stores the rank into the one-element cell ``out``.
 BLOCK_RANK_IN_CLUSTER = TileOpDef("block_rank_in_cluster", ("out",), {})
 #: After ``T.wait_wgmma``: a compiler fence on the registers of an accumulator ``c`` of an

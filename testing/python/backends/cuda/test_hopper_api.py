@@ -351,12 +351,15 @@ def test_bad_arguments_name_the_line(body, match):
     assert f"{THIS_FILE}:{_line_of('BAD_CALL')}" in str(info.value)
 
 
-def test_cluster_launch_is_refused_naming_the_line():
-    with pytest.raises(errors.TraceError, match="cluster launches are not supported yet") as e:
+def test_cluster_launch_checks_name_the_line():
+    """A cluster launch lowers on sm_90+ (its shape reaches the kernel as the
+    ``tl::cluster_dims`` marker, test_cluster_multicast.py); a grid that is not a whole number
+    of clusters is refused at the user's line."""
+    with pytest.raises(errors.TraceError, match="not a multiple of the cluster") as e:
 
         @T.prim_func
         def k(A: T.Tensor((128,), "float32")):
-            with T.ClusterKernel(4, cluster_dims=(2, 1, 1), threads=128):  # CLUSTER_LAUNCH
+            with T.ClusterKernel(3, cluster_dims=(2, 1, 1), threads=128):  # CLUSTER_LAUNCH
                 A[0] = 1.0
 
     assert f"{THIS_FILE}:{_line_of('CLUSTER_LAUNCH')}" in str(e.value)

@@ -9,6 +9,12 @@ Assumes: the kernel's ``blockIdx.x``/``blockIdx.y`` launches enclose its body, a
 hint (``tl.use_swizzle``) sits in it. Guarantees: every use of the block indices in the
 body reads the renumbered ones; the hint op is gone. Grids of one dimension, or a hint
 with ``enable=False``, are left as they are.
+
+In thread-block clusters of ``cx x cy`` blocks (a kernel's ``cluster_dims``, or the pass
+config ``tl.cluster_multicast``) whose shape divides the static grid, the panels are laid
+over clusters instead of blocks: cluster ``(bx // cx, by // cy)`` is renumbered as above in
+the grid of clusters and keeps its blocks in their places within it, so the blocks of one
+cluster still compute adjacent tiles (the tiles whose operands a cluster shares).
 """
 
 from __future__ import annotations
@@ -56,8 +62,9 @@ def panel_map(bx, by, gx, gy, panel):
     return within // rows, first_row + within % rows
 
 
-def rasterize_blocks(func):
-    """Apply the kernel's ``T.use_swizzle`` hint (see the module docstring)."""
+def rasterize_blocks(func, cluster=(1, 1)):
+    """Apply the kernel's ``T.use_swizzle`` hint (see the module docstring); ``cluster``:
+    the ``(x, y)`` blocks of a thread-block cluster."""
     hint = _find_hint(func.body)
     if hint is None:
         return func
@@ -67,10 +74,20 @@ def rasterize_blocks(func):
         return func.with_body(body)
     (bx, gx), (by, gy) = launches["blockIdx.x"], launches["blockIdx.y"]
     panel = max(1, int(hint.panel_size))
+    cx, cy = (int(c) for c in cluster)
+    static = isinstance(gx, ir.IntImm) and isinstance(gy, ir.IntImm)
+    if (cx, cy) == (1, 1) or not static or int(gx) % cx or int(gy) % cy:
+        cx = cy = 1
+    ux, ugx = (bx, gx) if cx == 1 else (bx // cx, int(gx) // cx)
+    uy, ugy = (by, gy) if cy == 1 else (by // cy, int(gy) // cy)
     if hint.order == "col":
-        new_by_e, new_bx_e = panel_map(by, bx, gy, gx, panel)
+        new_by_e, new_bx_e = panel_map(uy, ux, ugy, ugx, panel)
     else:
-        new_bx_e, new_by_e = panel_map(bx, by, gx, gy, panel)
+        new_bx_e, new_by_e = panel_map(ux, uy, ugx, ugy, panel)
+    if cx != 1:
+        new_bx_e = new_bx_e * cx + bx % cx
+    if cy != 1:
+        new_by_e = new_by_e * cy + by % cy
     new_bx, new_by = ir.Var(bx.name + "_r", bx.ty), ir.Var(by.name + "_r", by.ty)
     return func.with_body(_rewrite_innermost(body, bx, by, new_bx, new_by, new_bx_e, new_by_e))
 

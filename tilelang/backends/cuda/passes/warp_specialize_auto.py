@@ -43,6 +43,11 @@ next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_
 no explicit Hopper ops in the body; ``T`` is a multiple of 128;
 the producer's copies depend only on block indices, parameters and binds before the loop
 that read no tensor. The pass config ``tl.disable_warp_specialized`` turns it off.
+
+With ``tl.cluster_multicast`` the producer multicasts the tiles the blocks of a cluster
+share, ``empty[s]`` counts the consumer warps of every block of the cluster (remote
+arrivals), and cluster barriers follow the initialisation and end the kernel
+(:mod:`.cluster_multicast`).
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class WsParts:
     producer: ir.Stmt
     consumer: ir.Stmt  # replaces the loop in the kernel body
     threads: int
+    cluster: int = 1  # blocks per cluster sharing TMA loads (cluster_multicast.py)
 
 
 def _u32(x):
@@ -122,10 +128,24 @@ def ws_loop(
     k, begin, end = loop.var, loop.begin, loop.end
     rel = k - begin
     name = loop.var.name
+    from . import cluster_multicast as cm
     from .pipeline_planning import _with_loop, make_alloc
 
     def ptr(bar, stage):
         return tirx.address_of(ir.TensorLoad(bar, [i32(stage)]))
+
+    maps_before, cluster_before = list(pctx.tma_maps), cm.cluster_shape(pctx)
+    notes_before = len(pctx.tma_notes)
+    mc = cm.plan_multicast(planner, loop, tma)  # TMA multicast in a cluster, or None
+    rank, rank_bind = cm.rank_bind() if mc is not None else (None, None)
+    # consumer releases of a stage: every thread, or with multicast one per warp of every
+    # block of the cluster (the peers' TMA writes into this block's stage too)
+    releases = threads if mc is None else threads // 32 * mc.size
+
+    def release_stage(bar_ptr):
+        if mc is None:
+            return _call("tl::mbarrier_arrive", bar_ptr)
+        return _call(f"tl::mbarrier_arrive_cluster_warp<{mc.size}>", bar_ptr)
 
     # one full/empty ring for all copies; with an ordered consumer one ring per copy, so
     # each tile is handed back as soon as its last reader is done (``pipeline_order.py``)
@@ -143,18 +163,24 @@ def ws_loop(
     for s in range(stages):
         for full_r, empty_r, _, _ in rings:
             init.append(_call("tl::mbarrier_init", ptr(full_r, s), _u32(1)))
-            init.append(_call("tl::mbarrier_init", ptr(empty_r, s), _u32(threads)))
+            init.append(_call("tl::mbarrier_init", ptr(empty_r, s), _u32(releases)))
     init.append(_call("tl::mbarrier_init_fence"))
 
     stage = rel % stages
     phase = ir.prim.floordiv(rel, stages) % 2
+    wait_empty = "tl::mbarrier_wait" if mc is None else "tl::mbarrier_wait_cluster"
     load = []
     for full_r, empty_r, copies, nbytes in rings:
         parity = ir.prim.BitwiseXor(phase, ir.const(1, "int32"))
-        load.append(_call("tl::mbarrier_wait", ptr(empty_r, stage), parity))
+        load.append(_call(wait_empty, ptr(empty_r, stage), parity))
         load.append(_call("tl::mbarrier_arrive_expect_tx", ptr(full_r, stage), _u32(nbytes)))
         for t in copies:
-            load += issue_copy(t, mapping[t.dst.tensor], stage, k, k, ptr(full_r, stage))
+            if mc is not None and id(t) in mc.shared:
+                load += cm.issue_multicast(
+                    mc, t, mapping[t.dst.tensor], stage, k, k, ptr(full_r, stage), rank
+                )
+            else:
+                load += issue_copy(t, mapping[t.dst.tensor], stage, k, k, ptr(full_r, stage))
     # the producer's own loop variable (a Var is bound by one loop only)
     kp = ir.Var(f"{name}_load", k.ty)
     load = [substitute(x, {k: kp}) for x in load]
@@ -170,6 +196,8 @@ def ws_loop(
         loop.loc,
     )
     if not _only_free(producer_loop, planner.ws_forbidden):
+        pctx.tma_maps[:], pctx.cluster_dims = maps_before, cluster_before
+        del pctx.tma_notes[notes_before:]
         return None
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
@@ -188,26 +216,28 @@ def ws_loop(
             return _call("tl::mbarrier_wait", ptr(bar, r % stages), ir.prim.floordiv(r, stages) % 2)
 
         def release(r, tile):
-            return _call("tl::mbarrier_arrive", ptr(ring_of[tile.__chandle__()][1], r % stages))
+            return release_stage(ptr(ring_of[tile.__chandle__()][1], r % stages))
 
         loop_stmts = ordered(wait_full, release, per_copy)
     elif in_flight is not None:
         rule, reader = in_flight
         prev = ptr(empty, (rel + stages - 1) % stages)
-        consumer.append(ir.If(rel > 0, _call("tl::mbarrier_arrive", prev), None))
+        consumer.append(ir.If(rel > 0, release_stage(prev), None))
         after = rule.drain(pctx, reader)
     else:
-        consumer.append(_call("tl::mbarrier_arrive", ptr(empty, stage)))
+        consumer.append(release_stage(ptr(empty, stage)))
     if ordered is None:
         loop_stmts = [_with_loop(loop, consumer)]
     pctx.extra_allocs += [make_alloc(bar) for ring in rings for bar in ring[:2]]
+    if rank_bind is not None:
+        producer_loop = ir.SeqStmt([rank_bind, producer_loop])
     producer = ir.If(tx == threads, producer_loop, None)
     consumer_stmt = ir.SeqStmt([*fence, *turns_before, *loop_stmts, *after, *turns_after])
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"
     )
-    return WsParts(init, producer, consumer_stmt, threads)
+    return WsParts(init, producer, consumer_stmt, threads, 1 if mc is None else mc.size)
 
 
 #: Named barriers of the ping-pong turns (warpgroup w waits on 2 + w).
@@ -314,7 +344,11 @@ def split_kernel(body, parts: WsParts, regs):
     lead += [s for s in rest if alloc_of(s) is not None]
     rest = [s for s in rest if alloc_of(s) is None]
     sync = _call("__syncthreads")
-    init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), sync]
+    # in a cluster, peers multicast into this block's tiles and arrive on its barriers:
+    # the initialised barriers are published to the cluster before, and no block exits
+    # while a peer may still use them after (cluster_multicast.py)
+    published = _call("tl::cluster_sync") if parts.cluster > 1 else sync
+    init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), published]
     consumer = [_call(CONSUMER_MARKER)]
     producer = []
     if regs is not None:
@@ -323,7 +357,8 @@ def split_kernel(body, parts: WsParts, regs):
     consumer += rest
     producer.append(parts.producer)
     split = ir.If(tx < threads, ir.SeqStmt(consumer), ir.SeqStmt(producer))
-    new_inner = ir.SeqStmt([*lead, *init, split])
+    tail = [_call("tl::cluster_sync")] if parts.cluster > 1 else []
+    new_inner = ir.SeqStmt([*lead, *init, split, *tail])
     return with_launch_body(body, new_inner, threads + PRODUCER_THREADS)
 
 
