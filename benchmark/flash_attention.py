@@ -8,12 +8,13 @@ for causal) and the ratio is ours over torch's time inverted (higher is better).
 ``--variants`` runs every config once per value of the pass config
 ``tl.pipeline_copy_schedule`` (``leading``: only K's copy pipelined, the schedule before;
 ``hoist``/``split``/``auto``: every copy, see ``backends/cuda/passes/pipeline_copies.py``);
-default: ``auto``. Two more rows per causal setting, 128x128 blocks, 256 threads, 2 stages:
+default: ``auto``. Three more rows per causal setting, 128x128 blocks, 256 threads, 2 stages:
 ``pipelined`` (``example_mha_fwd_bshd_wgmma_pipelined.py``: upstream's program whose
 ``T.Pipelined(order=, stage=, group=)`` issues Q @ K^T of block k before the softmax of k
 and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_overlap``,
-which derives that schedule where the annotations do not apply); ``--no-overlap-rows``
-leaves them out.
+which derives that schedule where the annotations do not apply), and ``serial`` (this
+example without either: each gemm waited for where it is issued, the session-5 schedule,
+for an A/B in the same process); ``--no-overlap-rows`` leaves them out.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def main():
         if not args.no_overlap_rows:
             rows.append(((128, 128, 2, 256), "pipelined", flashattn_pipelined, {}))
             rows.append(((128, 128, 2, 256), "overlap", flashattn, {"tl.wgmma_overlap": True}))
+            serial = {"tl.pipeline_order": False, "tl.wgmma_wait_sinking": False}
+            rows.append(((128, 128, 2, 256), "serial", flashattn, serial))
         for (bm, bn, stages, threads), variant, program, row_configs in rows:
             label = f"{variant:>8} {bm}x{bn}/{threads}t/{stages}s"
             schedule = variant if variant in ("leading", "hoist", "split", "auto") else "auto"
