@@ -203,7 +203,7 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
     from ....ops.copy.op import COPY
 
     tiles = {t.__chandle__() for t in mapping}
-    bad = []
+    bad, loads = [], []
 
     def visit(stmt):
         found = tile_op_of(stmt)
@@ -213,7 +213,9 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
         if "barrier" in op.name or "tma" in op.name or "wgmma" in op.name:
             bad.append(stmt)  # the program synchronises by itself (explicit Hopper API)
         elif op.name == "gemm" and planner._reader_of(stmt) is None:
-            bad.append(stmt)  # an mma.sync (or scalar) gemm reads its tiles with ordinary loads
+            view = op.view(call)  # an mma.sync (or scalar) gemm reads with ordinary loads
+            if any(RegionView.of(getattr(view, x)).tensor.__chandle__() in tiles for x in "AB"):
+                bad.append(stmt)
         elif op.name == "copy":
             src = RegionView.of(COPY.view(call).src)
             if src.tensor.__chandle__() in tiles:
@@ -221,11 +223,16 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
 
     def load(x):
         if isinstance(x.source, ir.Var) and x.source.__chandle__() in tiles:
-            bad.append(x)
+            loads.append(x)
 
     body = ir.SeqStmt(list(rest))
     tvm_ffi.structural_walk(body, [(ir.Evaluate, visit), (ir.TensorLoad, load)])
-    return not bad
+    if bad:
+        return False
+    # element loads (lse[j] in a T.Parallel): only when each value feeds a later wgmma
+    from .ws_stage_reads import stage_loads_reach_wgmma
+
+    return not loads or stage_loads_reach_wgmma(planner, list(rest), list(mapping))
 
 
 def _issue_copy(t: TmaCopy, tile_mb, stage, k, k_value, bar_ptr):

@@ -295,11 +295,16 @@ def register_split(threads: int):
     small enough that every thread may already hold the maximum (``threads + 128 < 384``).
     Measured on the H200 (session 5): two resident blocks of 128 + 128 threads with 216/40
     registers ran the 128x128 GEMM slower (0.87-0.89x torch) than one block without
-    ``setmaxnreg`` (0.92-0.96x), and FlashAttention the same."""
+    ``setmaxnreg`` (0.92-0.96x), and FlashAttention the same.
+
+    The producer keeps 24 registers (FlashAttention-3's split for two consumer warpgroups,
+    240/24): at 232 (producer 40) ptxas serialized the wgmmas of the FlashAttention backward
+    (warning C7512, 116 bytes spilled); at 240 it does not (76 bytes of loop-invariant
+    addresses spilled). The producer loop only computes TMA coordinates."""
     total = threads + PRODUCER_THREADS
     if total < 384:
         return None
-    producer = 40 if threads <= 256 else 24
+    producer = 24
     consumer = min(240, (65536 - PRODUCER_THREADS * producer) // threads // 8 * 8)
     return consumer, producer
 
