@@ -120,7 +120,7 @@ def _elementwise_after_last_wgmma(block=64, dim=64, use_in_gemm=False):
         w: T.Tensor((128, dim), "float16"),
         out: T.Tensor((128, 1024), "float32"),
     ):
-        with T.Kernel(1, threads=256) as bx:
+        with T.Kernel(1, threads=256) as _bx:
             w_shared = T.alloc_shared([128, dim], "float16")
             q_shared = T.alloc_shared([block, dim], "float16")
             s_shared = T.alloc_shared([block], "float32")
