@@ -13,9 +13,10 @@ varlen) or ``aten._flash_attention_forward`` with ``cu_seqlens``; varlen also sh
 ratio = reference ms / ours ms (above 1: ours faster). A failing row or reference prints FAILED
 with the error and the run goes on. Every row checks ours against the first reference that ran
 (relative error of the output, or of dQ/dK/dV) before timing. ``--sweep`` adds forward rows
-for other block configs, and backward rows (bhsd) for other backward block configs. The
-``ws`` backward row reads lse/Delta from global memory so that its loop is warp-specialized
-with TMA loads (``stats_from_global`` of ``example_mha_bwd_bhsd.flashattn_bwd``).
+for other block configs, and backward rows (bhsd) for other backward block configs. Every
+backward row is warp-specialized on sm_90a (TMA Q/dO and 1-d TMA lse/Delta boxes); the
+``ws`` row reads lse/Delta from global memory instead (``stats_from_global`` of
+``example_mha_bwd_bhsd.flashattn_bwd``), for comparison.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ BWD_SWEEP = (  # (block_M, block_N, num_stages, threads, stats_from_global) of t
     (64, 32, 2, 128, False),
     (64, 32, 2, 256, False),
 )
-#: the warp-specialized backward (lse/Delta read from global memory, TMA Q/dO), head dim 128
+#: the backward with lse/Delta read from global memory (no lse/Delta tiles), head dim 128
 BWD_WS = (128, 64, 2, 256, True)
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),

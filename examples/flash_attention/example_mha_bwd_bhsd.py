@@ -185,11 +185,10 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
 
     ``stats_from_global``: read ``lse`` and ``Delta`` straight from global memory in the
     elementwise loops (L1-cached, each thread its own columns) instead of copying them to
-    shared tiles; the loop's only copies are then the 2-d Q and dO tiles, so on sm_90a it is
-    warp-specialized with TMA loads (1-d tiles cannot be TMA boxes). Off by default: not yet
-    measured on the GPU, and a specialized loop whose dS K gemm stays on mma.sync (32-row
-    blocks, or head dim 64) reads a transposed tile with ldmatrix, the case
-    ``warp_specialize_auto`` notes as wrong on the H200."""
+    shared tiles. Either way the loop is warp-specialized on sm_90a: by default lse/Delta
+    arrive as 1-d TMA boxes in the same stages as Q and dO (their element reads feed the
+    wgmma gemms, which ``ws_stage_reads`` checks before it lets the stage be released).
+    Off by default: kept to compare the two on the GPU (``flash_attention_variants.py``)."""
     sm_scale = (1.0 / dim) ** 0.5
     scale = sm_scale * LOG2E
     shape = [batch, heads, seq_len, dim]

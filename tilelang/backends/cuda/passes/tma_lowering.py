@@ -195,7 +195,9 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
     still in flight, and the producer's next TMA load overwrites the stage under them: on
     the H200 an ldmatrix/mma.sync GEMM lost exactly the rows its last two ldmatrix calls
     read (the SASS shows the arrive right after them, before the mmas). Such loops keep
-    the schedule without specialization."""
+    the schedule without specialization. Exceptions: an mma.sync gemm that reads no
+    pipelined tile, and element loads (``lse[j]`` in a ``T.Parallel``) whose values all
+    feed a later wgmma gemm (``ws_stage_reads``: the wgmma's wait orders them)."""
     import tvm_ffi
 
     from ....lowering.region import RegionView

@@ -39,7 +39,8 @@ Conditions (else the loop keeps the non-specialized TMA schedule, or cp.async wh
 not asked for explicitly): it is the kernel's only pipelined loop and a top-level statement
 of the kernel body; its pipelined tiles are read only by wgmma gemms (after ordinary reads
 such as ldmatrix, ptxas may issue the consumer's arrive before the reads complete and the
-next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_readers``);
+next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_readers``),
+or by element loads whose values feed a later wgmma of the iteration (``ws_stage_reads``);
 no explicit Hopper ops in the body; ``T`` is a multiple of 128;
 the producer's copies depend only on block indices, parameters and binds before the loop
 that read no tensor. The pass config ``tl.disable_warp_specialized`` turns it off.
