@@ -40,6 +40,7 @@ from example_loader import load_example  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 BWD_BHSD = "flash_attention/example_mha_bwd_bhsd.py"
+BWD_BSHD = "flash_attention/example_mha_bwd_bshd.py"
 GQA_BWD = "flash_attention/example_gqa_bwd.py"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
@@ -283,3 +284,38 @@ def test_bwd_bhsd_gpu(dim, causal):
 def test_gqa_bwd_gpu(causal):
     m = load_example(GQA_BWD)
     m.main(1, 8, 1000, 128, 128, 4, causal, device="cuda")
+
+
+@pytest.mark.parametrize("dq_layout", [False, True])
+def test_bwd_bshd_gpu_config_emulated(dq_layout, rng):
+    """The bshd example at its GPU config (``bwd_config``): warp-specialized with 1-d TMA
+    boxes; dQ row-major (tile atomics from the fragment) or permuted (element atomics),
+    causal, 72 positions, against float64 autograd."""
+    from test_gemm_wgmma_rs import emulate_rs
+
+    m = load_example(BWD_BSHD)
+    B, H, S, D = 1, 1, 72, 64
+    q, k, v, do = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(4))
+    tq, tk, tv, tdo = (torch.from_numpy(x) for x in (q, k, v, do))
+    o, lse = m.flashattn_fwd(B, H, S, D, True)(tq, tk, tv)
+    delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
+    func = m.flashattn_bwd.get_tir(B, H, S, D, True, dq_layout=dq_layout, **m.bwd_config(D))
+    lowered = pipeline.lower(func, SM90A)
+    script = lowered.script()
+    assert "named_barrier" in script and "tma_load_3d" in script
+    dq = np.zeros(q.shape, np.float32)
+    nan_k, nan_v = (np.full(x.shape, np.nan, np.float16) for x in (k, v))
+    arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, nan_k, nan_v)
+    dq = arrays[6]
+    if dq_layout:
+        dq = m.flashattn_bwd_postprocess(B, H, S, D)(torch.from_numpy(dq)).numpy()
+    ref = m.ref_program(tq, tk, tv, tdo, True)
+    for name, got, want in zip(("dQ", "dK", "dV"), (dq, arrays[7], arrays[8]), ref[1:]):
+        np.testing.assert_allclose(got.astype(np.float64), want.detach().numpy(), rtol=2e-2,
+                                   atol=2e-2, err_msg=name)  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_bwd_bshd_gpu(causal):
+    load_example(BWD_BSHD).main(2, 4, 1000, 128, causal, device="cuda")
