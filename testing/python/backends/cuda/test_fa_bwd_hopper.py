@@ -303,6 +303,8 @@ def test_bwd_bshd_gpu_config_emulated(dq_layout, rng):
     lowered = pipeline.lower(func, SM90A)
     script = lowered.script()
     assert "named_barrier" in script and "tma_load_3d" in script
+    # row-major dQ: float2 atomics (under the base pointer's alignment test); permuted: scalar
+    assert ("tl::AtomicAddx2" in script) == (not dq_layout)
     dq = np.zeros(q.shape, np.float32)
     nan_k, nan_v = (np.full(x.shape, np.nan, np.float16) for x in (k, v))
     arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, nan_k, nan_v)
@@ -319,3 +321,49 @@ def test_bwd_bshd_gpu_config_emulated(dq_layout, rng):
 @pytest.mark.parametrize("causal", [False, True])
 def test_bwd_bshd_gpu(causal):
     load_example(BWD_BSHD).main(2, 4, 1000, 128, causal, device="cuda")
+
+
+# ------------------------------------------------------------------ float2 atomics
+def _gemm_atomic(M, N, K, rows):
+    @T.prim_func
+    def main(
+        a: T.Tensor((M, K), "float16"), b: T.Tensor((N, K), "float16"),
+        out: T.Tensor((rows, N), "float32"),
+    ):  # fmt: skip
+        with T.Kernel(1, threads=128) as _bx:
+            a_s = T.alloc_shared([M, K], "float16")
+            b_s = T.alloc_shared([N, K], "float16")
+            acc = T.alloc_fragment([M, N], "float32")
+            T.copy(a, a_s)
+            T.copy(b, b_s)
+            T.gemm(a_s, b_s, acc, transpose_B=True, clear_accum=True)
+            T.atomic_add(out[0:M, 0:N], acc)
+
+    return main
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_fragment_atomic_add_float2_emulated(aligned, rng):
+    """A wgmma accumulator added into a float32 tensor whose rows end before the tile's
+    (50 of 64): one ``tl::AtomicAddx2`` per column pair when the base pointer is 8-byte
+    aligned, the scalar atomics otherwise; both add every element once (twice-run check)."""
+    from test_gemm_wgmma_rs import RSMachine
+
+    M, N, K, rows = 64, 64, 32, 50
+    lowered = pipeline.lower(_gemm_atomic(M, N, K, rows), SM90A)
+    script = lowered.script()
+    assert "tl::AtomicAddx2" in script and "tl::is_aligned" in script
+    assert "tl::AtomicAddx2" not in pipeline.lower(_gemm_atomic(M, N, K, rows), {
+        "kind": "cuda", "arch": "sm_80"}).script()  # fmt: skip
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((N, K)).astype(np.float16)
+    start = rng.standard_normal((rows, N)).astype(np.float32)
+    arrays = [a, b, start.copy()]
+    for _ in range(2):
+        m = RSMachine(lowered, arrays)
+        m.aligned = aligned
+        m.run(lowered.body, True)
+        m.finish()
+        arrays = m.arrays if hasattr(m, "arrays") else arrays
+    want = start + 2 * (a.astype(np.float64) @ b.astype(np.float64).T)[:rows]
+    np.testing.assert_allclose(arrays[2], want, rtol=1e-3, atol=1e-2)
