@@ -81,7 +81,7 @@ def lower_atomic_cuda(v, ctx):
 
 
 def _from_fragment(v, src, dst, sa, da, ctx):
-    layout, local = ctx.get_layout(src.tensor), ctx.local_of(src.tensor)
+    layout = ctx.get_layout(src.tensor)
     for b in src.begins:
         if b is not None and not (isinstance(b, ir.IntImm) and b.value == 0):
             raise errors.compile_error(
