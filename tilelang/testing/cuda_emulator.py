@@ -38,6 +38,7 @@ from tvm_tirx.ir.prim import expr as P
 from ..lowering.stmt import launch_of
 from . import cuda_emulator_tma as _tma
 from . import cuda_emulator_ws as _ws
+from .cuda_emulator_atomic import atomic_add_x2
 from .cuda_emulator_mma import (  # noqa: F401 - re-exported (tests use them from here)
     MMA_SHAPES,
     _is_tf32,
@@ -396,7 +397,7 @@ class _Machine:
         if fname in ATOMICS:
             return self._atomic(fname, args, mask)
         if fname == "tl::AtomicAddx2":
-            return self._atomic_x2(fname, args, mask)
+            return atomic_add_x2(self, fname, args, mask)
         if fname.startswith("tl::cp_async_gs"):
             return self._cp_async(fname, args, mask)
         if fname.startswith(("tl::cp_async_commit", "tl::cp_async_wait")):
@@ -673,24 +674,6 @@ class _Machine:
         ufunc = ATOMICS[fname]
         ufunc.at(b.data, flat[active], value[active])
         return old
-
-    def _atomic_x2(self, fname, args, mask):
-        """``tl::AtomicAddx2(&x[i], a, b)``: x[i] += a, x[i + 1] += b (8-byte aligned pair)."""
-        addr = args[0]
-        if not (isinstance(addr, ir.Call) and addr.op.name == "tirx.address_of"):
-            raise EmulationError(f"{fname}: unsupported address {addr}")
-        load = addr.args[0]
-        b = self.buf(load.source)
-        if b.data.dtype != np.float32:
-            raise EmulationError(f"{fname}: float32 pairs only, got {b.data.dtype}")
-        flat, active = self.flat(b, load.indices, mask, fname)
-        row = int(self.scalar(b.shape[-1]))
-        if np.any(flat[active] % 2) or np.any(flat[active] % row == row - 1):
-            raise EmulationError(f"{fname}: a pair that is not 8-byte aligned in its row")
-        for k, arg in enumerate(args[1:3]):
-            value = np.broadcast_to(self.eval(arg, mask), (self.lanes,)).astype(b.data.dtype)
-            np.add.at(b.data, flat[active] + k, value[active])
-        return None
 
     # ------------------------------------------------------------------ statements
     def run(self, stmt, mask):
