@@ -148,7 +148,8 @@ class _Taints:
     def tile_op(self, stmt, op, call):
         view = op.view(call)
         if self.planner._reader_of(stmt) is not None:  # a wgmma gemm: discharge
-            for name in ("A", "B", "C"):
+            read = ("A", "B") if getattr(view, "clear_accum", False) else ("A", "B", "C")
+            for name in read:  # (a cleared accumulator is not read)
                 t = _operand_tensor(getattr(view, name))
                 if t is not None:
                     self.live -= self.of.get(_handle(t), set())
