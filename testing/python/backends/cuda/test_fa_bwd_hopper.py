@@ -112,7 +112,8 @@ def test_1d_tile_tma_emulated(rng):
 # ------------------------------------------------------------------ the release check
 def _elementwise_after_last_wgmma(block=64, dim=64, use_in_gemm=False):
     """A loop with a pipelined Q tile (wgmma) and a 1-d ``s`` tile read elementwise; ``s``
-    feeds the gemm's register operand only with ``use_in_gemm``."""
+    feeds the gemm's register operand with ``use_in_gemm=True``, only an accumulator that the
+    next gemm clears with ``"cleared"``, only a global store otherwise."""
 
     @T.prim_func
     def main(
@@ -134,7 +135,12 @@ def _elementwise_after_last_wgmma(block=64, dim=64, use_in_gemm=False):
                 T.copy(q[k * block : (k + 1) * block, :], q_shared)
                 T.copy(s[k * block : (k + 1) * block], s_shared)
                 T.gemm(w_shared, q_shared, acc, transpose_B=True, clear_accum=True)
-                if use_in_gemm:
+                if use_in_gemm == "cleared":
+                    for i, j in T.Parallel(128, dim):
+                        acc2[i, j] = acc2[i, j] + s_shared[j % block]
+                    T.gemm(w_shared, q_shared, acc2, clear_accum=True)
+                    T.copy(acc, out[:, k * block : (k + 1) * block])
+                elif use_in_gemm:
                     for i, j in T.Parallel(128, block):
                         p[i, j] = acc[i, j] * s_shared[j]
                     T.gemm(p, q_shared, acc2)
@@ -148,14 +154,14 @@ def _elementwise_after_last_wgmma(block=64, dim=64, use_in_gemm=False):
     return main
 
 
-@pytest.mark.parametrize("use_in_gemm", [True, False])
+@pytest.mark.parametrize("use_in_gemm", [True, False, "cleared"])
 def test_release_check_decides_specialization(use_in_gemm):
     lowered = tilelang.lower(_elementwise_after_last_wgmma(use_in_gemm=use_in_gemm), SM90A)
     notes = " | ".join(_tma_notes(lowered))
-    if use_in_gemm:
+    if use_in_gemm is True:
         assert "warp-specialized (" in notes and "s -> s_shared: TMA" in notes, notes
     else:  # the s values reach only a global store after the last wgmma: not provable
-        assert "warp-specialized (" not in notes and "cp.async" in notes, notes
+        assert "warp-specialized (" not in notes and "cp.async" in notes, notes  # not provable
 
 
 # ------------------------------------------------------------------ the backward's decisions
