@@ -55,6 +55,8 @@ BWD_SWEEP = (  # (block_M, block_N, num_stages, threads, stats_from_global) of t
 )
 #: the backward with lse/Delta read from global memory (no lse/Delta tiles), head dim 128
 BWD_WS = (128, 64, 2, 256, True)
+#: the default backward with dQ accumulated row-major (float2 atomics), head dim 128
+BWD_DQ_ROWS = (128, 64, 2, 256, False, False)
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -261,7 +263,7 @@ def bwd_rows(table, args):
     dev = args.device
     b, h, s = args.batch, args.heads, args.seq
     cases = [("bhsd", dim, 1, None) for dim in (64, 128, 256)] + [("gqa", 128, 4, None)]
-    cases.append(("bhsd", 128, 1, BWD_WS))
+    cases += [("bhsd", 128, 1, BWD_WS), ("bhsd", 128, 1, BWD_DQ_ROWS)]
     if args.sweep:
         cases += [("bhsd", dim, 1, c) for dim in (64, 128, 256) for c in BWD_SWEEP]
     default_bwd_config = bwd_bhsd.bwd_config
@@ -272,10 +274,12 @@ def bwd_rows(table, args):
             # a sweep row: the autograd Function takes its backward blocks from bwd_config
             bwd_bhsd.bwd_config = default_bwd_config
             if sweep is not None:
-                bm, bn, st, th, from_global = sweep
+                bm, bn, st, th, from_global, *rest = sweep
+                dq_layout = rest[0] if rest else True
                 label += f" {bm}x{bn}/{th}t/{st}s" + (" ws" if from_global else "")
+                label += "" if dq_layout else " dq rows"
                 config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
-                              stats_from_global=from_global)  # fmt: skip
+                              stats_from_global=from_global, dq_layout=dq_layout)  # fmt: skip
                 bwd_bhsd.bwd_config = lambda dim, config=config: config
             try:
                 if layout == "bhsd":

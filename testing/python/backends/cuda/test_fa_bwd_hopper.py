@@ -189,7 +189,7 @@ def test_bwd_bhsd_decision_odd_length():
 
 
 # ------------------------------------------------------------------ emulation
-def _emulated_bwd(m, causal, rng, S, D, boxes_1d=True):
+def _emulated_bwd(m, causal, rng, S, D, boxes_1d=True, dq_layout=True):
     from test_gemm_wgmma_rs import emulate_rs
 
     B, H = 1, 1
@@ -197,20 +197,27 @@ def _emulated_bwd(m, causal, rng, S, D, boxes_1d=True):
     tq, tk, tv, tdo = (torch.from_numpy(x) for x in (q, k, v, do))
     o, lse = m.flashattn_fwd(B, H, S, D, causal)(tq, tk, tv)
     delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
-    func = m.flashattn_bwd.get_tir(B, H, S, D, causal, **m.bwd_config(D))
+    func = m.flashattn_bwd.get_tir(B, H, S, D, causal, **m.bwd_config(D), dq_layout=dq_layout)
     lowered = pipeline.lower(func, SM90A)
     script = lowered.script()
     assert "named_barrier" in script  # specialized
+    assert ("tl::AtomicAddx2" in script) == (not dq_layout)
     assert ("tma_load_3d" in script) == boxes_1d  # lse/Delta as 1-d boxes
     dq = np.zeros(m.dq_accum_shape(B, H, S, D), np.float32)
     nan_k, nan_v = (np.full(x.shape, np.nan, np.float16) for x in (k, v))
     arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, nan_k, nan_v)
-    dq16 = m.flashattn_bwd_postprocess(B, H, S, D)(torch.from_numpy(arrays[6]))
+    post = m.flashattn_bwd_postprocess(B, H, S, D, dq_layout=dq_layout)
+    dq16 = post(torch.from_numpy(arrays[6]))
     ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, causal),
                    [x.double() for x in (tq, tk, tv)], tdo)  # fmt: skip
     for name, got, want in zip(("dQ", "dK", "dV"), (dq16.numpy(), arrays[7], arrays[8]), ref[1:]):
         np.testing.assert_allclose(got.astype(np.float64), want.numpy(), rtol=2e-2, atol=2e-2,
                                    err_msg=name)  # fmt: skip
+
+
+def test_bwd_bhsd_dq_rows_emulated(rng):
+    """``dq_layout=False``: dQ accumulated row-major with float2 atomics (d=128, causal)."""
+    _emulated_bwd(load_example(BWD_BHSD), True, rng, 140, 128, dq_layout=False)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -290,6 +297,27 @@ def test_bwd_builds_with_nvcc_no_spills():
 def test_bwd_bhsd_gpu(dim, causal):
     m = load_example(BWD_BHSD)
     m.main(2, 4, 1000, dim, causal, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_bwd_bhsd_dq_rows_gpu(causal):
+    """The row-major dQ variant (float2 atomics) against torch float64 autograd on the GPU."""
+    m = load_example(BWD_BHSD)
+    B, H, S, D = 2, 4, 1000, 128
+    q, k, v, do = (torch.randn(B, H, S, D, dtype=torch.half, device="cuda") for _ in range(4))
+    o, lse = m.flashattn_fwd(B, H, S, D, causal, **m.fwd_config(D))(q, k, v)
+    delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, do)
+    kernel = m.flashattn_bwd(B, H, S, D, causal, **m.bwd_config(D), dq_layout=False)
+    dq = torch.zeros(m.dq_accum_shape(B, H, S, D), dtype=torch.float32, device="cuda")
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    kernel(q, k, v, do, lse, delta, dq, dk, dv)
+    dq16 = m.flashattn_bwd_postprocess(B, H, S, D, dq_layout=False)(dq)
+    ref = m._grads(
+        lambda a, b, c: m.ref_program(a, b, c, causal), [x.double() for x in (q, k, v)], do
+    )
+    for name, got, want in zip(("dQ", "dK", "dV"), (dq16, dk, dv), ref[1:]):
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2, msg=name)
 
 
 @pytest.mark.cuda
