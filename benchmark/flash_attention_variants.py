@@ -5,7 +5,8 @@
 
 Rows: bhsd forward at head dims 64/128/256; GQA forward (bshd, 32 query heads on 4 K/V heads);
 variable-length forward (``cu_seqlens``, lengths drawn in [seq/2, seq]); backward (dQ, dK, dV
-of bhsd at 64/128/256 and of GQA) against SDPA's backward; each non-causal and causal.
+of bhsd at 64/128/256, of GQA, and of bshd at 128 with dQ accumulated row-major (float2
+atomics) or in ``make_dq_layout``'s order) against SDPA's backward; each non-causal and causal.
 References, each where torch offers it: SDPA restricted to the cuDNN backend, SDPA restricted
 to the FLASH backend, and for varlen ``torch.nn.attention.varlen.varlen_attn`` (FlashAttention-2
 varlen) or ``aten._flash_attention_forward`` with ``cu_seqlens``; varlen also shows padded SDPA
@@ -13,9 +14,10 @@ varlen) or ``aten._flash_attention_forward`` with ``cu_seqlens``; varlen also sh
 ratio = reference ms / ours ms (above 1: ours faster). A failing row or reference prints FAILED
 with the error and the run goes on. Every row checks ours against the first reference that ran
 (relative error of the output, or of dQ/dK/dV) before timing. ``--sweep`` adds forward rows
-for other block configs, and backward rows (bhsd) for other backward block configs. The
-``ws`` backward row reads lse/Delta from global memory so that its loop is warp-specialized
-with TMA loads (``stats_from_global`` of ``example_mha_bwd_bhsd.flashattn_bwd``).
+for other block configs, and backward rows (bhsd) for other backward block configs. Every
+backward row is warp-specialized on sm_90a (TMA Q/dO and 1-d TMA lse/Delta boxes); the
+``ws`` row reads lse/Delta from global memory instead (``stats_from_global`` of
+``example_mha_bwd_bhsd.flashattn_bwd``), for comparison.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import example_gqa_bwd as gqa_bwd  # noqa: E402
 import example_gqa_fwd_bshd as gqa_fwd  # noqa: E402
 import example_gqa_fwd_varlen as gqa_varlen  # noqa: E402
 import example_mha_bwd_bhsd as bwd_bhsd  # noqa: E402
+import example_mha_bwd_bshd as bwd_bshd  # noqa: E402
 import example_mha_fwd_bhsd as fwd_bhsd  # noqa: E402
 from varlen_utils import make_varlen_inputs, random_seqlens  # noqa: E402
 
@@ -50,8 +53,10 @@ BWD_SWEEP = (  # (block_M, block_N, num_stages, threads, stats_from_global) of t
     (64, 32, 2, 128, False),
     (64, 32, 2, 256, False),
 )
-#: the warp-specialized backward (lse/Delta read from global memory, TMA Q/dO), head dim 128
+#: the backward with lse/Delta read from global memory (no lse/Delta tiles), head dim 128
 BWD_WS = (128, 64, 2, 256, True)
+#: the default backward with dQ accumulated row-major (float2 atomics), head dim 128
+BWD_DQ_ROWS = (128, 64, 2, 256, False, False)
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -258,7 +263,7 @@ def bwd_rows(table, args):
     dev = args.device
     b, h, s = args.batch, args.heads, args.seq
     cases = [("bhsd", dim, 1, None) for dim in (64, 128, 256)] + [("gqa", 128, 4, None)]
-    cases.append(("bhsd", 128, 1, BWD_WS))
+    cases += [("bhsd", 128, 1, BWD_WS), ("bhsd", 128, 1, BWD_DQ_ROWS)]
     if args.sweep:
         cases += [("bhsd", dim, 1, c) for dim in (64, 128, 256) for c in BWD_SWEEP]
     default_bwd_config = bwd_bhsd.bwd_config
@@ -269,10 +274,12 @@ def bwd_rows(table, args):
             # a sweep row: the autograd Function takes its backward blocks from bwd_config
             bwd_bhsd.bwd_config = default_bwd_config
             if sweep is not None:
-                bm, bn, st, th, from_global = sweep
+                bm, bn, st, th, from_global, *rest = sweep
+                dq_layout = rest[0] if rest else True
                 label += f" {bm}x{bn}/{th}t/{st}s" + (" ws" if from_global else "")
+                label += "" if dq_layout else " dq rows"
                 config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
-                              stats_from_global=from_global)  # fmt: skip
+                              stats_from_global=from_global, dq_layout=dq_layout)  # fmt: skip
                 bwd_bhsd.bwd_config = lambda dim, config=config: config
             try:
                 if layout == "bhsd":
@@ -315,6 +322,70 @@ def bwd_rows(table, args):
 
             table.row(label, flops, ours, refs, check, tol=2e-2)
     bwd_bhsd.bwd_config = default_bwd_config
+    bshd_bwd_rows(table, args)
+
+
+def _bshd_backward(q, k, v, do, causal, dq_layout, device):
+    """A callable running the bshd example's backward kernels (Delta, dK/dV/dQ, dQ to fp16)
+    on fixed inputs; the forward (O and the LSE) runs once, here."""
+    b, s, h, d = q.shape
+    o, lse = bwd_bshd.flashattn_fwd(b, h, s, d, causal)(q, k, v)
+    pre = bwd_bshd.flashattn_bwd_preprocess(b, h, s, d)
+    if device == "cuda":
+        config = bwd_bshd.bwd_config(d)
+    else:
+        config = dict(block_M=64, block_N=64, threads=128, num_stages=1)
+    kernel = bwd_bshd.flashattn_bwd(b, h, s, d, causal, dq_layout=dq_layout, **config)
+    post = bwd_bshd.flashattn_bwd_postprocess(b, h, s, d) if dq_layout else None
+
+    def run():
+        delta = pre(o, do)
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        kernel(q, k, v, do, lse, delta, dq, dk, dv)
+        return (post(dq) if dq_layout else dq.to(torch.float16)), dk, dv
+
+    return run
+
+
+def bshd_bwd_rows(table, args):
+    """bshd backward (``example_mha_bwd_bshd``): dQ accumulated row-major (float2 atomics on
+    sm_90) or in ``make_dq_layout``'s order (scalar atomics, then the postprocess kernel)."""
+    dev = args.device
+    b, h, s, dim = args.batch, args.heads, args.seq, 128
+    if s % 8:
+        return  # make_dq_layout needs whole groups of 8 rows
+    for causal in (False, True):
+        flops = 5 * 2.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
+        q, k, v, do = (torch.randn(b, s, h, dim, device=dev, dtype=torch.float16)
+                       for _ in range(4))  # fmt: skip
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+
+        def ref_fn(q, k, v, c=causal):
+            return F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=c
+            ).transpose(1, 2)
+
+        refs = []
+        for backend in ("cudnn", "flash"):
+            try:
+                with sdpa_backend(backend):
+                    fn = _grad_fn(ref_fn, leaves, do)
+                refs.append((backend, fn, lambda b=backend: sdpa_backend(b)))
+            except Exception as err:  # noqa: BLE001 - forward of this backend failed
+                print(f"{'':<44} ({backend} forward FAILED: {type(err).__name__}: {str(err)[:80]})")
+
+        def check(got, want):
+            return max(rel_err(g, w) for g, w in zip(got, want))
+
+        for dq_layout in (False, True):
+            label = f"bwd bshd d={dim} causal={causal} " + ("dq_layout" if dq_layout else "dq rows")
+            try:
+                ours = _bshd_backward(q, k, v, do, causal, dq_layout, dev)
+            except Exception as err:  # noqa: BLE001
+                print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+                continue
+            table.row(label, flops, ours, refs, check, tol=2e-2)
 
 
 def main():

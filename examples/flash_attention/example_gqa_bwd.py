@@ -242,8 +242,12 @@ def _bwd_program(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M, block
             dq = T.alloc_fragment([block_N, dim_qk], accum)
             dv = T.alloc_fragment([block_M, dim_v], accum)
             dk = T.alloc_fragment([block_M, dim_qk], accum)
-            dv_shared = T.alloc_shared([block_M, dim_v], dkv_dtype)
-            dk_shared = T.alloc_shared([block_M, dim_qk], dkv_dtype)
+            # atomics (groups > 1) go from the fragments: two float32 staging tiles would not
+            # fit next to the pipelined ones once the loop is warp-specialized on sm_90a
+            staged = split or groups == 1
+            if staged:
+                dv_shared = T.alloc_shared([block_M, dim_v], dkv_dtype)
+                dk_shared = T.alloc_shared([block_M, dim_qk], dkv_dtype)
 
             T.annotate_layout({dQ: make_dq_layout(dQ)})
             T.copy(K[bz, by * block_M : (by + 1) * block_M, bx // groups, :], K_shared)
@@ -284,8 +288,9 @@ def _bwd_program(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M, block
                 T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
                 for i, j in T.Parallel(block_N, dim_qk):
                     T.atomic_add(dQ[bz, k * block_N + i, bx, j], dq[i, j])
-            T.copy(dv, dv_shared)
-            T.copy(dk, dk_shared)
+            if staged:
+                T.copy(dv, dv_shared)
+                T.copy(dk, dk_shared)
             if split:
                 T.copy(
                     dv_shared,
@@ -299,8 +304,8 @@ def _bwd_program(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M, block
                 T.copy(dv_shared, dV[bz, by * block_M : (by + 1) * block_M, bx, :])
                 T.copy(dk_shared, dK[bz, by * block_M : (by + 1) * block_M, bx, :])
             else:
-                T.atomic_add(dV[bz, by * block_M : (by + 1) * block_M, bx // groups, :], dv_shared)
-                T.atomic_add(dK[bz, by * block_M : (by + 1) * block_M, bx // groups, :], dk_shared)
+                T.atomic_add(dV[bz, by * block_M : (by + 1) * block_M, bx // groups, :], dv)
+                T.atomic_add(dK[bz, by * block_M : (by + 1) * block_M, bx // groups, :], dk)
 
     return flash_bwd
 

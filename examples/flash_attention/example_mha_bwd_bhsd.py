@@ -159,8 +159,9 @@ def make_dq_layout(dQ):
 
 
 @tilelang.jit(out_idx=[1])
-def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128):
-    """The float32 dQ accumulator (``make_dq_layout`` order) -> row-major float16."""
+def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128, dq_layout=True):
+    """The float32 dQ accumulator (``make_dq_layout`` order, or row-major with
+    ``dq_layout=False``) -> row-major float16."""
 
     @T.prim_func
     def flash_bwd_post(
@@ -168,7 +169,8 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128)
         dQ_out: T.Tensor([batch, heads, seq_len, dim], "float16"),
     ):
         with T.Kernel(T.ceildiv(seq_len, block), heads, batch, threads=threads) as (bx, by, bz):
-            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            if dq_layout:
+                T.annotate_layout({dQ: make_dq_layout(dQ)})
             T.copy(
                 dQ[bz, by, bx * block : (bx + 1) * block, :],
                 dQ_out[bz, by, bx * block : (bx + 1) * block, :],
@@ -179,17 +181,20 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128)
 
 @tilelang.jit
 def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32, threads=128,
-                  num_stages=2, stats_from_global=False):  # fmt: skip
+                  num_stages=2, stats_from_global=False, dq_layout=True):  # fmt: skip
     """``kernel(Q, K, V, dO, lse, Delta, dQ, dK, dV)``; dQ float32 of ``dq_accum_shape``,
     zeroed by the caller; dK, dV float16.
 
+    ``dq_layout``: dQ accumulated in ``make_dq_layout``'s order, one scalar atomic per
+    element (upstream's); False: row-major, added from the fragment with one float2 atomic
+    per column pair on sm_90 (``flashattn_bwd_postprocess`` takes the same flag).
+
     ``stats_from_global``: read ``lse`` and ``Delta`` straight from global memory in the
     elementwise loops (L1-cached, each thread its own columns) instead of copying them to
-    shared tiles; the loop's only copies are then the 2-d Q and dO tiles, so on sm_90a it is
-    warp-specialized with TMA loads (1-d tiles cannot be TMA boxes). Off by default: not yet
-    measured on the GPU, and a specialized loop whose dS K gemm stays on mma.sync (32-row
-    blocks, or head dim 64) reads a transposed tile with ldmatrix, the case
-    ``warp_specialize_auto`` notes as wrong on the H200."""
+    shared tiles. Either way the loop is warp-specialized on sm_90a: by default lse/Delta
+    arrive as 1-d TMA boxes in the same stages as Q and dO (their element reads feed the
+    wgmma gemms, which ``ws_stage_reads`` checks before it lets the stage be released).
+    Off by default: kept to compare the two on the GPU (``flash_attention_variants.py``)."""
     sm_scale = (1.0 / dim) ** 0.5
     scale = sm_scale * LOG2E
     shape = [batch, heads, seq_len, dim]
@@ -229,7 +234,8 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
             dv_shared = T.alloc_shared([block_M, dim], dtype)
             dk_shared = T.alloc_shared([block_M, dim], dtype)
 
-            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            if dq_layout:
+                T.annotate_layout({dQ: make_dq_layout(dQ)})
             T.copy(K[bz, bx, by * block_M : (by + 1) * block_M, :], K_shared)
             T.copy(V[bz, bx, by * block_M : (by + 1) * block_M, :], V_shared)
             T.clear(dv)
@@ -273,8 +279,11 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                 T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
                 T.copy(dsT_cast, dsT_shared)
                 T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
-                for i, j in T.Parallel(block_N, dim):
-                    T.atomic_add(dQ[bz, bx, k * block_N + i, j], dq[i, j])
+                if dq_layout:
+                    for i, j in T.Parallel(block_N, dim):
+                        T.atomic_add(dQ[bz, bx, k * block_N + i, j], dq[i, j])
+                else:
+                    T.atomic_add(dQ[bz, bx, k * block_N : (k + 1) * block_N, :], dq)
             T.copy(dv, dv_shared)
             T.copy(dk, dk_shared)
             T.copy(dv_shared, dV[bz, bx, by * block_M : (by + 1) * block_M, :])
@@ -310,12 +319,14 @@ class _attention(torch.autograd.Function):
         batch, heads, seq_len, dim = q.shape
         do = do.contiguous()
         delta = flashattn_bwd_preprocess(batch, heads, seq_len, dim)(o, do)
-        kernel = flashattn_bwd(batch, heads, seq_len, dim, ctx.causal,
-                               **_config_for(q, bwd_config(dim)))  # fmt: skip
+        config = _config_for(q, bwd_config(dim))
+        kernel = flashattn_bwd(batch, heads, seq_len, dim, ctx.causal, **config)
         dq = q.new_zeros(dq_accum_shape(batch, heads, seq_len, dim), dtype=torch.float32)
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         kernel(q, k, v, do, lse, delta, dq, dk, dv)
-        dq = flashattn_bwd_postprocess(batch, heads, seq_len, dim)(dq)
+        post = flashattn_bwd_postprocess(batch, heads, seq_len, dim,
+                                         dq_layout=config.get("dq_layout", True))  # fmt: skip
+        dq = post(dq)
         return dq, dk, dv, None
 
 

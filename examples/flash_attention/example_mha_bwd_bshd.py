@@ -130,12 +130,23 @@ def make_dq_layout(dQ):
     )
 
 
+def bwd_config(dim):
+    """GPU block sizes of the backward kernel by head dim (those of
+    ``example_mha_bwd_bhsd.bwd_config``: on sm_90a every gemm on wgmma at head dim 128, the
+    loop warp-specialized with TMA Q/dO and 1-d TMA lse/Delta boxes)."""
+    if dim <= 128:
+        return dict(block_M=128, block_N=64, threads=256, num_stages=2)
+    return dict(block_M=64, block_N=32, threads=256, num_stages=2)
+
+
 @tilelang.jit
 def flashattn_bwd(
-    batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, threads=128, dq_layout=False
-):
+    batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, threads=128, dq_layout=False,
+    num_stages=1,
+):  # fmt: skip
     """dQ (float32, accumulated: zero it first), dK and dV; one block per ``block_M`` keys.
-    ``dq_layout``: dQ is stored in ``make_dq_layout``'s order."""
+    ``dq_layout``: dQ is stored in ``make_dq_layout``'s order. :func:`bwd_config` gives
+    the block sizes used on a GPU."""
     sm_scale = (1.0 / dim) ** 0.5
     scale = sm_scale * LOG2E
     shape = [batch, seq_len, heads, dim]
@@ -177,7 +188,7 @@ def flashattn_bwd(
             T.clear(dk)
             # causal: query blocks before this key block see none of its keys
             first = by * block_M // block_N if is_causal else 0
-            for kk in T.Pipelined(T.ceildiv(seq_len, block_N) - first, num_stages=1):
+            for kk in T.Pipelined(T.ceildiv(seq_len, block_N) - first, num_stages=num_stages):
                 k = first + kk
                 T.copy(Q[bz, k * block_N : (k + 1) * block_N, bx, :], q)
                 T.gemm(K_shared, q, qkT, transpose_B=True, clear_accum=True)
@@ -233,8 +244,9 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128)
     return main
 
 
-def attention_backward(q, k, v, do, is_causal, block_M=64, block_N=64, dq_layout=False):
-    """(O, dQ, dK, dV) for fp16 bshd inputs, through the three (four) kernels."""
+def attention_backward(q, k, v, do, is_causal, block_M=None, block_N=None, dq_layout=False):
+    """(O, dQ, dK, dV) for fp16 bshd inputs, through the three (four) kernels. Block sizes:
+    :func:`bwd_config` on CUDA, 64 x 64 on 128 threads (one stage) elsewhere, unless given."""
     batch, seq_len, heads, dim = q.shape
     if dq_layout and seq_len % 8:
         raise ValueError(f"dq_layout=True needs seq_len ({seq_len}) to be a multiple of 8")
@@ -242,9 +254,12 @@ def attention_backward(q, k, v, do, is_causal, block_M=64, block_N=64, dq_layout
     delta = flashattn_bwd_preprocess(batch, heads, seq_len, dim)(o, do)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    kernel = flashattn_bwd(
-        batch, heads, seq_len, dim, is_causal, block_M, block_N, dq_layout=dq_layout
-    )
+    if q.device.type == "cuda":
+        config = bwd_config(dim)
+    else:
+        config = dict(block_M=64, block_N=64, threads=128, num_stages=1)
+    config.update({key: val for key, val in (("block_M", block_M), ("block_N", block_N)) if val})
+    kernel = flashattn_bwd(batch, heads, seq_len, dim, is_causal, dq_layout=dq_layout, **config)
     kernel(q, k, v, do, lse, delta, dq, dk, dv)
     if dq_layout:
         return o, flashattn_bwd_postprocess(batch, heads, seq_len, dim)(dq), dk, dv

@@ -333,8 +333,10 @@ def plan_tma_copy(view, layout, ctx) -> TmaCopy | str:
     rank = len(src.shape)
     if not 1 <= rank <= 5:
         return f"a rank-{rank} global tensor"
+    if len(dst.shape) == 1:  # a 1-d tile (FlashAttention's lse/Delta): one box of 1 row
+        return _plan_1d(src, dst, rank, bits, ctx)
     if len(dst.shape) != 2:
-        return "the shared tile is not 2-d"
+        return "the shared tile is not 1-d or 2-d"
     tile = [_const(s) for s in dst.shape]
     if None in tile:
         return "the shared tile shape is not static"
@@ -345,11 +347,9 @@ def plan_tma_copy(view, layout, ctx) -> TmaCopy | str:
         return "the tile's columns do not run along the tensor's innermost axis"
     if [_const(src.extents[a]) for a in sa] != tile:
         return "the source region's extents differ from the tile's"
-    for stride in TensorMapSpec(
-        src.tensor, src.dtype, (1,) * rank, SwizzleMode.NONE
-    ).byte_strides():
-        if not ctx.prove(ir.prim.floormod(stride, 16) == 0):
-            return f"global byte stride {stride} is not provably a multiple of 16"
+    bad = _strides_ok(src, rank, ctx)
+    if bad is not None:
+        return bad
     layout = ctx_layout(ctx, dst.tensor)
     plan = plan_boxes(tile[0], tile[1], bits, layout)
     if isinstance(plan, str):
@@ -358,6 +358,50 @@ def plan_tma_copy(view, layout, ctx) -> TmaCopy | str:
     box[sa[0]], box[sa[1]] = plan.box_rows, plan.box_cols
     spec = TensorMapSpec(src.tensor, src.dtype, tuple(box), plan.mode)
     return TmaCopy(src, dst, spec, plan, sa[0], sa[1], bits)
+
+
+def _strides_ok(src, rank, ctx):
+    for stride in TensorMapSpec(
+        src.tensor, src.dtype, (1,) * rank, SwizzleMode.NONE
+    ).byte_strides():
+        if not ctx.prove(ir.prim.floormod(stride, 16) == 0):
+            return f"global byte stride {stride} is not provably a multiple of 16"
+    return None
+
+
+def _identity_1d(layout, n: int) -> bool:
+    try:
+        table = layout.forward_table()
+    except Exception:  # noqa: BLE001 - an unevaluable layout: no TMA
+        return False
+    return table.shape == (n, 1) and np.array_equal(table[:, 0], np.arange(n))
+
+
+def _plan_1d(src, dst, rank, bits, ctx) -> TmaCopy | str:
+    """A whole 1-d shared tile of ``n`` elements along the source's innermost axis as one
+    ``1 x n`` box without swizzle: ``n`` whole 16-byte vectors, at most :data:`MAX_BOX`, and
+    (so that every stage of a multi-buffered tile starts 128-byte aligned) a multiple of
+    128 bytes. The row axis of the plan is the next-to-innermost one (offset 0, box 1)."""
+    n = _const(dst.shape[0])
+    if n is None:
+        return "the shared tile shape is not static"
+    if _const(dst.begins[0]) != 0 or _const(dst.extents[0]) != n:
+        return "the copy does not fill the whole shared tile"
+    if src.nonunit_axes() != [rank - 1] or _const(src.extents[rank - 1]) != n:
+        return "the 1-d tile does not run along the tensor's innermost axis"
+    layout = ctx_layout(ctx, dst.tensor)
+    if layout is not None and not _identity_1d(layout, n):
+        return "the 1-d shared tile has a non-identity layout"
+    if n > MAX_BOX or (n * bits) % (128 * 8):
+        return f"a 1-d tile of {n * bits // 8} bytes (TMA here: multiples of 128, at most {MAX_BOX} elements)"
+    bad = _strides_ok(src, rank, ctx)
+    if bad is not None:
+        return bad
+    plan = BoxPlan(SwizzleMode.NONE, 1, n, ((0, 0, 0),))
+    box = [1] * rank
+    box[rank - 1] = n
+    spec = TensorMapSpec(src.tensor, src.dtype, tuple(box), plan.mode)
+    return TmaCopy(src, dst, spec, plan, max(rank - 2, 0), rank - 1, bits)
 
 
 def ctx_layout(ctx, tensor):

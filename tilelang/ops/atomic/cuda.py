@@ -81,25 +81,86 @@ def lower_atomic_cuda(v, ctx):
 
 
 def _from_fragment(v, src, dst, sa, da, ctx):
-    layout, local = ctx.get_layout(src.tensor), ctx.local_of(src.tensor)
+    layout = ctx.get_layout(src.tensor)
     for b in src.begins:
         if b is not None and not (isinstance(b, ir.IntImm) and b.value == 0):
             raise errors.compile_error(
                 f"T.atomic_{v.kind}: only whole fragments are supported on CUDA ({src.name})",
                 v.loc,
             )
+    pairs = _float_pairs(v, src, dst, sa, da, layout, ctx)
+    scalar = _fragment_loop(v, src, dst, sa, da, layout, ctx, pairs=False)
+    if not pairs:
+        return scalar
+    vector = _fragment_loop(v, src, dst, sa, da, layout, ctx, pairs=True)
+    align = getattr(dst.tensor.ty, "data_alignment", None)
+    if align is not None and int(align) % 8 == 0:
+        return vector
+    # tensors promise element alignment only: pairs where the base pointer is 8-byte aligned
+    aligned = _tirx.call_extern("tl::is_aligned", dst.tensor.data, ir.const(8, "int32"), ty="bool")
+    return ir.If(aligned, vector, scalar)
+
+
+def _fragment_loop(v, src, dst, sa, da, layout, ctx, pairs):
+    """The loop over a thread's fragment slots (or slot pairs) doing its atomics."""
+    local = ctx.local_of(src.tensor)
+    n = layout.get_local_size()
     lvar = ir.Var("al", "int32")
-    inner = ctx.with_range(lvar, 0, layout.get_local_size())
-    pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
+    inner = ctx.with_range(lvar, 0, n // 2 if pairs else n)
+    slot = lvar * 2 if pairs else lvar
+    pts = [inner.simplify(p) for p in fragment_points(layout, slot, ctx.thread_var)]
     d_idx = [inner.simplify(i) for i in dst.index({d: pts[s] for s, d in zip(sa, da)})]
     phys = physical(dst.tensor, d_idx, inner)
-    body = atomic_stmt(v.kind, dst.tensor, phys, ir.TensorLoad(local, [lvar]), v.loc)
+    if pairs:  # one vector atomic per pair of consecutive columns (sm_90+: float2)
+        address = _tirx.address_of(ir.TensorLoad(dst.tensor, list(phys)))
+        values = [ir.TensorLoad(local, [slot]), ir.TensorLoad(local, [slot + 1])]
+        body = ir.Evaluate(_tirx.call_extern("tl::AtomicAddx2", address, *values, ty="void"))
+    else:
+        body = atomic_stmt(v.kind, dst.tensor, phys, ir.TensorLoad(local, [lvar]), v.loc)
     body = _guarded(body, dst.tensor, d_idx, inner)
     if layout.get_replicate() > 1:
         body = ir.If(pts[-1] == 0, body, None)  # replica 0 only
     span = layout.get_thread_size()
     if span < ctx.threads:
         body = ir.If(ctx.thread_var < span, body, None)
-    n = layout.get_local_size()
-    kind = ir.ForKind.UNROLLED if n <= 64 else ir.ForKind.DEFAULT
-    return for_(lvar, n, body, kind, loc=v.loc)
+    count = n // 2 if pairs else n
+    kind = ir.ForKind.UNROLLED if count <= 64 else ir.ForKind.DEFAULT
+    return for_(lvar, count, body, kind, loc=v.loc)
+
+
+def _float_pairs(v, src, dst, sa, da, layout, ctx) -> bool:
+    """Whether the fragment's slots ``2m, 2m + 1`` hold, in every thread, two consecutive
+    elements of one row of a float32 global ``dst`` stored row-major, the first at an even
+    column of an even-length row (8-byte aligned when the base pointer is): then
+    ``T.atomic_add`` issues one ``tl::AtomicAddx2`` per pair on sm_90+
+    (``red.global.add.v2.f32``), under a run-time test of the base pointer's alignment
+    unless the tensor is declared 8-byte aligned."""
+    import numpy as np
+
+    from ...lowering.global_layouts import vectorizable
+
+    try:
+        number = int(str(ctx.arch).split("_")[1].rstrip("a"))
+    except (AttributeError, IndexError, ValueError):
+        return False
+    if v.kind != "add" or number < 90 or str(dst.dtype) != "float32":
+        return False
+    if not str(dst.scope).startswith("global") or layout.get_local_size() % 2:
+        return False
+    if not sa or sa[-1] != len(src.extents) - 1 or da[-1] != len(dst.extents) - 1:
+        return False  # the fragment's columns must run along dst's rows
+    if not vectorizable(dst.tensor):
+        return False  # a storage layout (e.g. make_dq_layout) permutes the row
+    if not ctx.prove(ir.prim.floormod(dst.shape[-1], 2) == 0):
+        return False
+    if not ctx.prove(ir.prim.floormod(dst.begins[-1], 2) == 0):
+        return False
+    try:
+        table = layout.inverse().forward_table()  # (local, thread, *logical, rep)
+    except Exception:  # noqa: BLE001 - a layout that cannot be tabulated: no pairs
+        return False
+    col = len(src.extents) - 1
+    first, second = table[0::2], table[1::2]
+    step = np.zeros(table.shape[-1], dtype=table.dtype)
+    step[col] = 1
+    return bool(np.all(second - first == step) and np.all(first[..., col] % 2 == 0))

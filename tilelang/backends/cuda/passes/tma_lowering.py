@@ -205,7 +205,9 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
     still in flight, and the producer's next TMA load overwrites the stage under them: on
     the H200 an ldmatrix/mma.sync GEMM lost exactly the rows its last two ldmatrix calls
     read (the SASS shows the arrive right after them, before the mmas). Such loops keep
-    the schedule without specialization."""
+    the schedule without specialization. Exceptions: an mma.sync gemm that reads no
+    pipelined tile, and element loads (``lse[j]`` in a ``T.Parallel``) whose values all
+    feed a later wgmma gemm (``ws_stage_reads``: the wgmma's wait orders them)."""
     import tvm_ffi
 
     from ....lowering.region import RegionView
@@ -213,7 +215,7 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
     from ....ops.copy.op import COPY
 
     tiles = {t.__chandle__() for t in mapping}
-    bad = []
+    bad, loads = [], []
 
     def visit(stmt):
         found = tile_op_of(stmt)
@@ -223,7 +225,9 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
         if "barrier" in op.name or "tma" in op.name or "wgmma" in op.name:
             bad.append(stmt)  # the program synchronises by itself (explicit Hopper API)
         elif op.name == "gemm" and planner._reader_of(stmt) is None:
-            bad.append(stmt)  # an mma.sync (or scalar) gemm reads its tiles with ordinary loads
+            view = op.view(call)  # an mma.sync (or scalar) gemm reads with ordinary loads
+            if any(RegionView.of(getattr(view, x)).tensor.__chandle__() in tiles for x in "AB"):
+                bad.append(stmt)
         elif op.name == "copy":
             src = RegionView.of(COPY.view(call).src)
             if src.tensor.__chandle__() in tiles:
@@ -231,11 +235,16 @@ def _only_wgmma_readers(planner, rest, mapping) -> bool:
 
     def load(x):
         if isinstance(x.source, ir.Var) and x.source.__chandle__() in tiles:
-            bad.append(x)
+            loads.append(x)
 
     body = ir.SeqStmt(list(rest))
     tvm_ffi.structural_walk(body, [(ir.Evaluate, visit), (ir.TensorLoad, load)])
-    return not bad
+    if bad:
+        return False
+    # element loads (lse[j] in a T.Parallel): only when each value feeds a later wgmma
+    from .ws_stage_reads import stage_loads_reach_wgmma
+
+    return not loads or stage_loads_reach_wgmma(planner, list(rest), list(mapping))
 
 
 def _issue_copy(t: TmaCopy, tile_mb, stage, k, k_value, bar_ptr):

@@ -39,7 +39,8 @@ Conditions (else the loop keeps the non-specialized TMA schedule, or cp.async wh
 not asked for explicitly): it is the kernel's only pipelined loop and a top-level statement
 of the kernel body; its pipelined tiles are read only by wgmma gemms (after ordinary reads
 such as ldmatrix, ptxas may issue the consumer's arrive before the reads complete and the
-next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_readers``);
+next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_readers``),
+or by element loads whose values feed a later wgmma of the iteration (``ws_stage_reads``);
 no explicit Hopper ops in the body; ``T`` is a multiple of 128;
 the producer's copies depend only on block indices, parameters and binds before the loop
 that read no tensor. The pass config ``tl.disable_warp_specialized`` turns it off.
@@ -367,11 +368,16 @@ def register_split(threads: int):
     small enough that every thread may already hold the maximum (``threads + 128 < 384``).
     Measured on the H200 (session 5): two resident blocks of 128 + 128 threads with 216/40
     registers ran the 128x128 GEMM slower (0.87-0.89x torch) than one block without
-    ``setmaxnreg`` (0.92-0.96x), and FlashAttention the same."""
+    ``setmaxnreg`` (0.92-0.96x), and FlashAttention the same.
+
+    The producer keeps 24 registers (FlashAttention-3's split for two consumer warpgroups,
+    240/24): at 232 (producer 40) ptxas serialized the wgmmas of the FlashAttention backward
+    (warning C7512, 116 bytes spilled); at 240 it does not (76 bytes of loop-invariant
+    addresses spilled). The producer loop only computes TMA coordinates."""
     total = threads + PRODUCER_THREADS
     if total < 384:
         return None
-    producer = 40 if threads <= 256 else 24
+    producer = 24
     consumer = min(240, (65536 - PRODUCER_THREADS * producer) // threads // 8 * 8)
     return consumer, producer
 

@@ -5,6 +5,7 @@
 //   tl::AtomicAdd(address, value)   *address += value
 //   tl::AtomicMax(address, value)   *address = max(*address, value)
 //   tl::AtomicMin(address, value)   *address = min(*address, value)
+//   tl::AtomicAddx2(address, a, b)  a float pair, one vector atomic on sm_90+ (no return value)
 //
 // Each returns the value stored at `address` before the operation (like CUDA's atomic*).
 // Supported element types: float, double (Add only), half_t, bfloat16_t, int, unsigned
@@ -36,6 +37,18 @@ TL_DEVICE unsigned long long AtomicAdd(unsigned long long* address, unsigned lon
 TL_DEVICE half_t AtomicAdd(half_t* address, half_t value) { return atomicAdd(address, value); }
 TL_DEVICE bfloat16_t AtomicAdd(bfloat16_t* address, bfloat16_t value) {
   return atomicAdd(address, value);
+}
+
+// tl::AtomicAddx2(address, a, b): address[0] += a, address[1] += b for an 8-byte aligned
+// float pair in global memory; one vector reduction (red.global.add.v2.f32) on sm_90+, two
+// scalar atomics before.
+TL_DEVICE void AtomicAddx2(float* address, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(address), make_float2(a, b));
+#else
+  atomicAdd(address, a);
+  atomicAdd(address + 1, b);
+#endif
 }
 
 // ---------------------------------------------------------------- integer Max / Min
