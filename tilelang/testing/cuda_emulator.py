@@ -296,6 +296,8 @@ class _Machine:
             done = _cluster.cluster_extern(self, fname, args, mask)
             if done is not NotImplemented:
                 return done
+        if fname == "__longlong_as_double":  # exact float64 constants (exact_float_constants)
+            return np.asarray(self.eval(args[0], mask), dtype=np.int64).view(np.float64)
         if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync"):
             value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,))
             k = int(self.scalar(args[2]))

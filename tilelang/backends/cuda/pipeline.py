@@ -242,6 +242,14 @@ def stage_widen_indices(func, state):
     return func.with_body(widen_indices(func.body))
 
 
+def stage_exact_float64_constants(func, state):
+    """float64 constants the C printer would round (15 fixed decimals: ``1e-20`` -> 0)
+    written as their bit patterns (``tilelang/transform/exact_float_constants.py``)."""
+    from ...transform.exact_float_constants import exact_float64_constants
+
+    return func.with_body(exact_float64_constants(func.body))
+
+
 def stage_mark_cluster_launch(func, state):
     """A cluster kernel (``cluster_dims``, or TMA multicast planned by pipeline planning)
     calls ``tl::cluster_dims<x, y, z>()``, turned into ``__cluster_dims__`` on its
@@ -281,6 +289,7 @@ STAGES = [
     ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume
     ("lower_atomic_mem", stage_atomic_mem),  # T.atomic_load/store (lowering/atomic_mem.py)
     ("widen_indices", stage_widen_indices),
+    ("exact_float64_constants", stage_exact_float64_constants),
     ("mark_cluster_launch", stage_mark_cluster_launch),
     ("tma_host_encode", stage_tma_host_encode),
 ]

@@ -24,6 +24,7 @@ from test_tma import _sass, _tool  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 EPILOGUE = {"tl.tma_store_epilogue": True}
+NO_EPILOGUE = {"tl.tma_store_epilogue": False}
 TMA = {"tl.disable_tma_lower": False}
 
 
@@ -118,9 +119,16 @@ def test_staged_epilogue_emulated_with_tails(M, N, K, bN, threads, dtype):
     _close(got, want, dtype)
 
 
-def test_epilogue_off_by_default_keeps_register_stores():
+def test_epilogue_on_by_default():
+    func = gemm(256, 256, 256)
+    assert any("staged in C_epilogue" in n for n in _notes(pipeline.lower(func, SM90A))), _notes(
+        pipeline.lower(func, SM90A)
+    )
+
+
+def test_epilogue_off_keeps_register_stores():
     func = gemm(200, 328, 136)
-    lowered, got, want = _emulated(func, 200, 328, 136, "float16", None)
+    lowered, got, want = _emulated(func, 200, 328, 136, "float16", NO_EPILOGUE)
     text = str(lowered)
     assert "tma_store" not in text and "stmatrix" not in text
     assert not any("epilogue" in n for n in _notes(lowered))
@@ -131,7 +139,7 @@ def test_staging_reuses_a_stage_buffer():
     """A 128x128 half tile (32 KB) fits in A's 3 x 16 KB stages: no new shared memory;
     a consumer barrier precedes the staging writes (other warpgroups' last wgmmas)."""
     func = gemm(256, 256, 256)
-    off = pipeline.lower(func, SM90A)
+    off = pipeline.lower(func, SM90A, NO_EPILOGUE)
     on = pipeline.lower(func, SM90A, EPILOGUE)
     assert any("reusing the stage buffer A_s_mb" in n for n in _notes(on)), _notes(on)
     total = lambda f: max(o + s for o, s in dict(f.attrs["tl.shared_memory"]).values())  # noqa: E731
@@ -316,7 +324,7 @@ def test_sass_has_utmastg(dtype, out, store):
     assert "UTMASTG" in sass and store in sass and "UTMALDG" in sass
     assert not global_store.search(sass)
     assert "FENCE.VIEW.ASYNC.S" in sass and "UTMACMDFLUSH" in sass
-    off = _sass(pipeline.build(func, SM90A, compiler="nvcc"))
+    off = _sass(pipeline.build(func, SM90A, NO_EPILOGUE, compiler="nvcc"))
     assert "UTMASTG" not in off and "STSM" not in off and global_store.search(off)
 
 
@@ -349,7 +357,7 @@ def _gpu_gemm(func, M, N, K, dtype, configs):
 def test_gpu_gemm_epilogue(M, N, K, bM, bN, threads, epilogue, dtype):
     """The README GEMM with and without the staged TMA-store epilogue, tails included."""
     func = gemm(M, N, K, bM=bM, bN=bN, threads=threads, dtype=dtype)
-    got, want = _gpu_gemm(func, M, N, K, dtype, EPILOGUE if epilogue else None)
+    got, want = _gpu_gemm(func, M, N, K, dtype, EPILOGUE if epilogue else NO_EPILOGUE)
     assert not got.isnan().any()
     tol = 2e-2 if dtype == "bfloat16" else 4e-3
     err = (got - want).abs().max().item() / want.abs().max().item()
@@ -365,7 +373,7 @@ def test_gpu_user_shared_epilogue(configs):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("configs", [None, EPILOGUE])
+@pytest.mark.parametrize("configs", [NO_EPILOGUE, EPILOGUE])
 @pytest.mark.parametrize("example", ["example_gqa_fwd_bshd.py", "example_mha_fwd_bshd.py"])
 def test_gpu_attention_epilogue(example, configs):
     """FlashAttention with a tail in the sequence: the GQA example's fragment epilogue

@@ -545,8 +545,18 @@ class _Planner(StmtMutator):
             fenced = not (old_rule and reader.a_in_regs) and all(
                 self._fenced_operand(t, tiles, before, others) for t in reader.shared_operands
             )
+            # a group may stay in flight across iterations only when the next iteration
+            # cannot overwrite its shared operands: each is a multi-buffered tile or
+            # nothing else in the loop touches it (a tile the loop's threads copy into
+            # synchronously, e.g. one TMA and cp.async cannot load, would be rewritten
+            # under the still-running wgmma)
+            operands_stable = all(
+                any(t.same_as(x) for x in tiles) or not any(_uses(x, t) for x in others)
+                for t in reader.shared_operands
+            )
             keep = (
                 options["wgmma_in_flight"]
+                and operands_stable
                 and not split
                 and stages >= 3
                 and len(found) == 1

@@ -249,6 +249,12 @@ def stage_epilogues(body, ctx):
     memory (module doc); unchanged without ``tl.tma_store_epilogue`` or the split."""
     if not ctx.options.get("tma_store_epilogue") or tma_store_off_reason(ctx) is not None:
         return body
+    if tuple(getattr(ctx, "cluster_dims", (1, 1, 1))) != (1, 1, 1):
+        # peers multicast into this block's stage buffers: staging in one is not proven
+        # safe (the emulated cluster GEMMs gave NaN rows), so cluster launches keep the
+        # register stores
+        ctx.tma_notes.append("epilogue: register stores (not staged in a cluster launch)")
+        return body
     _, inner = launches_of(body)
     stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
     at = _consumer_split(stmts)
