@@ -122,9 +122,11 @@ class PassConfigKey(str, Enum):
     pipelined loop goes through a swizzled shared staging tile (reusing a pipeline stage
     buffer when one is large enough) and leaves as a TMA store (``cp.async.bulk.tensor``,
     one elected thread; ``backends/cuda/passes/tma_store.py``) instead of per-thread
-    stores. ``tl.tma`` says where it applied and why not elsewhere. Default: True (H200,
-    README GEMM 128x256x64: 8192 fp16 0.95x -> 1.05x torch.matmul, 4096 fp16 0.97x ->
-    1.01x, bf16 within noise; benchmark/RESULTS.md, session 6)."""
+    stores. ``tl.tma`` says where it applied and why not elsewhere. Default (unset): on for
+    float16/bfloat16 outputs (the ``stmatrix`` path run on the H200: README GEMM 128x256x64
+    8192 fp16 0.95x -> 1.05x torch.matmul, 4096 fp16 0.97x -> 1.01x, bf16 within noise;
+    benchmark/RESULTS.md, session 6); ``True`` stages other output types too (8-byte shared
+    stores, emulated only), ``False`` never."""
 
     TL_COMPACT_SOURCE = "tl.compact_source"
     """CUDA: ``T.unroll`` loops reach nvcc/NVRTC as ``#pragma unroll`` loops and TIRx's
@@ -301,7 +303,12 @@ def build_options(pass_configs) -> dict:
         ),
         "compact_source": flag(PassConfigKey.TL_COMPACT_SOURCE, True),
         "ws_pingpong": flag(PassConfigKey.TL_WS_PINGPONG, False),
-        "tma_store_epilogue": flag(PassConfigKey.TL_TMA_STORE_EPILOGUE, True),
+        # None (unset): staged for 16-bit outputs only; True / False: always / never
+        "tma_store_epilogue": (
+            None
+            if configs.get(PassConfigKey.TL_TMA_STORE_EPILOGUE.value) is None
+            else flag(PassConfigKey.TL_TMA_STORE_EPILOGUE, False)
+        ),
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
         "cluster_multicast": int(multicast),

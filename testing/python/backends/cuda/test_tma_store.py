@@ -126,6 +126,15 @@ def test_epilogue_on_by_default():
     )
 
 
+def test_default_stages_only_16_bit_outputs():
+    """Unset, the option stages float16/bfloat16 outputs (the stmatrix path run on the
+    H200); a float32 output keeps its register stores unless the option says True."""
+    func = gemm(128, 512, 128, bM=64, bN=256, bK=32, stages=2, out="float32")
+    notes = _notes(pipeline.lower(func, SM90A))
+    assert any("by default only 16-bit outputs" in n for n in notes), notes
+    assert any("staged in C_epilogue" in n for n in _notes(pipeline.lower(func, SM90A, EPILOGUE)))
+
+
 def test_epilogue_off_keeps_register_stores():
     func = gemm(200, 328, 136)
     lowered, got, want = _emulated(func, 200, 328, 136, "float16", NO_EPILOGUE)

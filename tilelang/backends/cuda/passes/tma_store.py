@@ -247,7 +247,8 @@ def _candidate(stmt):
 def stage_epilogues(body, ctx):
     """``body`` with the epilogue copies of a warp-specialized kernel staged through shared
     memory (module doc); unchanged without ``tl.tma_store_epilogue`` or the split."""
-    if not ctx.options.get("tma_store_epilogue") or tma_store_off_reason(ctx) is not None:
+    option = ctx.options.get("tma_store_epilogue")  # None: default (16-bit outputs only)
+    if option is False or tma_store_off_reason(ctx) is not None:
         return body
     if tuple(getattr(ctx, "cluster_dims", (1, 1, 1))) != (1, 1, 1):
         # peers multicast into this block's stage buffers: staging in one is not proven
@@ -277,6 +278,14 @@ def stage_epilogues(body, ctx):
             out.append(stmt)
             continue
         view, frag, dst = cand
+        if option is None and str(dst.tensor.ty.dtype) not in _STMATRIX_DTYPES:
+            ctx.tma_notes.append(
+                f"epilogue {frag.name} -> {dst.name}: not staged (by default only 16-bit "
+                "outputs, the stmatrix path measured on the H200; tl.tma_store_epilogue=True "
+                "stages this one too)"
+            )
+            out.append(stmt)
+            continue
         staged = _stage_one(view, frag, dst, ctx, free, used, budget, limit)
         if isinstance(staged, str):
             ctx.tma_notes.append(f"epilogue {frag.name} -> {dst.name}: not staged ({staged})")
