@@ -93,6 +93,26 @@ class _Buf:
         self.shared = shared
 
 
+def _check_converged(machine, fname, member_mask, mask):
+    """A ``*_sync`` warp shuffle must be reached by every lane its member mask names: on the
+    GPU the lanes that arrive wait for the others forever (independent thread scheduling)."""
+    active = np.broadcast_to(np.asarray(mask, bool), (machine.lanes,))
+    if not active.any():
+        return
+    named = int(machine.scalar(member_mask)) & 0xFFFFFFFF
+    for w0 in range(0, machine.lanes, 32):
+        warp = active[w0 : w0 + 32]
+        if not warp.any():
+            continue
+        missing = [i for i in range(warp.size) if (named >> i) & 1 and not warp[i]]
+        if missing:
+            raise EmulationError(
+                f"{fname} with member mask {named:#x} reached by only part of warp "
+                f"{w0 // 32} of block {machine.block_index} (lanes {missing[:8]} do not "
+                "reach it): the arriving lanes would wait forever on the GPU"
+            )
+
+
 class _Machine:
     error_type = EmulationError
 
@@ -255,9 +275,11 @@ class _Machine:
             return np.logical_not(self.eval(e.a, mask))
         if t is P.Cast:
             return np.asarray(self.eval(e.value, mask)).astype(np_dtype(e.ty))
-        if t is P.Select:
+        if t is P.Select:  # printed as C's ?:, so each arm runs in the lanes that take it
             c = self.eval(e.condition, mask)
-            return np.where(c, self.eval(e.true_value, mask), self.eval(e.false_value, mask))
+            yes = self.eval(e.true_value, np.logical_and(mask, c))
+            no = self.eval(e.false_value, np.logical_and(mask, np.logical_not(c)))
+            return np.where(c, yes, no)
         if t is P.Let:
             self.env[e.var.__chandle__()] = self.eval(e.value, mask)
             return self.eval(e.body, mask)
@@ -299,6 +321,7 @@ class _Machine:
         if fname == "__longlong_as_double":  # exact float64 constants (exact_float_constants)
             return np.asarray(self.eval(args[0], mask), dtype=np.int64).view(np.float64)
         if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync"):
+            _check_converged(self, fname, args[0], mask)
             value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,))
             k = int(self.scalar(args[2]))
             width = int(self.scalar(args[3])) if len(args) > 3 else 32

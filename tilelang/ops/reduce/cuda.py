@@ -118,6 +118,15 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         whole = whole_warp(merge, cur, dtype)
     if whole is not None:
         body.append(store(red, [ld2], whole))
+    elif nan:
+        # the NaN-propagating combine is a select whose arms both use the partner's value:
+        # exchanged once into a register, so every lane runs the shuffle (a shuffle left in
+        # one arm of the printed ?: ran in the lanes of one side only: a hang on the GPU)
+        partner = new_tensor(f"{dst.name}_partner", [1], dtype, "local")
+        stmts.append(alloc(partner))
+        for g in lanes:
+            body.append(store(partner, [0], shuffle(cur, g, dtype)))
+            body.append(store(red, [ld2], combine(merge, cur, ir.TensorLoad(partner, [0]), nan)))
     else:
         for g in lanes:
             body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype), nan)))
