@@ -50,6 +50,13 @@ def uses_any(node, vars_) -> bool:
     return bool(hit)
 
 
+def flatten_seq(stmt) -> list:
+    """The statements of ``stmt`` with nested ``SeqStmt``s spliced in (``[stmt]`` otherwise)."""
+    if isinstance(stmt, ir.SeqStmt):
+        return [x for s in stmt.seq for x in flatten_seq(s)]
+    return [stmt]
+
+
 def substitute(node, mapping: dict):
     """Replace Vars by ``mapping`` (keyed by Var) everywhere in ``node``."""
     if not mapping:

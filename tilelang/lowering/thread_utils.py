@@ -66,6 +66,29 @@ def extern_stmt(name: str, *args, ty="void") -> ir.Evaluate:
     return ir.Evaluate(_tirx.call_extern(name, *args, ty=ty))
 
 
+def extern_name(node):
+    """The callee of ``call_extern(name, ...)`` (or of a statement evaluating one), else None."""
+    if isinstance(node, ir.Evaluate):
+        node = node.value
+    if not (isinstance(node, ir.Call) and getattr(node.op, "name", "") == "tirx.call_extern"):
+        return None
+    head = node.args[0] if node.args else None
+    return str(head.value) if isinstance(head, ir.StringImm) else None
+
+
+def extern_calls(node, prefix: str = "") -> list:
+    """Every ``call_extern`` inside ``node`` whose callee starts with ``prefix``."""
+    found = []
+
+    def visit(call):
+        name = extern_name(call)
+        if name is not None and name.startswith(prefix):
+            found.append(call)
+
+    tvm_ffi.structural_walk(node, [(ir.Call, visit)])
+    return found
+
+
 def sync_threads() -> ir.Evaluate:
     return extern_stmt("__syncthreads")
 

@@ -221,12 +221,12 @@ def plan_multicast(planner, loop, tma):
         shared[id(t)] = sliced
     if not shared:
         return skip(f"no copy reads the same region in the {size} blocks of a cluster")
-    from .tma_lowering import _shared_map
+    from .tma_lowering import shared_map
 
     for t in tma:
         if id(t) in shared:
             s = shared[id(t)]
-            s.spec = _shared_map(pctx, s.spec)
+            s.spec = shared_map(pctx, s.spec)
             pctx.tma_notes.append(
                 f"loop {name}: {t.src.name} -> {t.dst.name} multicast to the {size} blocks "
                 f"of a cluster along blockIdx.x, each loading {s.plan.box_rows}-row slices"

@@ -76,7 +76,8 @@ def _round_up(x: int, align: int) -> int:
     return (x + align - 1) // align * align
 
 
-def _bytes(var) -> int:
+def tile_bytes(var) -> int:
+    """Bytes of the static-shaped tile ``var`` (a compile error for a dynamic shape)."""
     n = E.as_const_int(E.prod(list(var.ty.shape)))
     if n is None:
         raise errors.compile_error(f"shared tile {var.name} needs a static shape")
@@ -156,7 +157,7 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
     order = sorted(tiles, key=lambda v: uses[v.__chandle__()][0])
     for var in order:
         first, last = uses[var.__chandle__()]
-        size = (_bytes(storage[var.__chandle__()]) + ALIGN - 1) // ALIGN * ALIGN
+        size = (tile_bytes(storage[var.__chandle__()]) + ALIGN - 1) // ALIGN * ALIGN
         align = _tile_alignment(size)
         busy = sorted(
             (o, o + sz, pl) for (_, o, sz, f, pl) in placed if not (pl < first or last < f)

@@ -67,7 +67,7 @@ def plan_tma_copies(copies, pctx, loop_name: str):
     return out
 
 
-def _shared_map(pctx, spec):
+def shared_map(pctx, spec):
     """The tensor map shared by every copy with the same tensor, box and swizzle."""
     for known in pctx.tma_maps:
         if known.key() == spec.key():
@@ -112,7 +112,7 @@ def tma_loop(
     if tma is None:
         return None
     for t in tma:
-        t.spec = _shared_map(pctx, t.spec)
+        t.spec = shared_map(pctx, t.spec)
         pctx.tma_notes.append(f"loop {loop.var.name}: {t.describe()}")
     k, begin, end = loop.var, loop.begin, loop.end
     rel = k - begin

@@ -45,16 +45,23 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-import tvm_ffi
 from tvm_tirx import ir, tirx
 
 from ....layout import expr as E
 from ....layout.swizzle import SwizzleMode, dtype_bits, make_swizzle_layout_for_mode
 from ....lowering.region import RegionView, _const, full_region
-from ....lowering.stmt import StmtMutator, alloc_of, launches_of, with_launch_body
+from ....lowering.stmt import (
+    StmtMutator,
+    alloc_of,
+    flatten_seq,
+    launches_of,
+    with_launch_body,
+)
 from ....lowering.thread_utils import (
     alloc,
     decl_view,
+    extern_calls,
+    extern_name,
     is_fragment,
     is_global,
     is_shared,
@@ -67,19 +74,12 @@ from ....lowering.thread_utils import (
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY
 from ..tensor_map import ATTR_TMA, TmaCopy, plan_tma_copy
-from .plan_shared_memory import smem_limit
-from .tma_lowering import tma_supported
+from .plan_shared_memory import smem_limit, tile_bytes
+from .tma_lowering import shared_map, tma_supported
 from .warp_specialize_auto import CONSUMER_MARKER
 
 #: Marker in ``tl.tma`` of a kernel split by automatic warp specialization.
 _WS_NOTE = "warp-specialized ("
-
-
-def _extern_name(stmt) -> str:
-    v = stmt.value if isinstance(stmt, ir.Evaluate) else None
-    if isinstance(v, ir.Call) and getattr(v.op, "name", "") == "tirx.call_extern":
-        return str(v.args[0].value)
-    return ""
 
 
 def tma_store_off_reason(ctx) -> str | None:
@@ -101,15 +101,6 @@ def plan_tma_store(view, ctx) -> TmaCopy | str:
         return "not a shared -> global copy"
     swapped = SimpleNamespace(src=view.dst, dst=view.src, loc=view.loc)
     return plan_tma_copy(swapped, ctx, ctx)
-
-
-def _map_of(ctx, spec):
-    """The tensor map already planned with the same tensor, box and swizzle, or ``spec``."""
-    for known in ctx.tma_maps:
-        if known.key() == spec.key():
-            return known
-    ctx.tma_maps.append(spec)
-    return spec
 
 
 def tma_store_stmts(t: TmaCopy, tx) -> list:
@@ -157,7 +148,7 @@ class _StoreLowering(StmtMutator):
         if isinstance(plan, str):
             self.lctx.tma_notes.append(f"{what}: thread copy ({plan})")
             return stmt
-        plan.spec = _map_of(self.lctx, plan.spec)
+        plan.spec = shared_map(self.lctx, plan.spec)
         p = plan.plan
         self.lctx.tma_notes.append(
             f"{what}: TMA store, {len(p.boxes)} box(es) of {p.box_rows}x{p.box_cols}, "
@@ -184,44 +175,20 @@ def staging_layout(rows: int, cols: int, dtype: str):
     return None
 
 
-def _flat(stmt) -> list:
-    if isinstance(stmt, ir.SeqStmt):
-        return [x for s in stmt.seq for x in _flat(s)]
-    return [stmt]
-
-
-def _calls_named(node, prefix) -> list:
-    found = []
-
-    def visit(x):
-        if getattr(x.op, "name", "") == "tirx.call_extern" and str(x.args[0].value).startswith(
-            prefix
-        ):
-            found.append(x)
-
-    tvm_ffi.structural_walk(node, [(ir.Call, visit)])
-    return found
-
-
 def _consumer_split(stmts):
     """Index of the warp-specialized split (``If(tx < T, consumer, producer)``), or None."""
     for i, s in enumerate(stmts):
         if isinstance(s, ir.If) and s.else_case is not None:
-            first = _flat(s.then_case)
-            if first and _extern_name(first[0]) == CONSUMER_MARKER:
+            first = flatten_seq(s.then_case)
+            if first and extern_name(first[0]) == CONSUMER_MARKER:
                 return i
     return None
-
-
-def _bytes(var) -> int:
-    n = E.as_const_int(E.prod(list(var.ty.shape)))
-    return -1 if n is None else n * dtype_bits(str(var.ty.dtype)) // 8
 
 
 def _stage_buffers(producer) -> list:
     """The shared tiles the producer's TMA loads fill (free once the loop is over)."""
     out = []
-    for call in _calls_named(producer, "tl::tma_load_"):
+    for call in extern_calls(producer, "tl::tma_load_"):
         ptr = call.args[1]
         while isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset":
             ptr = ptr.args[0]
@@ -262,8 +229,8 @@ def stage_epilogues(body, ctx):
     if at is None:
         return body
     split = stmts[at]
-    consumer = _flat(split.then_case)
-    waits = [i for i, s in enumerate(consumer) if _calls_named(s, "tl::mbarrier_wait")]
+    consumer = flatten_seq(split.then_case)
+    waits = [i for i, s in enumerate(consumer) if extern_calls(s, "tl::mbarrier_wait")]
     if not waits:
         return body
     free = _stage_buffers(split.else_case)
@@ -294,7 +261,7 @@ def stage_epilogues(body, ctx):
         bind, tile, aliased, stmts_new = staged
         new_allocs.append(bind)
         if not aliased:
-            budget += _bytes(tile) + 1024
+            budget += tile_bytes(tile) + 1024
         out += stmts_new
     if not new_allocs:
         return body
@@ -310,7 +277,7 @@ def _shared_bytes(stmts, ctx) -> int:
     for s in list(stmts) + list(ctx.extra_allocs):
         var = alloc_of(s)
         if var is not None and is_shared(var):
-            total += _bytes(var) + 1024
+            total += tile_bytes(var) + 1024
     return total
 
 
@@ -434,10 +401,10 @@ def _stage_one(view, frag, dst, ctx, free, used, budget, limit):
     if isinstance(plan, str):
         ctx.layout_map.pop(tile, None)
         return f"no TMA store: {plan}"
-    need = _bytes(tile)
-    fits = [b for b in free if _bytes(b) >= need and not any(b.same_as(u) for u in used)]
+    need = tile_bytes(tile)
+    fits = [b for b in free if tile_bytes(b) >= need and not any(b.same_as(u) for u in used)]
     if fits:
-        base = min(fits, key=_bytes)
+        base = min(fits, key=tile_bytes)
         used.append(base)
         bind, aliased = decl_view(tile, base, 0), True
         ctx.tma_notes.append(

@@ -34,7 +34,8 @@ import tvm_ffi
 from tvm_tirx import ir, tirx
 from tvm_tirx.tirx.tensor import TensorType
 
-from ....lowering.stmt import StmtMutator
+from ....lowering.stmt import StmtMutator, flatten_seq
+from ....lowering.thread_utils import extern_calls, extern_name
 
 _WAIT = re.compile(r"tl::wgmma_wait<(\d+)>")
 #: Calls that synchronise threads or memory: a wait block never passes them.
@@ -51,29 +52,9 @@ _SYNC_PREFIXES = (
 )
 
 
-def _extern_name(stmt):
-    """The callee of ``stmt`` when it is ``Evaluate(call_extern(name, ...))``, else None."""
-    if not isinstance(stmt, ir.Evaluate) or not isinstance(stmt.value, ir.Call):
-        return None
-    call = stmt.value
-    if getattr(call.op, "name", "") != "tirx.call_extern" or not call.args:
-        return None
-    head = call.args[0]
-    return str(head.value) if isinstance(head, ir.StringImm) else None
-
-
-def _calls(node) -> list:
+def _names(node) -> list:
     """Names of every extern called inside ``node``."""
-    names = []
-
-    def visit(call):
-        if getattr(call.op, "name", "") == "tirx.call_extern" and call.args:
-            head = call.args[0]
-            if isinstance(head, ir.StringImm):
-                names.append(str(head.value))
-
-    tvm_ffi.structural_walk(node, [(ir.Call, visit)])
-    return names
+    return [extern_name(c) for c in extern_calls(node)]
 
 
 def _var_handles(node, tensors_only=False) -> set:
@@ -89,20 +70,11 @@ def _var_handles(node, tensors_only=False) -> set:
 
 def _fenced_local(stmt):
     """The register array handle a ``wgmma_fence_operand<n>(&x[0])`` statement names."""
-    name = _extern_name(stmt)
+    name = extern_name(stmt)
     if name is None or not name.startswith("tl::wgmma_fence_operand<"):
         return None
     handles = _var_handles(stmt.value, tensors_only=True)
     return next(iter(handles)) if len(handles) == 1 else None
-
-
-def _flatten(stmt) -> list:
-    if isinstance(stmt, ir.SeqStmt):
-        out = []
-        for s in stmt.seq:
-            out += _flatten(s)
-        return out
-    return [stmt]
 
 
 def _wait_count(name):
@@ -124,7 +96,7 @@ def _issue_operands(stmts, commit_at):
     regs, tiles = set(), set()
     i = commit_at - 1
     while i >= 0:
-        name = _extern_name(stmts[i])
+        name = extern_name(stmts[i])
         if name is None:
             break
         local = _fenced_local(stmts[i])
@@ -134,7 +106,7 @@ def _issue_operands(stmts, commit_at):
             call = stmts[i].value
             # args: [name, A (descriptor or &A_regs[i]), B descriptor, &C[i], scale]
             for arg in call.args[1:3]:
-                if "tl::wgmma_desc" in " ".join(_calls(arg)):
+                if "tl::wgmma_desc" in " ".join(_names(arg)):
                     tiles |= _var_handles(arg, tensors_only=True)
                 else:
                     regs |= _var_handles(arg, tensors_only=True)
@@ -150,9 +122,9 @@ def _issue_operands(stmts, commit_at):
 def _wait_block(stmts, at):
     """(end, fenced register handles) when ``stmts[at]`` is ``wgmma_wait<0>`` right after a
     ``wgmma_commit``, followed by its operand fences; else None."""
-    if _wait_count(_extern_name(stmts[at])) != 0 or at == 0:
+    if _wait_count(extern_name(stmts[at])) != 0 or at == 0:
         return None
-    if _extern_name(stmts[at - 1]) != "tl::wgmma_commit":
+    if extern_name(stmts[at - 1]) != "tl::wgmma_commit":
         return None
     end, regs = at + 1, set()
     while end < len(stmts):
@@ -205,12 +177,12 @@ def _passable(stmt, protected, tiles) -> bool:
         return False
     # a proxy fence orders this thread's earlier shared writes before later async reads:
     # nothing the gemm in flight depends on (other fences, e.g. of mbarrier setup, stop)
-    names = [n for n in _calls(stmt) if not n.startswith("tl::fence_proxy_async")]
+    names = [n for n in _names(stmt) if not n.startswith("tl::fence_proxy_async")]
     if any(n.startswith("tl::fence") for n in names):
         return False
     if any(n.startswith(_SYNC_PREFIXES) for n in names):
         return False
-    top = _extern_name(stmt)
+    top = extern_name(stmt)
     if top is not None and top.startswith("tl::wgmma_"):
         return True  # another gemm's issue (fence, arrive, mma, commit) at this level
     return not any(n.startswith("tl::wgmma_") for n in names)
@@ -220,7 +192,7 @@ def _pending_before(stmts, at) -> list:
     """The groups committed in ``stmts[:at]`` that no wait there completed, oldest first."""
     pending = []
     for i in range(at):
-        name = _extern_name(stmts[i])
+        name = extern_name(stmts[i])
         if name == "tl::wgmma_commit":
             pending.append(_Group(*_issue_operands(stmts, i)))
             continue
@@ -248,7 +220,7 @@ def _sink_seq(stmts, in_flight) -> list:
             tiles |= older.tiles
         j, passed = end, 0
         while j < len(stmts) and _passable(stmts[j], protected, tiles):
-            if _extern_name(stmts[j]) == "tl::wgmma_commit":
+            if extern_name(stmts[j]) == "tl::wgmma_commit":
                 passed += 1
             j += 1
         if j == end:
@@ -268,13 +240,13 @@ class _Sinker(StmtMutator):
 
     def visit_SeqStmt(self, stmt, ctx):
         flat = []
-        for s in _flatten(stmt):
+        for s in flatten_seq(stmt):
             r = self.visit(s, ctx)
             if r is not None:
-                flat += _flatten(r)
+                flat += flatten_seq(r)
         if not flat:
             return None
-        if any(_extern_name(s) == "tl::wgmma_commit" for s in flat):
+        if any(extern_name(s) == "tl::wgmma_commit" for s in flat):
             flat = _sink_seq(flat, self.in_flight)
         return ir.SeqStmt(flat) if len(flat) > 1 else flat[0]
 
@@ -286,13 +258,13 @@ def _in_flight_registers(body) -> set:
 
     def visit(s):
         if isinstance(s, ir.SeqStmt):
-            stmts.append(_flatten(s))
+            stmts.append(flatten_seq(s))
 
     tvm_ffi.structural_walk(body, [(ir.SeqStmt, visit)])
     regs = set()
     for flat in stmts:
         for i, s in enumerate(flat):
-            if (_wait_count(_extern_name(s)) or 0) > 0:
+            if (_wait_count(extern_name(s)) or 0) > 0:
                 j = i + 1
                 while j < len(flat) and _fenced_local(flat[j]) is not None:
                     regs.add(_fenced_local(flat[j]))
@@ -303,7 +275,7 @@ def _in_flight_registers(body) -> set:
 def sink_wgmma_waits(body):
     """``body`` with each wgmma gemm's ``wait_group 0`` moved down to its first needed
     point (module doc)."""
-    if "tl::wgmma_commit" not in _calls(body):
+    if "tl::wgmma_commit" not in _names(body):
         return body
     return _Sinker(_in_flight_registers(body))(body)
 
