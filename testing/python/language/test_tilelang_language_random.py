@@ -231,8 +231,12 @@ def test_gpu_equals_cpu():
     torch.testing.assert_close(gpu[1].cpu(), cpu[1], rtol=0, atol=0)
     torch.testing.assert_close(gpu[2].cpu(), cpu[2], rtol=1e-15, atol=0)
     torch.testing.assert_close(gpu[3].cpu(), cpu[3], rtol=1e-5, atol=1e-5)
-    a, b = torch.zeros(45, dtype=torch.uint32), torch.zeros(45)
-    tilelang.compile(upstream_form_kernel(45, 3), target="cpu")(a, b)
-    ga, gb = a.cuda() * 0, b.cuda() * 0
+    a, b = (
+        torch.from_numpy(x)
+        for x in reference_run(
+            upstream_form_kernel(45, 3), torch.zeros(45, dtype=torch.uint32), torch.zeros(45)
+        )
+    )
+    ga, gb = torch.zeros_like(a).cuda(), torch.zeros_like(b).cuda()
     tilelang.compile(upstream_form_kernel(45, 3), target="cuda")(ga, gb)
     assert torch.equal(ga.cpu(), a) and torch.equal(gb.cpu(), b)
