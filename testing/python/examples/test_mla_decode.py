@@ -139,6 +139,34 @@ def test_wgmma_emulated(example, num_split, mode):
     np.testing.assert_allclose(got, ref.numpy(), rtol=1e-2, atol=1e-2)
 
 
+def test_full_size_warp_specialized_emulated():
+    """dim 512 + 64, 64 heads: Q, two K/V stages and S fill shared memory, so the epilogue's
+    ``O_shared`` only fits on the stage tiles' bytes once the loop is done (the consumer
+    warpgroups' named barrier before its first write; the mbarriers keep their own bytes).
+    The kernel is warp-specialized and matches float64 (short KV: the plan does not depend
+    on it)."""
+    func = _load(DENSE).flashattn.get_tir(1, 64, 1, 100, 512, 64, 64, 64, 1)
+    lowered = pipeline.lower(func, SM90A)
+    plan = {k: (int(o), int(n)) for k, (o, n) in lowered.attrs["tl.shared_memory"].items()}
+    text = lowered.script()
+    assert "tl::mbarrier_wait" in text and "tx < 256" in text  # specialized
+    o_lo, o_n = plan["O_shared"]
+    s_lo, s_n = plan["KV_shared_mb"]
+    assert o_lo < s_lo + s_n and s_lo < o_lo + o_n  # shares the stage buffer's bytes
+    for bar in ("tma_full_k", "tma_empty_k"):
+        b_lo, b_n = plan[bar]
+        assert b_lo + b_n <= o_lo or o_lo + o_n <= b_lo
+    first_write = text.index("O_shared[")
+    before = text[:first_write]
+    assert before.rindex("tl::named_barrier_sync") > before.rindex("tl::mbarrier_arrive")
+    module = _load(DENSE)
+    inputs = [x.numpy() for x in module.make_inputs(1, 64, 100, 512, 64, "cpu")]
+    ref = module.ref_program(*(torch.from_numpy(x) for x in inputs))
+    arrays, _ = emulate_rs(lowered, *inputs, np.zeros(ref.shape, np.float16), mode="late_writes")
+    got = arrays[len(inputs)].astype(np.float64)
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("num_split", [1, 4])
 @pytest.mark.parametrize("example", ["dense", "paged"])

@@ -215,7 +215,13 @@ def stage_bounds_check(func, state):
 def stage_plan_shared_memory(func, state):
     """All shared tiles in one ``shared.dyn`` buffer; records ``tl.shared_memory``
     (tile -> [offset, bytes]) on the function."""
-    body = plan_shared_memory(func.body, state.arch, state.ctx.layout_map, plan=state.shared_memory)
+    body = plan_shared_memory(
+        func.body,
+        state.arch,
+        state.ctx.layout_map,
+        plan=state.shared_memory,
+        ws_split=state.thread_var if _specialized(state) else None,
+    )
     func = func.with_body(body)
     if state.shared_memory:
         plan = {name: [int(o), int(sz)] for name, (o, sz) in state.shared_memory.items()}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm_tirx import ir
 
+from ....lowering.stmt import alloc_of, substitute
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY
 
@@ -146,4 +147,57 @@ def _plan_split_copies(loop, ctx, stages, rest, leading, later, mapping, issue, 
     return ir.SeqStmt([*prologue, _with_loop(loop, body), cp_async_wait(0)])
 
 
-__all__ = ["_later_copies", "_plan_split_copies"]
+def _loads_of(node) -> list:
+    out = []
+    tvm_ffi.structural_walk(node, [(ir.TensorLoad, out.append)])
+    return out
+
+
+def read_only(root, tensor) -> bool:
+    """Whether every mention of ``tensor`` in ``root`` is an element load (nothing in the
+    kernel writes it: a page table, sequence lengths)."""
+    from .pipeline_planning import _count_uses
+
+    loads = sum(1 for x in _loads_of(root) if x.source.same_as(tensor))
+    return loads > 0 and loads == _count_uses(root, tensor)
+
+
+def inline_address_binds(loop, root):
+    """``loop`` with the scalar binds that open its body substituted into the rest, when
+    each value reads only loop-invariant scalars, the loop variable, earlier such binds
+    and elements of tensors nothing in the kernel writes; else ``loop`` itself.
+
+    Paged attention computes each tile's source row from a page table
+    (``row = block_table[b, pos // page] * page + pos % page``) before the copies: inlined,
+    the copies lead the body and are pipelined, and a later iteration's row is the same
+    expression at ``k + ahead``, read from a table no thread writes. Loops whose
+    ``T.Pipelined(order=, stage=, group=)`` index the body's statements are left alone."""
+    ann = loop.annotations or {}
+    if any(key in ann for key in ("tl_pipeline_order", "tl_pipeline_stage", "tl_pipeline_group")):
+        return loop
+    body = loop.body
+    stmts = list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
+    mapping = {}
+    n = 0
+    for st in stmts:
+        if not isinstance(st, ir.Bind) or alloc_of(st) is not None or not _scalar(st.var):
+            break
+        value = substitute(st.value, mapping) if mapping else st.value
+        if not all(read_only(root, x.source) for x in _loads_of(value)):
+            break
+        mapping[st.var] = value
+        n += 1
+    if not n or n == len(stmts):
+        return loop
+    rest = [substitute(x, mapping) for x in stmts[n:]]
+    new_body = rest[0] if len(rest) == 1 else ir.SeqStmt(rest)
+    return ir.For(
+        loop.var, loop.begin, loop.end, loop.step, loop.kind, new_body, loop.annotations, loop.loc
+    )
+
+
+def _scalar(var) -> bool:
+    return not hasattr(var.ty, "shape")
+
+
+__all__ = ["_later_copies", "_plan_split_copies", "inline_address_binds", "read_only"]

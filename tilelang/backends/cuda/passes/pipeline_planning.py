@@ -105,7 +105,7 @@ from ....ops import tile_op_of
 from ....ops.copy.op import COPY, matched_axes
 from ....ops.registry import pipeline_rule_for
 from .insert_sync import ATTR_ASYNC_STAGES
-from .pipeline_copies import _later_copies, _plan_split_copies
+from .pipeline_copies import _later_copies, _plan_split_copies, inline_address_binds
 from .pipeline_order import ordered_loop, plan_order, plan_overlap
 from .tma_lowering import tma_loop
 
@@ -317,6 +317,7 @@ class _Planner(StmtMutator):
         return out if planned is None else planned
 
     def _plan(self, loop, stages, ctx):
+        loop = inline_address_binds(loop, self.root)
         copies, rest = _leading_copies(loop.body, ctx)
         if not copies:
             return None

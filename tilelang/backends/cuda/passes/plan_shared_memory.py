@@ -31,7 +31,11 @@ from ....lowering.stmt import alloc_of, launches_of, substitute, uses_any, with_
 from ....lowering.thread_utils import (
     _bits,
     alloc,
+    collect_vars,
     decl_view,
+    extern_calls,
+    extern_name,
+    extern_stmt,
     is_shared,
     is_sync,
     new_tensor,
@@ -114,11 +118,14 @@ def _alloc_loc(stmt):
     return getattr(getattr(stmt, "value", None), "loc", None)
 
 
-def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | None = None):
+def plan_shared_memory(
+    body, arch: str = "sm_90a", layouts=None, plan: dict | None = None, ws_split=None
+):
     """Place every shared tile of ``body`` in one ``shared.dyn`` buffer (module docstring).
 
     ``layouts`` maps tile Vars to their Layouts (the CUDA pipeline's layout map); only
-    padded ones change anything here.
+    padded ones change anything here. ``ws_split``: the thread Var of an automatically
+    warp-specialized kernel (its consumer branch is spread out, :class:`_Timeline`).
     """
     _, inner = launches_of(body)
     stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
@@ -147,10 +154,8 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
     plan = {} if plan is None else plan
     if not tiles:
         return body
-    uses = {}
-    for var in tiles:
-        idx = [k for k, s in enumerate(stmts) if alloc_of(s) is None and uses_any(s, [var])]
-        uses[var.__chandle__()] = (min(idx), max(idx)) if idx else (0, -1)
+    timeline = _Timeline(stmts, ws_split)
+    uses = {var.__chandle__(): timeline.live_range(var) for var in tiles}
     placed = []  # (var, offset, size, first, last)
     syncs_before = set()
     storage = {v.__chandle__(): _storage_var(v, layouts) for v in tiles}
@@ -169,9 +174,8 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
             offset = _round_up(max(offset, hi), align)
         for _v2, o2, sz2, _f2, l2 in placed:
             overlap = offset < o2 + sz2 and o2 < offset + size
-            if overlap and l2 < first:
-                if not any(is_sync(stmts[k]) for k in range(l2 + 1, first)):
-                    syncs_before.add(first)
+            if overlap and l2 < first and not timeline.synced_between(l2, first):
+                syncs_before.add(first)
         placed.append((var, offset, size, first, last))
     total = max(o + sz for _, o, sz, _, _ in placed)
     limit = smem_limit(arch)
@@ -196,7 +200,132 @@ def plan_shared_memory(body, arch: str = "sm_90a", layouts=None, plan: dict | No
         if var is not None and var.__chandle__() in views:
             out.append(views[var.__chandle__()])
             continue
-        if k in syncs_before:
+        if timeline.unit_of_top(k) in syncs_before:
             out.append(sync_threads())
+        if k == timeline.split_at:
+            s = timeline.consumer_with_syncs(s, syncs_before)
         out.append(substitute(s, renamed) if renamed else s)
     return with_launch_body(body, out[0] if len(out) == 1 else ir.SeqStmt(out))
+
+
+class _Timeline:
+    """The order in which tiles are live: the kernel body's top-level statements, with the
+    consumer branch of an automatically warp-specialized kernel (``ws_split``) spread out.
+
+    That branch (``if tx < T: consumers else: producer``, ``warp_specialize_auto``) runs
+    the user's statements one after another; the producer only fills the pipeline's stage
+    tiles and completes each on an mbarrier the consumers wait for in the pipelined loop.
+    So a tile the producer touches is live from the split to the last consumer statement
+    touching any producer tile (the loop: every producer write has landed once the
+    consumers' last wait returned); a tile only the consumers use is live over its own
+    statements, and after the loop it may take the stage tiles' bytes (the epilogue's
+    ``O_shared`` of MLA decoding); mbarriers are never reused (PTX allows only mbarrier
+    operations on an initialised mbarrier's bytes). A reuse inside the branch is preceded by the consumers'
+    named barrier (``bar.sync 1, T``), not ``__syncthreads`` (the producer never reaches
+    it). Cluster launches keep the whole split as one unit: peers multicast into and
+    arrive on this block's tiles on their own schedule."""
+
+    def __init__(self, stmts, ws_split):
+        self.stmts = stmts
+        self.split_at = None
+        self.consumer = []
+        if ws_split is not None and not _calls_cluster_sync(stmts):
+            for k, s in enumerate(stmts):
+                if _is_split(s, ws_split):
+                    self.split_at = k
+                    c = s.then_case
+                    self.consumer = list(c.seq) if isinstance(c, ir.SeqStmt) else [c]
+                    self.producer = s.else_case
+                    self.threads = s.condition.b
+        # units: ("top", k) or ("consumer", j), in program order
+        self.units = []
+        for k in range(len(stmts)):
+            if k == self.split_at:
+                self.units += [("consumer", j) for j in range(len(self.consumer))]
+            else:
+                self.units.append(("top", k))
+        self._top_unit = {k: i for i, (kind, k) in enumerate(self.units) if kind == "top"}
+        first_consumer = next((i for i, u in enumerate(self.units) if u[0] == "consumer"), None)
+        self._consumer_unit0 = first_consumer
+
+    def _stmt(self, unit):
+        kind, k = self.units[unit]
+        return self.stmts[k] if kind == "top" else self.consumer[k]
+
+    def unit_of_top(self, k) -> int:
+        return self._top_unit.get(k, -1)
+
+    def live_range(self, var):
+        """(first, last) unit mentioning ``var`` ((0, -1): none)."""
+        idx = [
+            i
+            for i in range(len(self.units))
+            if alloc_of(self._stmt(i)) is None and uses_any(self._stmt(i), [var])
+        ]
+        if self.split_at is not None and uses_any(self.producer, [var]):
+            if str(var.ty.dtype) == "uint64":  # mbarriers: their bytes are never reused
+                return (0, len(self.units) - 1)
+            idx += [self._consumer_unit0, self._last_producer_wait()]
+        return (min(idx), max(idx)) if idx else (0, -1)
+
+    def _last_producer_wait(self) -> int:
+        if not hasattr(self, "_wait"):
+            shared = collect_vars(self.producer, is_shared)
+            hits = [
+                self._consumer_unit0 + j for j, s in enumerate(self.consumer) if uses_any(s, shared)
+            ]
+            # no consumer statement touches them: live through the whole branch
+            self._wait = max(hits) if hits else self._consumer_unit0 + len(self.consumer) - 1
+        return self._wait
+
+    def synced_between(self, last, first) -> bool:
+        """Whether a barrier every thread of ``first``'s statement takes part in lies
+        strictly between units ``last`` and ``first``."""
+        return any(self._is_barrier_for(first, u) for u in range(last + 1, first))
+
+    def _is_barrier_for(self, first, unit) -> bool:
+        s = self._stmt(unit)
+        if self.units[first][0] == "consumer" and self.units[unit][0] == "consumer":
+            return is_sync(s) or _is_named_barrier(s, self.threads)
+        return self.units[unit][0] == "top" and is_sync(s)
+
+    def consumer_with_syncs(self, split, syncs_before):
+        """The split with the consumers' named barrier before each consumer statement
+        whose unit is in ``syncs_before``."""
+        out = []
+        for j, s in enumerate(self.consumer):
+            if self._consumer_unit0 + j in syncs_before:
+                out.append(named_barrier(self.threads))
+            out.append(s)
+        seq = out[0] if len(out) == 1 else ir.SeqStmt(out)
+        return ir.If(split.condition, seq, split.else_case, split.loc)
+
+
+def _is_split(stmt, thread_var) -> bool:
+    """``if threadIdx.x < T: ... else: ...`` (the split of ``warp_specialize_auto``)."""
+    if not isinstance(stmt, ir.If) or stmt.else_case is None:
+        return False
+    cond = stmt.condition
+    a, b = getattr(cond, "a", None), getattr(cond, "b", None)
+    return (
+        type(cond).__name__ == "LT"
+        and isinstance(a, ir.Var)
+        and a.same_as(thread_var)
+        and (isinstance(b, ir.IntImm))
+    )
+
+
+def _calls_cluster_sync(stmts) -> bool:
+    return any(extern_calls(s, "tl::cluster_sync") for s in stmts)
+
+
+def _is_named_barrier(stmt, threads) -> bool:
+    if not isinstance(stmt, ir.Evaluate) or extern_name(stmt.value) != "tl::named_barrier_sync":
+        return False
+    return int(stmt.value.args[2].value) == int(threads)
+
+
+def named_barrier(threads):
+    """``bar.sync 1, threads``: the consumer warpgroups of a warp-specialized kernel."""
+    u32 = lambda x: ir.const(int(x), "uint32")  # noqa: E731
+    return extern_stmt("tl::named_barrier_sync", u32(1), u32(threads))

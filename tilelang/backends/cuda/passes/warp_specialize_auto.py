@@ -313,16 +313,21 @@ def _only_free(node, forbidden) -> bool:
 def consumer_scalars(body):
     """Handles of the scalar Vars the producer may not read: those bound in the kernel body
     (binds, loops) except the binds before its first other statement whose values read no
-    tensor (block-index arithmetic such as ``T.use_swizzle``'s)."""
+    tensor but read-only ones (block-index arithmetic such as ``T.use_swizzle``'s, a
+    sequence length read from an input)."""
     _, inner = launches_of(body)
     stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    from .pipeline_copies import read_only
+
     ok = set()
     for s in stmts:
         if not isinstance(s, ir.Bind):
             break
         loads = []
         tvm_ffi.structural_walk(s.value, [(ir.TensorLoad, loads.append)])
-        if not loads:
+        # elements of a tensor nothing in the kernel writes (a sequence length) read the
+        # same in the producer
+        if all(read_only(inner, x.source) for x in loads):
             ok.add(s.var.__chandle__())
     return _bound_vars(inner) - ok
 
