@@ -122,10 +122,45 @@ class Multicast:
 
     size: int
     shared: dict  # id(TmaCopy) -> sliced TmaCopy
+    sync: str = "cta"  # tl.cluster_multicast_sync: "cta" (default) or "cluster"
 
     @property
     def mask(self) -> int:
         return (1 << self.size) - 1
+
+    @property
+    def early_exit_arrive(self) -> bool:
+        """Whether each branch arrives on the closing cluster barrier when its loop is done
+        (``"cta"``), rather than every thread at the end of the kernel (``"cluster"``)."""
+        return self.sync == "cta"
+
+
+def release_call(mc) -> str:
+    """The consumer warps' stage release: one arrival per warp on ``empty[s]`` of each block
+    (CTA scope, no fence; ``.release.cluster`` for ``tl.cluster_multicast_sync="cluster"``)."""
+    suffix = "_release" if mc.sync == "cluster" else ""
+    return f"tl::mbarrier_arrive_cluster_warp{suffix}<{mc.size}>"
+
+
+def empty_wait_call(mc) -> str:
+    """The producer's wait on ``empty[s]``: CTA-scope ``try_wait`` (CUTLASS's
+    ``ClusterBarrier::wait``), or cluster-scope acquire for ``"cluster"``."""
+    return "tl::mbarrier_wait_cluster" if mc.sync == "cluster" else "tl::mbarrier_wait"
+
+
+def publishing_barrier(sync) -> list:
+    """The cluster barrier after thread 0 initialised (and fenced) the mbarriers: relaxed
+    arrive + wait (the ``fence.mbarrier_init.release.cluster`` before it is the release),
+    or a full ``cluster_sync`` for ``"cluster"``."""
+    if sync == "cluster":
+        return [_call("tl::cluster_sync")]
+    return [_call("tl::cluster_arrive_relaxed"), _call("tl::cluster_wait")]
+
+
+def closing_barrier(sync) -> list:
+    """The kernel's last statement: the wait of the cluster barrier each branch arrived on
+    after its loop (``"cta"``), or a full ``cluster_sync`` (``"cluster"``)."""
+    return [_call("tl::cluster_sync" if sync == "cluster" else "tl::cluster_wait")]
 
 
 def _lead_binds(root):
@@ -236,7 +271,7 @@ def plan_multicast(planner, loop, tma):
     planned = {id(t.spec) for t in tma}
     pctx.tma_maps[:] = [m for m in pctx.tma_maps if id(m) not in planned or id(m) in used]
     pctx.cluster_dims = (size, 1, 1)
-    return Multicast(size, shared)
+    return Multicast(size, shared, str(pctx.options.get("cluster_multicast_sync") or "cta"))
 
 
 def issue_multicast(mc, t, tile_mb, stage, k, k_value, bar_ptr, rank):
@@ -272,10 +307,14 @@ def rank_bind():
 __all__ = [
     "MARKER",
     "Multicast",
+    "closing_barrier",
     "cluster_shape",
+    "empty_wait_call",
     "issue_multicast",
     "mark_cluster_launch",
     "plan_multicast",
+    "publishing_barrier",
     "rank_bind",
+    "release_call",
     "take_cluster_dims",
 ]
