@@ -180,7 +180,11 @@ class _Machine:
         # (not in a cluster launch's shared memory: a peer's multicast may already have
         # landed in these bytes, and declaring a view writes nothing on the GPU)
         peers_write = base.shared and self.cluster is not None
-        if _floating(dtype) and base_var.__chandle__() not in self.param_handles and not peers_write:
+        if (
+            _floating(dtype)
+            and base_var.__chandle__() not in self.param_handles
+            and not peers_write
+        ):
             view.fill(np.nan)
         self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local, base.shared)
 

@@ -304,7 +304,9 @@ def cluster_extern(machine, fname, args, mask):
             s["arrived"] += 1
             peer.barriers._maybe_complete(s)
         return None
-    if fname.startswith(("tl::mbarrier_arrive_cluster_warp<", "tl::mbarrier_arrive_cluster_warp_release<")):
+    if fname.startswith(
+        ("tl::mbarrier_arrive_cluster_warp<", "tl::mbarrier_arrive_cluster_warp_release<")
+    ):
         n = int(fname[fname.index("<") + 1 : fname.index(">")])
         active = np.broadcast_to(mask, (machine.lanes,))
         keys = machine.barriers._key(machine, args[0], mask)
