@@ -2,7 +2,7 @@
 
     python benchmark/matmul_cluster.py [--sizes 4096 8192] [--dtypes float16 bfloat16]
                                        [--cluster 0 2 4] [--swizzle 0 8] [--tile 128 256 64]
-                                       [--threads 256] [--stages 4] [--iters 50] [--sustain S]
+                                       [--threads 256] [--stages 4 ...] [--iters 50] [--sustain S]
                                        [--x-walks n m] [--sync cta cluster] [--occupancy]
 
 Each row builds the GEMM (``C = A @ B``, blockIdx.x walking N, C in the input dtype, float32
@@ -111,7 +111,9 @@ def resident(kern, func, arch, configs, grid, threads, cluster) -> int:
         cfg = LaunchConfig(*grid, threads, 1, 1, smem, None, None, 0)
         rc = cu.cuOccupancyMaxActiveClusters(ctypes.byref(n), fn, ctypes.byref(cfg))
     else:
-        rc = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), fn, threads, smem)
+        rc = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(n), fn, ctypes.c_int(threads), ctypes.c_size_t(smem)
+        )
         n = ctypes.c_int(n.value * torch.cuda.get_device_properties(0).multi_processor_count)
     cu.cuModuleUnload(mod)
     return n.value if rc == 0 else -rc
@@ -133,14 +135,14 @@ def bench(size, dtype, args, arch):
     print(f"{size:>6} {dtype:>9} {'torch.matmul':>30} {'':>3} {torch_ms:>8.3f} "
           f"{flops / torch_ms / 1e9:>8.1f} {1.0:>6.2f}")  # fmt: skip
     runners = {}
-    rows = itertools.product(args.x_walks, args.swizzle, args.cluster, args.sync)
-    for xw, swz, cl, sync in rows:
+    rows = itertools.product(args.stages, args.x_walks, args.swizzle, args.cluster, args.sync)
+    for stages, xw, swz, cl, sync in rows:
         if cl <= 1 and sync != args.sync[0]:
             continue  # one-block launches have no cluster schedule
-        name = f"{bM}x{bN}x{bK}/{args.threads}t/{args.stages}s" + ("/xM" if xw == "m" else "")
+        name = f"{bM}x{bN}x{bK}/{args.threads}t/{stages}s" + ("/xM" if xw == "m" else "")
         name += (f"+swz{swz}" if swz else "") + (f"+mc{cl}" if cl > 1 else "")
         name += f"/{sync}" if cl > 1 and sync != "cta" else ""
-        func = gemm(size, size, size, bM, bN, bK, args.threads, args.stages, dtype, swz, xw)
+        func = gemm(size, size, size, bM, bN, bK, args.threads, stages, dtype, swz, xw)
         configs = {"tl.cluster_multicast": cl, "tl.cluster_multicast_sync": sync}
         kern = tilelang.compile(func, target={"kind": "cuda", "arch": arch}, pass_configs=configs)
         applied = "tma_load_multicast" in kern.get_kernel_source()
@@ -173,7 +175,7 @@ def main():
     parser.add_argument("--swizzle", type=int, nargs="+", default=[0, 8])
     parser.add_argument("--tile", type=int, nargs=3, default=[128, 256, 64])
     parser.add_argument("--threads", type=int, default=256)
-    parser.add_argument("--stages", type=int, default=4)
+    parser.add_argument("--stages", type=int, nargs="+", default=[4])
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--sustain", type=float, default=0.0, help="seconds per sustained run")
     parser.add_argument("--x-walks", nargs="+", choices=["n", "m"], default=["n"])

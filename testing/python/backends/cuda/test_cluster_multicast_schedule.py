@@ -233,3 +233,20 @@ def test_schedules_match_torch_gpu(sync, size, shape):
         kern(a, b, c)
         want = (a.double() @ b.double()).half().double()
         torch.testing.assert_close(c.double(), want, rtol=2e-2, atol=1e-1)
+
+
+def test_attention_chain_uses_the_default_schedule():
+    """The FlashAttention gemm chain (K and V multicast, one mbarrier ring per copy under
+    the ordered consumer): every ring's releases are CTA-scope remote arrivals, the waits
+    CTA-scope, and the closing barrier is split (its emulated run: test_cluster_multicast)."""
+    from test_gemm_wgmma_rs import chained
+
+    f = pipeline.lower(
+        chained(200, 256, 96, 64, 128, 128, 256, 3, "float16"), SM90A, _configs("cta")
+    )
+    text = str(f)
+    assert text.count("tl::tma_load_multicast_2d") >= 2
+    assert "tl::mbarrier_arrive_cluster_warp<2>" in text
+    assert "mbarrier_wait_cluster" not in text and "cluster_warp_release" not in text
+    assert text.count('"tl::cluster_arrive"') == 2 and "tl::cluster_sync" not in text
+    assert text.rstrip().endswith('T.call_extern("tl::cluster_wait", ty=T.void)')
