@@ -15,6 +15,11 @@ timed before and after each size/dtype group and the ratio is against the mean o
 ``--pass-configs``), timed in the same process: e.g. ``--variant
 epi:tl.tma_store_epilogue=true mc:tl.cluster_multicast=2`` gives rows ``.../3s epi`` and
 ``.../3s mc`` next to the plain ones (A/B of code-generation choices without a second run).
+The cluster schedules side by side: ``--variant mc2:tl.cluster_multicast=2
+mc2old:tl.cluster_multicast=2,tl.cluster_multicast_sync=cluster
+mc2reg:tl.cluster_multicast=2,tl.tma_store_epilogue=false`` (the default CTA-scope schedule,
+the first one with cluster-scope fences in every iteration, the default one with register
+stores instead of the staged TMA-store epilogue).
 """
 
 from __future__ import annotations
@@ -107,7 +112,9 @@ def main():
                         kernel = matmul(size, size, size, *cfg, dtype, vconfigs)
                         c = kernel(a, b)
                         torch.testing.assert_close(c[sample].float(), want, rtol=2e-2, atol=5e-1)
-                        timed.append((name, time_ms(lambda k=kernel: k(a, b), args.iters)))
+                        timed.append(
+                            (name, time_ms(lambda k=kernel, a=a, b=b: k(a, b), args.iters))
+                        )
                     except Exception as err:  # noqa: BLE001 - report and go on
                         print(f"  {size} {dtype} {name}: FAILED {type(err).__name__}: {err}"[:600])
             t_last = time_ms(lambda a=a, b=b: torch.matmul(a, b), args.iters)

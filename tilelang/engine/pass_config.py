@@ -153,6 +153,19 @@ class PassConfigKey(str, Enum):
     (``backends/cuda/passes/cluster_multicast.py``; ``tl.tma`` notes why it did not apply).
     Needs a static grid x extent that is a multiple of ``C``. Default: 0 (off)."""
 
+    TL_CLUSTER_MULTICAST_SYNC = "tl.cluster_multicast_sync"
+    """CUDA sm_90a, with ``tl.cluster_multicast``: the memory scope of the main loop's
+    cross-block synchronisation. ``"cta"`` (default, CUTLASS's ``PipelineTmaAsync``): the
+    consumers hand a stage back to every block with plain remote ``mbarrier.arrive`` (one
+    ``SYNCS.ARRIVE`` each), the producer waits with a CTA-scope ``try_wait``, the barriers
+    are published with a relaxed cluster arrive, and each thread arrives on the closing
+    cluster barrier as soon as its loop is done (the epilogue overlaps the wait; the TMA-store
+    epilogue applies). ``"cluster"``: the first schedule, kept for A/B runs: remote arrivals
+    with ``.release.cluster`` (``MEMBAR.ALL.GPU`` before each, in every iteration of every
+    consumer warp), cluster-scope acquire waits (``CCTL.IVALL``), a full cluster barrier at
+    the end and register-store epilogues; measured 0.64-0.69x torch.matmul on the H200
+    where one-block launches ran 1.01-1.05x (benchmark/RESULTS.md, session 6)."""
+
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
     runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
@@ -231,6 +244,8 @@ def normalize_pass_configs(pass_configs) -> dict:
 
 
 COPY_SCHEDULES = ("auto", "leading", "hoist", "split")
+#: values of tl.cluster_multicast_sync (the first is the default)
+CLUSTER_SYNC_SCOPES = ("cta", "cluster")
 
 
 def build_options(pass_configs) -> dict:
@@ -270,6 +285,12 @@ def build_options(pass_configs) -> dict:
         raise ValueError(
             f"pass_configs[{PassConfigKey.TL_CLUSTER_MULTICAST.value!r}] = {multicast!r}: "
             "expected 0 (off), 2, 4 or 8 blocks per cluster"
+        )
+    mc_sync = configs.get(PassConfigKey.TL_CLUSTER_MULTICAST_SYNC.value) or "cta"
+    if mc_sync not in CLUSTER_SYNC_SCOPES:
+        raise ValueError(
+            f"pass_configs[{PassConfigKey.TL_CLUSTER_MULTICAST_SYNC.value!r}] = {mc_sync!r}: "
+            f"expected one of {', '.join(CLUSTER_SYNC_SCOPES)}"
         )
     schedule = configs.get(PassConfigKey.TL_PIPELINE_COPY_SCHEDULE.value, "auto")
     if schedule not in COPY_SCHEDULES:
@@ -312,4 +333,5 @@ def build_options(pass_configs) -> dict:
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
         "cluster_multicast": int(multicast),
+        "cluster_multicast_sync": mc_sync,
     }

@@ -160,7 +160,7 @@ class _Machine:
 
     def _view(self, var, call):
         """A ``decl_tensor`` view: of a scratch buffer (the shared-memory pool, at a byte
-        offset; its floating views start as NaN) or of a kernel parameter (a reshape of the
+        offset; its floating views start as NaN, except in a cluster launch) or of a kernel parameter (a reshape of the
         caller's data, e.g. ``T.Tensor(shape, dtype, X.data)``)."""
         ptr = call.args[0]
         if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset":
@@ -177,7 +177,14 @@ class _Machine:
         view = raw[offset : offset + n * np.dtype(dtype).itemsize].view(dtype)
         if view.size != n:
             raise EmulationError(f"{var.name} does not fit in {base.name} at byte {offset}")
-        if _floating(dtype) and base_var.__chandle__() not in self.param_handles:
+        # (not in a cluster launch's shared memory: a peer's multicast may already have
+        # landed in these bytes, and declaring a view writes nothing on the GPU)
+        peers_write = base.shared and self.cluster is not None
+        if (
+            _floating(dtype)
+            and base_var.__chandle__() not in self.param_handles
+            and not peers_write
+        ):
             view.fill(np.nan)
         self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local, base.shared)
 

@@ -19,9 +19,10 @@ Cluster operations (``cluster.h``, ``hopper.h``):
   mbarrier at the same address in each (a peer's bytes may reach a barrier before its own
   ``arrive.expect_tx``: the pending count goes below zero, as on the GPU);
 * ``tl::mbarrier_wait_cluster(bar, parity)``: ``tl::mbarrier_wait``;
-* ``tl::mbarrier_arrive_cluster(bar, cta)`` / ``tl::mbarrier_arrive_cluster_warp<N>(bar)``:
-  arrivals on a member's mbarrier (the warp form: one arrival per whole active warp on
-  each of the members ``0..N-1``).
+* ``tl::mbarrier_arrive_cluster(bar, cta)`` / ``tl::mbarrier_arrive_cluster_warp<N>(bar)``
+  (and its ``_release`` form, which differs in memory scope only): arrivals on a member's
+  mbarrier (the warp form: one arrival per whole active warp on each of the members
+  ``0..N-1``).
 
 Without a cluster launch the same calls act on the one block (rank 0, the cluster barrier
 is the block's). ``race_check`` does not cover the blocks of a cluster launch.
@@ -303,7 +304,9 @@ def cluster_extern(machine, fname, args, mask):
             s["arrived"] += 1
             peer.barriers._maybe_complete(s)
         return None
-    if fname.startswith("tl::mbarrier_arrive_cluster_warp<"):
+    if fname.startswith(
+        ("tl::mbarrier_arrive_cluster_warp<", "tl::mbarrier_arrive_cluster_warp_release<")
+    ):
         n = int(fname[fname.index("<") + 1 : fname.index(">")])
         active = np.broadcast_to(mask, (machine.lanes,))
         keys = machine.barriers._key(machine, args[0], mask)

@@ -81,12 +81,15 @@ def test_multicast_ir_of_the_readme_gemm():
     assert "T.uint32(3), k_load * 64 + A_tma_shift, by * 128 + cluster_rank * 64" in producer
     assert "k_load % 3 * 8192 + cluster_rank * 4096" in producer  # the slice's place
     assert "T.uint32(32768)" in producer  # each block's full barrier expects all bytes
-    assert '"tl::mbarrier_wait_cluster", T.address_of(tma_empty_k[k_load % 3])' in producer
+    # CTA-scope wait and arrivals in the loop (tl.cluster_multicast_sync="cta", the
+    # default; test_cluster_multicast_schedule.py checks both schedules)
+    assert '"tl::mbarrier_wait", T.address_of(tma_empty_k[k_load % 3])' in producer
     consumer = text.split("if tx < 256:")[1].split("else:")[0]
     assert "tl::mbarrier_arrive_cluster_warp<2>" in consumer
     assert '"tl::mbarrier_arrive"' not in consumer
-    assert text.count('T.call_extern("tl::cluster_sync"') == 2
-    assert text.rstrip().endswith('T.call_extern("tl::cluster_sync", ty=T.void)')
+    assert "tl::cluster_sync" not in text
+    assert text.count('T.call_extern("tl::cluster_arrive"') == 2  # each branch, after its loop
+    assert text.rstrip().endswith('T.call_extern("tl::cluster_wait", ty=T.void)')
     enc = [ln for ln in text.splitlines() if "tensormap_encode_tiled(A_tmap" in ln]
     assert len(enc) == 1 and "2000, 64, 64, 1, 1" in enc[0]  # box 64 x 64 (was 64 x 128)
 

@@ -217,12 +217,14 @@ def stage_epilogues(body, ctx):
     option = ctx.options.get("tma_store_epilogue")  # None: default (16-bit outputs only)
     if option is False or tma_store_off_reason(ctx) is not None:
         return body
-    if tuple(getattr(ctx, "cluster_dims", (1, 1, 1))) != (1, 1, 1):
-        # peers multicast into this block's stage buffers: staging in one is not proven
-        # safe (the emulated cluster GEMMs gave NaN rows), so cluster launches keep the
-        # register stores
-        ctx.tma_notes.append("epilogue: register stores (not staged in a cluster launch)")
+    in_cluster = tuple(getattr(ctx, "cluster_dims", (1, 1, 1))) != (1, 1, 1)
+    if in_cluster and ctx.options.get("cluster_multicast_sync") == "cluster":
+        # the first cluster schedule, kept as it was measured (tl.cluster_multicast_sync)
+        ctx.tma_notes.append("epilogue: register stores (tl.cluster_multicast_sync='cluster')")
         return body
+    # In a cluster, peers multicast into this block's stage buffers, but only for the
+    # iterations this block's consumers wait for: every such write has landed once the
+    # consumers' last ``full`` wait returned, so the staging tile may reuse any stage.
     _, inner = launches_of(body)
     stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
     at = _consumer_split(stmts)

@@ -78,6 +78,7 @@ class WsParts:
     consumer: ir.Stmt  # replaces the loop in the kernel body
     threads: int
     cluster: int = 1  # blocks per cluster sharing TMA loads (cluster_multicast.py)
+    cluster_sync: str = "cta"  # tl.cluster_multicast_sync (cluster_multicast.py)
 
 
 def _u32(x):
@@ -146,7 +147,7 @@ def ws_loop(
     def release_stage(bar_ptr):
         if mc is None:
             return _call("tl::mbarrier_arrive", bar_ptr)
-        return _call(f"tl::mbarrier_arrive_cluster_warp<{mc.size}>", bar_ptr)
+        return _call(cm.release_call(mc), bar_ptr)
 
     # one full/empty ring for all copies; with an ordered consumer one ring per copy, so
     # each tile is handed back as soon as its last reader is done (``pipeline_order.py``)
@@ -169,7 +170,7 @@ def ws_loop(
 
     stage = rel % stages
     phase = ir.prim.floordiv(rel, stages) % 2
-    wait_empty = "tl::mbarrier_wait" if mc is None else "tl::mbarrier_wait_cluster"
+    wait_empty = "tl::mbarrier_wait" if mc is None else cm.empty_wait_call(mc)
     load = []
     for full_r, empty_r, copies, nbytes in rings:
         parity = ir.prim.BitwiseXor(phase, ir.const(1, "int32"))
@@ -234,11 +235,23 @@ def ws_loop(
         producer_loop = ir.SeqStmt([rank_bind, producer_loop])
     producer = ir.If(tx == threads, producer_loop, None)
     consumer_stmt = ir.SeqStmt([*fence, *turns_before, *loop_stmts, *after, *turns_after])
+    if mc is not None and mc.early_exit_arrive:
+        # each thread arrives on the closing cluster barrier once its loop is done: the
+        # consumers' last remote arrival precedes it, the epilogue overlaps the peers
+        producer = ir.SeqStmt([producer, _call("tl::cluster_arrive")])
+        consumer_stmt = ir.SeqStmt([consumer_stmt, _call("tl::cluster_arrive")])
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"
     )
-    return WsParts(init, producer, consumer_stmt, threads, 1 if mc is None else mc.size)
+    return WsParts(
+        init,
+        producer,
+        consumer_stmt,
+        threads,
+        1 if mc is None else mc.size,
+        "cta" if mc is None else mc.sync,
+    )
 
 
 #: Named barriers of the ping-pong turns (warpgroup w waits on 2 + w).
@@ -353,8 +366,10 @@ def split_kernel(body, parts: WsParts, regs):
     # in a cluster, peers multicast into this block's tiles and arrive on its barriers:
     # the initialised barriers are published to the cluster before, and no block exits
     # while a peer may still use them after (cluster_multicast.py)
-    published = _call("tl::cluster_sync") if parts.cluster > 1 else sync
-    init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), published]
+    from .cluster_multicast import closing_barrier, publishing_barrier
+
+    published = publishing_barrier(parts.cluster_sync) if parts.cluster > 1 else [sync]
+    init = [sync, ir.If(tx == 0, ir.SeqStmt(parts.init), None), *published]
     consumer = [_call(CONSUMER_MARKER)]
     producer = []
     if regs is not None:
@@ -363,7 +378,7 @@ def split_kernel(body, parts: WsParts, regs):
     consumer += rest
     producer.append(parts.producer)
     split = ir.If(tx < threads, ir.SeqStmt(consumer), ir.SeqStmt(producer))
-    tail = [_call("tl::cluster_sync")] if parts.cluster > 1 else []
+    tail = closing_barrier(parts.cluster_sync) if parts.cluster > 1 else []
     new_inner = ir.SeqStmt([*lead, *init, split, *tail])
     return with_launch_body(body, new_inner, threads + PRODUCER_THREADS)
 

@@ -19,7 +19,15 @@
 //   tl::mbarrier_arrive_cluster_warp<N>(bar) one arrival of this warp on `bar` in each of the
 //                                            CTAs 0..N-1 of the cluster: lane r arrives on
 //                                            CTA r (after __syncwarp: every lane's earlier
-//                                            work is done when the arrivals are made)
+//                                            work is done when the arrivals are made), with
+//                                            the default .release.cta semantics (CUTLASS's
+//                                            ClusterBarrier::arrive(cta_id, pred)): it hands
+//                                            back a pipeline stage the warp only read, and
+//                                            compiles to one SYNCS.ARRIVE (no fence)
+//   tl::mbarrier_arrive_cluster_warp_release<N>(bar)
+//                                            the same arrivals with .release.cluster (each
+//                                            is preceded by MEMBAR.ALL.GPU in SASS: the
+//                                            pass config tl.cluster_multicast_sync="cluster")
 #ifndef TL_TEMPLATES_CUDA_CLUSTER_H_
 #define TL_TEMPLATES_CUDA_CLUSTER_H_
 
@@ -59,6 +67,17 @@ TL_DEVICE void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
 
 template <int N>
 TL_DEVICE void mbarrier_arrive_cluster_warp(uint64_t* bar) {
+  __syncwarp();
+  uint32_t lane = threadIdx.x % 32;
+  if (lane < N) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(
+                     cluster_smem_addr(bar, lane))
+                 : "memory");
+  }
+}
+
+template <int N>
+TL_DEVICE void mbarrier_arrive_cluster_warp_release(uint64_t* bar) {
   __syncwarp();
   uint32_t lane = threadIdx.x % 32;
   if (lane < N) {
