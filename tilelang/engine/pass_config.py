@@ -69,6 +69,12 @@ class PassConfigKey(str, Enum):
     shared operands, synchronises), so independent work overlaps the tensor cores
     (``backends/cuda/passes/wgmma_wait_sinking.py``). Default: True."""
 
+    TL_UNSWITCH_UNIFORM_SELECT = "tl.unswitch_uniform_select"
+    """Every backend: a ``T.Parallel`` nest selecting on a condition affine in its loop
+    variables (FlashAttention's causal mask ``bx * bM + i >= k * bN + j``) also gets
+    select-free copies, run when the condition holds (or fails) for the whole tile
+    (``tilelang/transform/unswitch_uniform_select.py``). Default: True."""
+
     TL_PIPELINE_ORDER = "tl.pipeline_order"
     """CUDA sm_90a, warp-specialized loops: honor ``T.Pipelined(order=, stage=, group=)``
     (statement groups run ``stage`` iterations late, in ``order``: upstream's
@@ -313,6 +319,7 @@ def build_options(pass_configs) -> dict:
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),
         "pipeline_order": flag(PassConfigKey.TL_PIPELINE_ORDER, True),
+        "unswitch_uniform_select": flag(PassConfigKey.TL_UNSWITCH_UNIFORM_SELECT, True),
         "wgmma_overlap": flag(PassConfigKey.TL_WGMMA_OVERLAP, False),
         "copy_schedule": schedule,
         # None (unset): TMA where the loop is also warp-specialized, else cp.async (TMA

@@ -1,6 +1,6 @@
 """The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
 
-    trace ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
+    trace ─► unswitch_uniform_select ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
           ─► legalize_half_math ─► legalize_fp8_casts ─► lower_blocks
           ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
 
@@ -28,6 +28,7 @@ from ...ops.debug.op import uses_device_assert
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
+from ...transform.unswitch_uniform_select import unswitch_uniform_select
 from ...transform.wide_index import widen_indices
 from .fp8_convert import legalize_fp8_casts
 from .legalize_math import legalize_half_math
@@ -88,10 +89,14 @@ def lower(func, pass_configs=None):
 
 
 def _lower_kernel(func, pass_configs):
-    checked = build_options(pass_configs).get("bounds_check", False)
+    options = build_options(pass_configs)
+    checked = options.get("bounds_check", False)
+    unswitch = options["unswitch_uniform_select"]
     # a failed assertion inside a parallel task would be lost: checked kernels run serially
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body) or checked)
     stages = [
+        # T.Parallel selects on a tile-uniform condition: select-free copies under an `if`
+        *([("unswitch_uniform_select", unswitch_uniform_select)] if unswitch else []),
         ("lower_warp_ops", on_body(lower_warp_ops)),
         ("lower_atomic_mem", on_body(lower_atomic_mem)),  # T.atomic_load/store: plain
         ("lower_threads", on_body(lower_threads)),

@@ -29,6 +29,7 @@ from ...lowering.stmt import StripScheduleHints, launches_of, with_launch_body
 from ...lowering.thread_utils import is_fragment, new_tensor
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
 from ...transform.lower_tile_ops import LowerTileOps
+from ...transform.unswitch_uniform_select import unswitch_uniform_select
 from .passes.apply_shared_layouts import apply_shared_layouts
 from .passes.cluster_multicast import mark_cluster_launch, take_cluster_dims
 from .passes.insert_sync import insert_sync
@@ -99,6 +100,16 @@ def stage_check_ws_scopes(func, state):
     """``T.ws`` scopes hold only per-thread code (``passes/warp_specialize.py``)."""
     check_ws_scopes(func.body)
     return func
+
+
+def stage_unswitch_uniform_select(func, state):
+    """``T.Parallel`` selects on a tile-uniform condition get select-free copies under a
+    block-uniform ``if`` (``transform/unswitch_uniform_select.py``; before layout inference,
+    which gives each copy its own loop layout; one statement in, one out, so pipeline
+    annotations keep their indices; ``tl.unswitch_uniform_select``)."""
+    if not state.options.get("unswitch_uniform_select", True):
+        return func
+    return unswitch_uniform_select(func)
 
 
 def stage_layout_inference(func, state):
@@ -278,6 +289,7 @@ STAGES = [
     ("cluster_launch", stage_cluster_launch),
     ("rasterize_blocks", stage_rasterize_blocks),
     ("check_ws_scopes", stage_check_ws_scopes),
+    ("unswitch_uniform_select", stage_unswitch_uniform_select),
     ("layout_inference", stage_layout_inference),
     ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", stage_apply_shared_layouts),
