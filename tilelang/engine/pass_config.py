@@ -153,6 +153,16 @@ class PassConfigKey(str, Enum):
     (``backends/cuda/passes/cluster_multicast.py``; ``tl.tma`` notes why it did not apply).
     Needs a static grid x extent that is a multiple of ``C``. Default: 0 (off)."""
 
+    TL_HEAVY_BLOCKS_FIRST = "tl.heavy_blocks_first"
+    """CUDA/ROCm/Metal: when every loop extent of a kernel that depends on a block index is
+    provably non-decreasing in it and one is not constant (causal attention's
+    ``min(.., ceildiv((bx + 1) * block_M, block_N))``), the index is reversed
+    (``gridDim - 1 - b``) so the heaviest blocks launch first and the last wave has no long
+    tail (FlashAttention 2/3's ``num_m_blocks - 1 - blockIdx.x``). Kernels with global
+    atomics, ``while`` loops, cluster launches or ``T.use_swizzle`` are left alone; the
+    function attribute ``tl.block_order`` says what was decided and why
+    (``backends/cuda/passes/heavy_blocks_first.py``). Default: True."""
+
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
     runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
@@ -312,4 +322,5 @@ def build_options(pass_configs) -> dict:
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
         "cluster_multicast": int(multicast),
+        "heavy_blocks_first": flag(PassConfigKey.TL_HEAVY_BLOCKS_FIRST, True),
     }
