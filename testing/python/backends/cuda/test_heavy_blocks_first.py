@@ -179,6 +179,33 @@ def test_decreasing_extent_is_kept():
     assert any("not provably non-decreasing" in n for n in _notes(func)), _notes(func)
 
 
+def _counting(extent_of):
+    @T.prim_func
+    def main(Lens: T.Tensor((4,), "int32"), Out: T.Tensor((8, 4), "int32")):
+        with T.Kernel(8, 4, threads=32) as (bx, by):
+            n = T.alloc_local((1,), "int32")
+            n[0] = Lens[by]
+            acc = T.alloc_local((1,), "int32")
+            acc[0] = 0
+            for k in T.serial(extent_of(Lens, n, bx, by)):
+                acc[0] += k
+            Out[bx, by] = acc[0]
+
+    return main
+
+
+def test_extent_reading_a_global_tensor_is_reversed():
+    """varlen attention's pattern: a length read from global memory at an index free of bx"""
+    func = heavy_blocks_first(_counting(lambda lens, n, bx, by: T.min(lens[by], (bx + 1) * 4)))
+    assert _reversed(func), _notes(func)
+
+
+def test_extent_reading_local_memory_is_kept():
+    func = heavy_blocks_first(_counting(lambda lens, n, bx, by: T.min(n[0], (bx + 1) * 4)))
+    assert not _reversed(func)
+    assert any("data-dependent" in n for n in _notes(func)), _notes(func)
+
+
 def test_pass_config_changes_the_cache_key():
     from tilelang.cache.kernel_cache import cache_key
 
