@@ -12,9 +12,9 @@ same for any kernel where it can prove the pattern.
 loop of the kernel (``T.Pipelined``, ``T.serial``, nested or not) whose extent mentions
 ``b`` is examined, with the values of scalar ``Bind``s inlined and loads of global tensors
 at indices free of ``b`` taken as opaque values. The analyzer is asked, with ``b`` in
-``[0, g - 1)``, whether ``extent(b + 1) >= extent(b)`` (else: a structural check that the
-extent is built from ``b`` by +, -, * / floordiv by constants, min and max in a monotone
-way) and whether ``extent(b + 1) == extent(b)``. ``b`` is reversed when every such extent is
+``[0, g - 1)``, whether ``extent(b + 1) >= extent(b)`` (its rewrite rules, not Z3; else a
+structural check that the extent is built from ``b`` by +, -, * / floordiv by constants,
+min and max in a monotone way) and whether ``extent(b + 1) == extent(b)``. ``b`` is reversed when every such extent is
 non-decreasing and one is not provably constant; a loop whose extent reads local or shared
 memory (stream-K's ``end_iter[0] - start_iter[0]``) makes the work data-dependent, and no
 index is reversed. ``if`` conditions are not weighed (this is a scheduling heuristic: a
@@ -67,11 +67,15 @@ def heavy_blocks_first(func, cluster_dims=(1, 1, 1), multicast: int = 1, enabled
     loops = _loop_extents(inner)
     if isinstance(loops, str):
         return func.with_attr(ATTR, [f"kept in launch order: {loops}"])
-    shape_vars = _shape_vars(func)
+    shape_vars = _shape_vars(func) if loops else []
     grows, notes = [], []
     for tag, g, b in blocks:
-        verdict, why = _classify(b, g, loops, [x for x in blocks if x[2] is not b], shape_vars)
-        (grows if verdict else notes).append((tag, g, b, why) if verdict else f"{tag} kept: {why}")
+        others = [x for x in blocks if x[2] is not b]
+        heavier, why = _classify(b, g, loops, others, shape_vars)
+        if heavier:
+            grows.append((tag, g, b, why))
+        else:
+            notes.append(f"{tag} kept: {why}")
     if grows:
         unsafe = _unsafe_reasons(inner, cluster_dims, multicast)
         if unsafe:
@@ -101,8 +105,9 @@ def _loop_extents(body):
         if isinstance(node.var, ir.Var) and "Tensor" not in type(node.var.ty).__name__:
             binds[node.var] = node.value
 
-    def visit_for(node):
-        loops.append((node.var.name, node.end - node.begin, node.loc))
+    def visit_for(node):  # T.Parallel nests and other static loops weigh the same everywhere
+        if E.as_const_int(node.begin) is None or E.as_const_int(node.end) is None:
+            loops.append((node.var.name, node.end - node.begin, node.loc))
 
     def visit_while(node):
         whiles.append(node)
@@ -135,10 +140,11 @@ def _classify(b, g, loops, other_blocks, shape_vars):
         if not E.uses_var(extent, b):
             continue
         step = substitute(extent, {b: b + 1})
-        strong = sym.ProofStrength.SYMBOLIC_BOUND
-        if analyzer.can_prove(step == extent, strong):
+        # the analyzer's own rules only: its Z3 fallback (SYMBOLIC_BOUND) took 20-70 ms per
+        # failed proof, and a wrong guess here costs time, never correctness
+        if analyzer.can_prove(step == extent):
             continue
-        if not (analyzer.can_prove(step >= extent, strong) or _monotone(extent, b) == 1):
+        if not (analyzer.can_prove(step >= extent) or _monotone(extent, b) == 1):
             return (
                 False,
                 f"loop {name}'s extent {extent} is not provably non-decreasing in {b.name}",
@@ -214,6 +220,8 @@ def _shape_vars(func):
     found = {}
     for param in func.params:
         for dim in getattr(param.ty, "shape", None) or []:
+            if isinstance(dim, ir.IntImm):
+                continue
             for var in E.free_vars(dim):
                 found[var.__chandle__()] = var
         if isinstance(param, ir.Var) and not hasattr(param.ty, "shape"):
