@@ -14,7 +14,11 @@ default: ``auto``. Three more rows per causal setting, 128x128 blocks, 256 threa
 and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_overlap``,
 which derives that schedule where the annotations do not apply), and ``serial`` (this
 example without either: each gemm waited for where it is issued, the session-5 schedule,
-for an A/B in the same process); ``--no-overlap-rows`` leaves them out.
+for an A/B in the same process); ``--no-overlap-rows`` leaves them out. One more causal row,
+``inorder`` (128x128 blocks, 256 threads, 2 stages, ``tl.heavy_blocks_first = False``): the
+blocks in launch order instead of heaviest first (``backends/cuda/passes/
+heavy_blocks_first.py``), for an A/B of the block order against the ``auto`` row of the same
+config; ``--pass-configs tl.heavy_blocks_first=false`` turns it off for every row.
 """
 
 from __future__ import annotations
@@ -106,6 +110,9 @@ def main():
             rows.append(((128, 128, 2, 256), "overlap", flashattn, {"tl.wgmma_overlap": True}))
             serial = {"tl.pipeline_order": False, "tl.wgmma_wait_sinking": False}
             rows.append(((128, 128, 2, 256), "serial", flashattn, serial))
+        if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order
+            inorder = {"tl.heavy_blocks_first": False}
+            rows.append(((128, 128, 2, 256), "inorder", flashattn, inorder))
         for (bm, bn, stages, threads), variant, program, row_configs in rows:
             label = f"{variant:>8} {bm}x{bn}/{threads}t/{stages}s"
             schedule = variant if variant in ("leading", "hoist", "split", "auto") else "auto"

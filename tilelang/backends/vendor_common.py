@@ -64,7 +64,7 @@ def lower_tile_ops_stage(backend: str):
 def vendor_stages(backend: str, check_dtypes, lower_exchanges, pipeline_planning=None,
                   after_shared_memory=None, before_exchanges=None) -> list:  # fmt: skip
     """The stage list of a vendor backend, in order: ``check_dtypes``, CUDA's
-    ``rasterize_blocks``/``unswitch_uniform_select``, :func:`layout_inference_stage`, ``pipeline_planning`` (if given),
+    ``heavy_blocks_first``, ``rasterize_blocks`` and ``unswitch_uniform_select``, :func:`layout_inference_stage`, ``pipeline_planning`` (if given),
     CUDA's ``apply_shared_layouts``/``lower_parallel``, :func:`lower_tile_ops_stage`, CUDA's
     ``lower_fragments``/``hoist_allocs``/``insert_sync``/``plan_shared_memory``,
     ``after_shared_memory`` (if given), CUDA's ``strip_schedule_hints``/
@@ -79,6 +79,7 @@ def vendor_stages(backend: str, check_dtypes, lower_exchanges, pipeline_planning
     before = [] if before_exchanges is None else [before_exchanges]
     return [
         ("check_dtypes", check_dtypes),
+        ("heavy_blocks_first", cuda.stage_heavy_blocks_first),
         ("rasterize_blocks", cuda.stage_rasterize_blocks),
         ("unswitch_uniform_select", cuda.stage_unswitch_uniform_select),
         ("layout_inference", layout_inference_stage(backend)),

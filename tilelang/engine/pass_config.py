@@ -172,6 +172,16 @@ class PassConfigKey(str, Enum):
     the end and register-store epilogues; measured 0.64-0.69x torch.matmul on the H200
     where one-block launches ran 1.01-1.05x (benchmark/RESULTS.md, session 6)."""
 
+    TL_HEAVY_BLOCKS_FIRST = "tl.heavy_blocks_first"
+    """CUDA/ROCm/Metal: when every loop extent of a kernel that depends on a block index is
+    provably non-decreasing in it and one is not constant (causal attention's
+    ``min(.., ceildiv((bx + 1) * block_M, block_N))``), the index is reversed
+    (``gridDim - 1 - b``) so the heaviest blocks launch first and the last wave has no long
+    tail (FlashAttention 2/3's ``num_m_blocks - 1 - blockIdx.x``). Kernels with global
+    atomics, ``while`` loops, cluster launches or ``T.use_swizzle`` are left alone; the
+    function attribute ``tl.block_order`` says what was decided and why
+    (``backends/cuda/passes/heavy_blocks_first.py``). Default: True."""
+
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
     runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
@@ -341,4 +351,5 @@ def build_options(pass_configs) -> dict:
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
         "cluster_multicast": int(multicast),
         "cluster_multicast_sync": mc_sync,
+        "heavy_blocks_first": flag(PassConfigKey.TL_HEAVY_BLOCKS_FIRST, True),
     }

@@ -32,6 +32,7 @@ from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.unswitch_uniform_select import unswitch_uniform_select
 from .passes.apply_shared_layouts import apply_shared_layouts
 from .passes.cluster_multicast import mark_cluster_launch, take_cluster_dims
+from .passes.heavy_blocks_first import heavy_blocks_first
 from .passes.insert_sync import insert_sync
 from .passes.layout_inference import infer_layouts, strip_layout_annotations
 from .passes.lower_assume import stage_lower_assume
@@ -82,6 +83,20 @@ def stage_cluster_launch(func, state):
             )
         state.cluster_dims = dims
     return func
+
+
+def stage_heavy_blocks_first(func, state):
+    """``tl.heavy_blocks_first``: a block index whose loops' work provably grows with it
+    (causal attention) is reversed, heaviest blocks first; skipped for atomics, ``while``
+    loops, clusters and ``T.use_swizzle`` (``passes/heavy_blocks_first.py``). After
+    ``cluster_launch`` (reads the cluster shape), before ``rasterize_blocks`` (reads its
+    hint). Records ``tl.block_order``."""
+    return heavy_blocks_first(
+        func,
+        state.cluster_dims,
+        int(state.options.get("cluster_multicast") or 1),
+        state.options.get("heavy_blocks_first", True),
+    )
 
 
 def stage_rasterize_blocks(func, state):
@@ -287,6 +302,7 @@ def stage_tma_host_encode(func, state):
 #: The CUDA pipeline, in order.
 STAGES = [
     ("cluster_launch", stage_cluster_launch),
+    ("heavy_blocks_first", stage_heavy_blocks_first),
     ("rasterize_blocks", stage_rasterize_blocks),
     ("check_ws_scopes", stage_check_ws_scopes),
     ("unswitch_uniform_select", stage_unswitch_uniform_select),
