@@ -152,10 +152,7 @@ def _written_tiles(stmt) -> set:
 
 
 def _is_desc(call) -> bool:
-    if getattr(call.op, "name", "") != "tirx.call_extern" or not call.args:
-        return False
-    head = call.args[0]
-    return isinstance(head, ir.StringImm) and str(head.value).startswith("tl::wgmma_desc")
+    return (extern_name(call) or "").startswith("tl::wgmma_desc")
 
 
 def _passable(stmt, protected, tiles) -> bool:
