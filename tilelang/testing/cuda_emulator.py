@@ -8,7 +8,9 @@ vectors (one lane per thread), so ``__syncthreads`` is implicit and
 - every index of an access by an active thread is inside its tensor (per dimension);
 - two threads never store different values to the same shared/global address in one
   statement (a write race);
-- ``__syncthreads`` is never reached by only part of the block (divergent barrier);
+- ``__syncthreads`` is never reached by only part of the block (divergent barrier), nor a
+  ``*_sync`` warp intrinsic by part of the lanes its member mask names
+  (``cuda_emulator_warp.check_converged``);
 - reads of shared/local memory nobody wrote give NaN (floats are pre-filled with NaN).
 
 It covers the subset the tilelang CUDA lowerings emit for non-gemm kernels (with the
@@ -108,7 +110,7 @@ class _Machine:
         self.block_index: dict = {}
         self.param_handles = {param.__chandle__() for param in func.params}
         self.barriers = _tma.Barriers(EmulationError)  # TMA pipelining (cuda_emulator_tma)
-        self.task = threading.local()  # the concurrent branch running (cuda_emulator_ws)
+        self.task = threading.local()  # the running task (cuda_emulator_cluster.Scheduler)
         self.mbarrier_users: dict = {}  # statement handle -> uses mbarriers (cuda_emulator_ws)
         for param, arr in zip(func.params, arrays):
             self._bind_global(param, arr)
