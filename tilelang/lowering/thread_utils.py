@@ -116,6 +116,19 @@ def collect_vars(node, pred) -> list:
     return out
 
 
+def tensor_handles(node, skip=()) -> set:
+    """Handles (``__chandle__()``) of the tensor Vars named anywhere in ``node``, less the
+    handles in ``skip``."""
+    found = set()
+
+    def visit(v):
+        if isinstance(v.ty, TensorType):
+            found.add(v.__chandle__())
+
+    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
+    return found.difference(skip)
+
+
 def fragment_points(frag, local_var, thread_var):
     """Logical indices (and replica) of local slot ``local_var`` in thread ``thread_var``.
 

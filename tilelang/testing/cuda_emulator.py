@@ -8,7 +8,9 @@ vectors (one lane per thread), so ``__syncthreads`` is implicit and
 - every index of an access by an active thread is inside its tensor (per dimension);
 - two threads never store different values to the same shared/global address in one
   statement (a write race);
-- ``__syncthreads`` is never reached by only part of the block (divergent barrier);
+- ``__syncthreads`` is never reached by only part of the block (divergent barrier), nor a
+  ``*_sync`` warp intrinsic by part of the lanes its member mask names
+  (``cuda_emulator_warp.check_converged``);
 - reads of shared/local memory nobody wrote give NaN (floats are pre-filled with NaN).
 
 It covers the subset the tilelang CUDA lowerings emit for non-gemm kernels (with the
@@ -63,7 +65,7 @@ from .cuda_emulator_values import (  # noqa: F401 - re-exported (tests and emula
     _floating,
     np_dtype,
 )
-from .cuda_emulator_warp import warp_extern
+from .cuda_emulator_warp import check_converged, warp_extern
 
 
 def whole_warpgroups(mask, lanes: int, fname: str) -> list:
@@ -93,26 +95,6 @@ class _Buf:
         self.shared = shared
 
 
-def _check_converged(machine, fname, member_mask, mask):
-    """A ``*_sync`` warp shuffle must be reached by every lane its member mask names: on the
-    GPU the lanes that arrive wait for the others forever (independent thread scheduling)."""
-    active = np.broadcast_to(np.asarray(mask, bool), (machine.lanes,))
-    if not active.any():
-        return
-    named = int(machine.scalar(member_mask)) & 0xFFFFFFFF
-    for w0 in range(0, machine.lanes, 32):
-        warp = active[w0 : w0 + 32]
-        if not warp.any():
-            continue
-        missing = [i for i in range(warp.size) if (named >> i) & 1 and not warp[i]]
-        if missing:
-            raise EmulationError(
-                f"{fname} with member mask {named:#x} reached by only part of warp "
-                f"{w0 // 32} of block {machine.block_index} (lanes {missing[:8]} do not "
-                "reach it): the arriving lanes would wait forever on the GPU"
-            )
-
-
 class _Machine:
     error_type = EmulationError
 
@@ -128,7 +110,7 @@ class _Machine:
         self.block_index: dict = {}
         self.param_handles = {param.__chandle__() for param in func.params}
         self.barriers = _tma.Barriers(EmulationError)  # TMA pipelining (cuda_emulator_tma)
-        self.task = threading.local()  # the concurrent branch running (cuda_emulator_ws)
+        self.task = threading.local()  # the running task (cuda_emulator_cluster.Scheduler)
         self.mbarrier_users: dict = {}  # statement handle -> uses mbarriers (cuda_emulator_ws)
         for param, arr in zip(func.params, arrays):
             self._bind_global(param, arr)
@@ -328,7 +310,7 @@ class _Machine:
         if fname == "__longlong_as_double":  # exact float64 constants (exact_float_constants)
             return np.asarray(self.eval(args[0], mask), dtype=np.int64).view(np.float64)
         if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync"):
-            _check_converged(self, fname, args[0], mask)
+            check_converged(self, fname, args[0], mask)
             value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,))
             k = int(self.scalar(args[2]))
             width = int(self.scalar(args[3])) if len(args) > 3 else 32
@@ -703,12 +685,8 @@ class _Machine:
     def _run_If(self, stmt, mask):
         if stmt.else_case is not None:
             parts = _ws.branches(self, stmt, mask)
-            if parts is not None and self.cluster is not None:  # tasks of the cluster's
-                sched, me = self.task.current
-                sched.run_children(me, [(lambda s=s, m=m: self.run(s, m), self) for s, m in parts])
-                return
             if parts is not None:  # warp-specialized branches: run them interleaved
-                _ws.Tasks(self, EmulationError).run(parts)
+                _ws.run_branches(self, parts)
                 return
         c = np.broadcast_to(self.eval(stmt.condition, mask), (self.lanes,))
         then = np.logical_and(mask, c)

@@ -7,7 +7,9 @@ indices (global tensors and the host's tensor maps are shared), run as cooperati
 (Python threads of which exactly one runs at a time, :class:`Scheduler`). A task that waits
 (an mbarrier phase, a cluster barrier, its warp-specialized branches) hands the turn on and
 resumes when it gets it back and its condition holds; a full round of turns in which no
-task changed anything is the deadlock a GPU would hang in (:class:`EmulationError`).
+task changed anything is the deadlock a GPU would hang in (:class:`EmulationError`, naming
+each waiting task and what it waits for). The same scheduler runs the warp-specialized
+branches of a block outside a cluster launch (``cuda_emulator_ws``).
 
 Cluster operations (``cluster.h``, ``hopper.h``):
 
@@ -61,7 +63,10 @@ def cluster_dims_of(func):
 
 
 class Scheduler:
-    """Cooperative tasks: exactly one runs at a time (module doc)."""
+    """Cooperative tasks: exactly one runs at a time (module doc). ``progress()`` returns a
+    value that changes whenever a task does something another task may wait for (mbarrier
+    and cluster-barrier states): a full round of turns that leaves it unchanged while every
+    task waits is a deadlock."""
 
     def __init__(self, error, progress):
         self.error, self.progress = error, progress
@@ -72,17 +77,20 @@ class Scheduler:
         self.finished = 0
         self._ids = itertools.count()
         self.threads: list[threading.Thread] = []
+        self.labels: dict[int, str] = {}  # task -> what it runs (for error messages)
+        self.waits: dict[int, object] = {}  # waiting task -> describe() of its wait
 
     def _state(self):
         return (self.progress(), self.finished)
 
-    def spawn(self, fn, machine, after=None) -> int:
+    def spawn(self, fn, machine, after=None, label=None) -> int:
         """A new task running ``fn()`` with ``machine.task.current`` set to it (placed after
-        task ``after`` in the turn order, else last)."""
+        task ``after`` in the turn order, else last); ``label`` names it in errors."""
         i = next(self._ids)
         with self.cv:
             at = self.queue.index(after) + 1 if after in self.queue else len(self.queue)
             self.queue.insert(at, i)
+            self.labels[i] = label or f"task {i}"
         t = threading.Thread(target=self._worker, args=(i, fn, machine), daemon=True)
         self.threads.append(t)
         t.start()
@@ -118,9 +126,9 @@ class Scheduler:
         self.current = others[0] if others else None
 
     def run(self, jobs):
-        """From a thread that is no task: run ``(fn, machine)`` jobs to completion."""
-        for fn, machine in jobs:
-            self.spawn(fn, machine)
+        """From a thread that is no task: run ``(fn, machine, label)`` jobs to completion."""
+        for fn, machine, label in jobs:
+            self.spawn(fn, machine, label=label)
         with self.cv:
             self.current = self.queue[0] if self.queue else None
             self.cv.notify_all()
@@ -129,18 +137,19 @@ class Scheduler:
         if self.failure is not None:
             raise self.failure
 
-    def run_children(self, me, jobs):
-        """From task ``me``: run ``(fn, machine)`` jobs as tasks and wait for them."""
+    def run_children(self, me, jobs, what):
+        """From task ``me``: run ``(fn, machine, label)`` jobs as tasks and wait for them
+        (``what``: the jobs, for errors)."""
         kids = []
         after = me
-        for fn, machine in jobs:
-            after = self.spawn(fn, machine, after)
+        for fn, machine, label in jobs:
+            after = self.spawn(fn, machine, after, f"{self.labels[me]}, {label}")
             kids.append(after)
 
         def done():
             return not any(k in self.queue for k in kids)
 
-        self.block(me, done, lambda: "warp-specialized branches")
+        self.block(me, done, lambda: f"waits for its {what}")
         if self.failure is not None:
             raise self.failure
 
@@ -149,16 +158,26 @@ class Scheduler:
         while not ready():
             with self.cv:
                 if len(self.queue) < 2:
-                    raise self.error(f"{describe()}: no other task is left to complete it")
+                    raise self.error(f"{self._wait(me, describe)}: no other task can complete it")
                 seen = self._state()
+                self.waits[me] = describe
                 self._pass(me)
                 self.cv.notify_all()
                 while self.current != me and self.failure is None:
                     self.cv.wait()
+                del self.waits[me]
                 if self.failure is not None:
-                    raise self.error(f"{describe()}: another task failed")
+                    raise self.error(f"{self._wait(me, describe)}: another task failed")
                 if self._state() == seen and not ready():
-                    raise self.error(f"{describe()}: every task waits (deadlock)")
+                    others = [f"\n  {self._wait(k, d)}" for k, d in self.waits.items() if k != me]
+                    raise self.error(
+                        f"{self._wait(me, describe)}: every task waits (deadlock)"
+                        + ("; the others:" + "".join(others) if others else "")
+                    )
+
+    def _wait(self, task, describe):
+        """``<task's label>: <what it waits for>``."""
+        return f"{self.labels[task]}: {describe()}"
 
 
 class Cluster:
@@ -220,7 +239,7 @@ def run_clusters(machine, region, dims, mask):
                 continue
             member = _member(machine, cluster, index, nest)
             cluster.members[rank_of(index, dims)] = member
-            jobs.append((lambda m=member: m.run(node, mask), member))
+            jobs.append((lambda m=member: m.run(node, mask), member, f"block {index}"))
         if len(jobs) != int(np.prod(steps)):
             if jobs:
                 raise machine.error_type("blocks= must name whole clusters")

@@ -126,7 +126,7 @@ class Barriers:
     def __init__(self, error):
         self.error = error
         self.state = {}
-        self.version = 0  # bumped by every change (cuda_emulator_ws detects deadlocks by it)
+        self.version = 0  # bumped by every change (the task scheduler detects deadlocks by it)
 
     def _key(self, machine, ptr, mask):
         b, flat = machine._pointer(ptr, mask)

@@ -7,20 +7,22 @@ into branches that hand stages to each other through mbarriers while both run: t
 consumer's first ``mbarrier_wait`` would wait for a producer that has not started.
 
 An if/else chain whose branches both use mbarriers therefore runs its branches as
-cooperative tasks (Python threads of which exactly one runs at a time): a task whose
-``mbarrier_wait`` cannot return yet hands the turn to the next unfinished branch and
+cooperative tasks (Python threads of which exactly one runs at a time, the
+``Scheduler`` of ``cuda_emulator_cluster``, which also runs a cluster's blocks): a task
+whose ``mbarrier_wait`` cannot return yet hands the turn to the next unfinished task and
 resumes when it gets the turn back and its phase has completed. A wait that no other
-branch can complete — every other branch finished, or a full round of turns changed no
+task can complete — every other task finished, or a full round of turns changed no
 mbarrier — is the deadlock a GPU would hang in, and raises :class:`EmulationError` naming
-the barrier. Lanes inside one task still run in lockstep.
+the barrier and what the other tasks wait for. Lanes inside one task still run in lockstep.
 """
 
 from __future__ import annotations
 
-import threading
-
+import numpy as np
 import tvm_ffi
 from tvm_tirx import ir
+
+from .cuda_emulator_cluster import Scheduler
 
 
 def uses_mbarriers(stmt, cache=None) -> bool:
@@ -43,83 +45,36 @@ def uses_mbarriers(stmt, cache=None) -> bool:
     return bool(found)
 
 
-class Tasks:
-    """One set of concurrently running branches of a block (module doc)."""
+def run_branches(machine, parts):
+    """Run every ``(stmt, mask)`` of ``parts`` to completion, interleaved at waits: as tasks
+    of the running task's scheduler (a cluster member, an enclosing branch), else of a new
+    :class:`~tilelang.testing.cuda_emulator_cluster.Scheduler` whose progress is the block's
+    mbarrier changes."""
+    jobs = [
+        (lambda s=s, m=m: machine.run(s, m), machine, f"branch {k} ({_threads(m)})")
+        for k, (s, m) in enumerate(parts)
+    ]
+    current = getattr(machine.task, "current", None)
+    if current is not None:
+        sched, me = current
+        sched.run_children(me, jobs, "warp-specialized branches")
+        return
+    barriers = machine.barriers
+    Scheduler(machine.error_type, lambda: barriers.version).run(jobs)
 
-    def __init__(self, machine, error):
-        self.machine, self.error = machine, error
-        self.cv = threading.Condition()
-        self.turn = 0
-        self.done: list[bool] = []
-        self.failure: BaseException | None = None
 
-    def run(self, parts):
-        """Run every ``(stmt, mask)`` of ``parts`` to completion, interleaved at waits."""
-        self.done = [False] * len(parts)
-        workers = [
-            threading.Thread(target=self._worker, args=(i, stmt, mask), daemon=True)
-            for i, (stmt, mask) in enumerate(parts)
-        ]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        if self.failure is not None:
-            raise self.failure
-
-    def _worker(self, i, stmt, mask):
-        with self.cv:
-            while self.turn != i and self.failure is None:
-                self.cv.wait()
-        self.machine.task.current = (self, i)
-        try:
-            if self.failure is None:
-                self.machine.run(stmt, mask)
-        except BaseException as err:  # noqa: BLE001 - handed to the launching thread
-            with self.cv:
-                if self.failure is None:
-                    self.failure = err
-        finally:
-            self.machine.task.current = None
-            with self.cv:
-                self.done[i] = True
-                self._pass_turn(i)
-                self.cv.notify_all()
-
-    def _pass_turn(self, i):
-        n = len(self.done)
-        for d in range(1, n + 1):
-            j = (i + d) % n
-            if not self.done[j]:
-                self.turn = j
-                return
-        self.turn = None
-
-    def block(self, i, ready, describe):
-        """Called by task ``i`` whose wait is not ``ready()``: let the other branches run
-        until it is, or raise the deadlock (module doc)."""
-        barriers = self.machine.barriers
-        while not ready():
-            with self.cv:
-                if not any(not d for j, d in enumerate(self.done) if j != i):
-                    raise self.error(f"{describe()}: no other branch is left to complete it")
-                seen = barriers.version
-                self._pass_turn(i)
-                self.cv.notify_all()
-                while self.turn != i and self.failure is None:
-                    self.cv.wait()
-                if self.failure is not None:
-                    raise self.error(f"{describe()}: another branch failed")
-                if barriers.version == seen and not ready():
-                    raise self.error(f"{describe()}: every branch waits (deadlock)")
+def _threads(mask):
+    """``threads a..b`` (or the count when not contiguous) of a lane mask."""
+    idx = np.nonzero(mask)[0]
+    if idx.size and idx[-1] - idx[0] + 1 == idx.size:
+        return f"threads {idx[0]}..{idx[-1]}"
+    return f"{idx.size} threads"
 
 
 def branches(machine, stmt, mask):
     """The ``(stmt, mask)`` branches of the if/else chain ``stmt`` under ``mask`` when they
     should run concurrently (at least two non-empty branches, each using mbarriers), else
     None."""
-    import numpy as np
-
     parts = []
     rest = mask
     node = stmt
@@ -142,4 +97,4 @@ def branches(machine, stmt, mask):
     return parts
 
 
-__all__ = ["Tasks", "branches", "uses_mbarriers"]
+__all__ = ["branches", "run_branches", "uses_mbarriers"]

@@ -363,6 +363,89 @@ def test_ops_emulated(op, rng):
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
 
+BLOCK_VOTES = ["count", "and", "or"]
+SYNC_OPS = [op for op in FLOAT_OPS + INT_OPS if op not in ("active", "match_all_const")]
+
+
+def branch_kernel(op, dtype, threads, reached):
+    """``warp_kernel`` with the op run only by the threads where ``reached(tid)`` holds."""
+
+    @T.prim_func
+    def main(x: T.Tensor((threads,), dtype), y: T.Tensor((threads,), dtype)):
+        with T.Kernel(1, threads=threads):
+            tid = T.get_thread_binding(0)
+            val = T.alloc_local([1], dtype)
+            val[0] = x[tid]
+            if reached(tid):
+                y[tid] = _apply(op, val[0])
+
+    return main
+
+
+@pytest.mark.parametrize("op", SYNC_OPS)
+def test_sync_op_reached_by_part_of_its_mask_is_reported_emulated(op, rng):
+    """Every ``*_sync`` warp op (and each block vote) reached by part of the lanes its mask
+    names (of the block) is the GPU hang the emulator reports; reached by whole warps (the
+    whole block) it runs and matches the reference on the lanes that reach it."""
+    from tilelang.testing.cuda_emulator import EmulationError, emulate
+
+    dtype = "float32" if op in FLOAT_OPS else "int32"
+    n = 64
+    if dtype == "float32":
+        x = rng.standard_normal(n).astype(np.float32)
+    else:
+        x = int_input(op, n, rng).astype(np.int32)
+    whole = (lambda t: t < n) if op in BLOCK_VOTES else (lambda t: t < 32)
+    _, y = emulate(
+        cuda_pipeline.lower(branch_kernel(op, dtype, n, whole), SM80), x, np.zeros_like(x)
+    )
+    reached = n if op in BLOCK_VOTES else 32
+    ref = reference(op, x[:reached].astype(np.float64 if dtype == "float32" else np.int64))
+    np.testing.assert_allclose(y[:reached], ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(y[reached:], 0)
+
+    part = cuda_pipeline.lower(branch_kernel(op, dtype, n, lambda t: t % 32 < 20), SM80)
+    what = "part of block" if op in BLOCK_VOTES else "only part of warp 0"
+    with pytest.raises(EmulationError, match=what):
+        emulate(part, x, np.zeros_like(x))
+
+
+@pytest.mark.parametrize("kind", ["shfl_xor", "shfl_up", "any_sync", "ballot_sync"])
+def test_member_mask_names_the_lanes_that_must_arrive_emulated(kind):
+    """With ``mask=0xFFFF`` the low 16 lanes of a warp may call the op alone; lanes 0..7
+    alone leave 8..15 of the mask out (reported)."""
+    from tilelang.testing.cuda_emulator import EmulationError, emulate
+
+    def kernel(limit):
+        @T.prim_func
+        def main(x: T.Tensor((32,), "int32"), y: T.Tensor((32,), "int32")):
+            with T.Kernel(1, threads=32):
+                tid = T.get_thread_binding(0)
+                if tid < limit:
+                    if kind == "shfl_xor":
+                        y[tid] = T.shfl_xor(x[tid], 1, mask=0xFFFF)
+                    elif kind == "shfl_up":
+                        y[tid] = T.shfl_up(x[tid], 1, mask=0xFFFF)
+                    elif kind == "any_sync":
+                        y[tid] = T.any_sync(x[tid] > 3, mask=0xFFFF)
+                    else:
+                        y[tid] = T.cast(T.ballot_sync(x[tid] > 3, mask=0xFFFF), "int32")
+
+        return cuda_pipeline.lower(main, SM80)
+
+    x = np.arange(32, dtype=np.int32)
+    _, y = emulate(kernel(16), x, np.zeros_like(x))
+    want = {
+        "shfl_xor": x[:16] ^ 1,
+        "shfl_up": np.r_[0, x[:15]],
+        "any_sync": np.ones(16),
+        "ballot_sync": np.full(16, sum(1 << j for j in range(4, 16))),
+    }[kind]
+    np.testing.assert_array_equal(y[:16], want)
+    with pytest.raises(EmulationError, match=r"member mask 0xffff reached by only part"):
+        emulate(kernel(8), x, np.zeros_like(x))
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("op", FLOAT_OPS + INT_OPS)
 def test_ops_gpu(op, rng):

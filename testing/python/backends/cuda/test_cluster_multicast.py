@@ -7,6 +7,7 @@ GEMM on the GPU against torch."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from tilelang.backends.cuda.hopper_source import with_cluster_dims
 from tilelang.lowering.stmt import launches_of, substitute
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_programs import readme_gemm  # noqa: E402
 from test_gemm_wgmma_emulation import emulate_wgmma  # noqa: E402
 from test_tma import _sass  # noqa: E402
 
@@ -29,33 +31,7 @@ SM90A = {"kind": "cuda", "arch": "sm_90a"}
 MC2 = {"tl.cluster_multicast": 2}
 
 
-def gemm(
-    M, N, K, bM=128, bN=128, bK=64, threads=256, stages=3, dtype="float16", swizzle=0,
-    cluster=None, x_walks="n",
-):  # fmt: skip
-    """The README GEMM (blockIdx.x walks N, so the blocks of a cluster share the A tile;
-    ``x_walks="m"``: it walks M, and they share B); ``swizzle``: ``T.use_swizzle`` panel
-    size (0: none); ``cluster``: ``cluster_dims``."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):  # fmt: skip
-        grid = (T.ceildiv(N, bN), T.ceildiv(M, bM))
-        grid = grid if x_walks == "n" else grid[::-1]
-        with T.Kernel(*grid, threads=threads, cluster_dims=cluster) as (x, y):
-            bx, by = (x, y) if x_walks == "n" else (y, x)
-            if swizzle:
-                T.use_swizzle(panel_size=swizzle)
-            A_s = T.alloc_shared((bM, bK), dtype)
-            B_s = T.alloc_shared((bK, bN), dtype)
-            C_l = T.alloc_fragment((bM, bN), "float32")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
-                T.copy(A[by * bM, k * bK], A_s)
-                T.copy(B[k * bK, bx * bN], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bM, bx * bN])
-
-    return main
+gemm = functools.partial(readme_gemm, threads=256, out="float32")  # gemm_programs.py
 
 
 def _notes(f):

@@ -223,6 +223,33 @@ def test_arrive_expect_tx_zero_completes_emulated():
     np.testing.assert_array_equal(out, np.arange(128, dtype=np.float32))
 
 
+def test_ws_branches_waiting_on_each_other_report_both_waits_emulated():
+    """Each T.ws branch waits for the other's arrival before arriving itself: the deadlock
+    a GPU would hang in. The emulator's error names the barrier the reporting branch waits
+    on and what the other branch waits for (the task scheduler of cuda_emulator_cluster)."""
+
+    @T.prim_func
+    def crossed(A: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256):
+            bars = T.alloc_barrier([128, 128])
+            tx = T.get_thread_binding()
+            with T.ws(0):
+                T.mbarrier_wait_parity(bars[1], 0)
+                T.mbarrier_arrive(bars[0])
+                A[tx] = 1.0
+            with T.ws(1):
+                T.mbarrier_wait_parity(bars[0], 0)
+                T.mbarrier_arrive(bars[1])
+                A[tx] = 2.0
+
+    with pytest.raises(EmulationError, match="deadlock") as e:
+        emulate(_lower(crossed), np.zeros(256, np.float32))
+    text = str(e.value)
+    assert re.search(r"mbarrier_wait on bars\[[01]\].*never return", text)
+    assert "branch 0 (threads 0..127)" in text or "branch 1 (threads 128..255)" in text
+    assert text.count("mbarrier_wait on bars") == 2  # this branch's wait and the other's
+
+
 # -------------------------------------------------------------------------- errors
 def _api_kernel(name):
     """A one-call kernel for each API name (the call's line is tagged ``API_CALL``)."""

@@ -19,6 +19,7 @@ import tilelang.language as T
 from tilelang.backends.cuda import pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_programs import readme_gemm as gemm  # noqa: E402
 from test_gemm_wgmma_rs import emulate_rs  # noqa: E402
 from test_tma import _sass, _tool  # noqa: E402
 
@@ -26,26 +27,6 @@ SM90A = {"kind": "cuda", "arch": "sm_90a"}
 EPILOGUE = {"tl.tma_store_epilogue": True}
 NO_EPILOGUE = {"tl.tma_store_epilogue": False}
 TMA = {"tl.disable_tma_lower": False}
-
-
-def gemm(M, N, K, bM=128, bN=128, bK=64, threads=128, stages=3, dtype="float16", out=None):
-    """The README GEMM: fragment accumulator in float32, C of type ``out`` (default: dtype)."""
-    out = out or dtype
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out)):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bM, bK), dtype)
-            B_s = T.alloc_shared((bK, bN), dtype)
-            C_l = T.alloc_fragment((bM, bN), "float32")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
-                T.copy(A[by * bM, k * bK], A_s)
-                T.copy(B[k * bK, bx * bN], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bM, bx * bN])
-
-    return main
 
 
 def gemm_shared_epilogue(M, N, K, bM=128, bN=128, bK=64, threads=128, stages=3, dtype="float16"):

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm_ffi
 from tvm_tirx import ir
-from tvm_tirx.tirx.tensor import TensorType
 
 from ....lowering.stmt import substitute
+from ....lowering.thread_utils import tensor_handles
 
 
 @dataclass
@@ -114,17 +113,6 @@ def plan_order(loop, rest_index, copy_index, stages, rest, tiles):
     return OrderPlan(sorted(out, key=lambda g: g.order), depth), ""
 
 
-def _tensors(node, skip) -> set:
-    found = set()
-
-    def visit(v):
-        if isinstance(v.ty, TensorType) and v.__chandle__() not in skip:
-            found.add(v.__chandle__())
-
-    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
-    return found
-
-
 def _check_dependences(groups, rest, tiles) -> str:
     """ "" when every pair of statement instances the schedule reorders is independent
     (shares no tensor but the pipelined tiles), else the reason.
@@ -134,7 +122,7 @@ def _check_dependences(groups, rest, tiles) -> str:
     can swap, so pairs ``(x, i)``, ``(y, i + d)`` for ``d`` in 0, 1 cover every swap."""
     skip = {t.__chandle__() for t in tiles}
     placed = [(p, g.stage, g.order) for g in groups for p in g.positions]
-    uses = {p: _tensors(rest[p], skip) for p, _, _ in placed}
+    uses = {p: tensor_handles(rest[p], skip) for p, _, _ in placed}
     for px, sx, ox in placed:
         for py, sy, oy in placed:
             for d in (0, 1):  # instance (x, i) vs (y, i + d)
@@ -168,7 +156,7 @@ def plan_overlap(rest, accumulator_of, stages, tiles):
     acc_p = {accumulator_of(rest[p]).__chandle__()}
     late, soft = [], []
     for i in range(g + 1, p):
-        (late if _tensors(rest[i], set()) & acc_p else soft).append(i)
+        (late if tensor_handles(rest[i]) & acc_p else soft).append(i)
     if not soft:
         return None, "nothing between the two gemms to overlap"
     if any(isinstance(st, ir.Bind) for st in rest):
@@ -208,7 +196,7 @@ def ordered_loop(plan, loop, rest, mapping, restage, stages, prove, rings):
     readers = {}  # ring tile handle -> stages of the groups reading it
     group_tiles = []
     for g in plan.groups:
-        used = _tensors(ir.SeqStmt([rest[p] for p in g.positions]), set())
+        used = tensor_handles(ir.SeqStmt([rest[p] for p in g.positions]))
         mine = []
         for t in tiles:
             if t.__chandle__() in used and rep(t).__chandle__() not in [

@@ -32,10 +32,9 @@ import re
 
 import tvm_ffi
 from tvm_tirx import ir, tirx
-from tvm_tirx.tirx.tensor import TensorType
 
 from ....lowering.stmt import StmtMutator, flatten_seq
-from ....lowering.thread_utils import extern_calls, extern_name
+from ....lowering.thread_utils import extern_calls, extern_name, tensor_handles
 
 _WAIT = re.compile(r"tl::wgmma_wait<(\d+)>")
 #: Calls that synchronise threads or memory: a wait block never passes them.
@@ -57,23 +56,12 @@ def _names(node) -> list:
     return [extern_name(c) for c in extern_calls(node)]
 
 
-def _var_handles(node, tensors_only=False) -> set:
-    found = set()
-
-    def visit(v):
-        if not tensors_only or isinstance(v.ty, TensorType):
-            found.add(v.__chandle__())
-
-    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
-    return found
-
-
 def _fenced_local(stmt):
     """The register array handle a ``wgmma_fence_operand<n>(&x[0])`` statement names."""
     name = extern_name(stmt)
     if name is None or not name.startswith("tl::wgmma_fence_operand<"):
         return None
-    handles = _var_handles(stmt.value, tensors_only=True)
+    handles = tensor_handles(stmt.value)
     return next(iter(handles)) if len(handles) == 1 else None
 
 
@@ -107,10 +95,10 @@ def _issue_operands(stmts, commit_at):
             # args: [name, A (descriptor or &A_regs[i]), B descriptor, &C[i], scale]
             for arg in call.args[1:3]:
                 if "tl::wgmma_desc" in " ".join(_names(arg)):
-                    tiles |= _var_handles(arg, tensors_only=True)
+                    tiles |= tensor_handles(arg)
                 else:
-                    regs |= _var_handles(arg, tensors_only=True)
-            regs |= _var_handles(call.args[3], tensors_only=True)
+                    regs |= tensor_handles(arg)
+            regs |= tensor_handles(call.args[3])
         elif name != "tl::wgmma_arrive" and not name.startswith("tl::fence"):
             break
         if name == "tl::wgmma_arrive":
@@ -153,7 +141,7 @@ def _written_tiles(stmt) -> set:
             getattr(call.op, "name", "").endswith("address_of")
             and call.__chandle__() not in in_desc
         ):
-            found.update(_var_handles(call, tensors_only=True))
+            found.update(tensor_handles(call))
 
     def store(x):
         if isinstance(x.dest, ir.Var):
@@ -164,16 +152,13 @@ def _written_tiles(stmt) -> set:
 
 
 def _is_desc(call) -> bool:
-    if getattr(call.op, "name", "") != "tirx.call_extern" or not call.args:
-        return False
-    head = call.args[0]
-    return isinstance(head, ir.StringImm) and str(head.value).startswith("tl::wgmma_desc")
+    return (extern_name(call) or "").startswith("tl::wgmma_desc")
 
 
 def _passable(stmt, protected, tiles) -> bool:
     """Whether a wait block may move below ``stmt``: ``protected`` register handles must
     not be named, ``tiles`` (the gemms' shared operands) not written."""
-    if _var_handles(stmt) & protected or _written_tiles(stmt) & tiles:
+    if tensor_handles(stmt) & protected or _written_tiles(stmt) & tiles:
         return False
     # a proxy fence orders this thread's earlier shared writes before later async reads:
     # nothing the gemm in flight depends on (other fences, e.g. of mbarrier setup, stop)
