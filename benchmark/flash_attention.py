@@ -14,11 +14,14 @@ default: ``auto``. Three more rows per causal setting, 128x128 blocks, 256 threa
 and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_overlap``,
 which derives that schedule where the annotations do not apply), and ``serial`` (this
 example without either: each gemm waited for where it is issued, the session-5 schedule,
-for an A/B in the same process); ``--no-overlap-rows`` leaves them out. One more causal row,
+for an A/B in the same process); ``--no-overlap-rows`` leaves them out. More causal rows:
 ``inorder`` (128x128 blocks, 256 threads, 2 stages, ``tl.heavy_blocks_first = False``): the
 blocks in launch order instead of heaviest first (``backends/cuda/passes/
 heavy_blocks_first.py``), for an A/B of the block order against the ``auto`` row of the same
-config; ``--pass-configs tl.heavy_blocks_first=false`` turns it off for every row.
+config; ``--pass-configs tl.heavy_blocks_first=false`` turns it off for every row. Likewise
+``masked`` (``tl.unswitch_uniform_select = False``: the causal mask selected per element in
+every K block, not only in the diagonal ones: ``transform/unswitch_uniform_select.py``) and
+``neither`` (both off).
 """
 
 from __future__ import annotations
@@ -113,6 +116,10 @@ def main():
         if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order
             inorder = {"tl.heavy_blocks_first": False}
             rows.append(((128, 128, 2, 256), "inorder", flashattn, inorder))
+            # the mask selected per element in every K block (no uniform-select unswitching)
+            masked = {"tl.unswitch_uniform_select": False}
+            rows.append(((128, 128, 2, 256), "masked", flashattn, masked))
+            rows.append(((128, 128, 2, 256), "neither", flashattn, {**inorder, **masked}))
         for (bm, bn, stages, threads), variant, program, row_configs in rows:
             label = f"{variant:>8} {bm}x{bn}/{threads}t/{stages}s"
             schedule = variant if variant in ("leading", "hoist", "split", "auto") else "auto"

@@ -167,6 +167,19 @@ def test_full_size_warp_specialized_emulated():
     np.testing.assert_allclose(got, ref.numpy(), rtol=1e-2, atol=1e-2)
 
 
+def test_score_gemms_chain_without_a_wait():
+    """``Q @ KV^T`` and ``Q_pe @ K_pe^T`` accumulate into one score tile with the same wgmma
+    shape: PTX orders them by itself, so both are issued before one ``wait_group 0``
+    (``wgmma_wait_sinking``); the emulator's asynchronous wgmma (executed at the wait that
+    retires it) still matches float64 at that schedule (test_wgmma_emulated)."""
+    func = _load(DENSE).flashattn.get_tir(1, 64, 1, 100, 128, 64, 64, 64, 1)
+    text = pipeline.lower(func, SM90A).script()
+    loop = text[text.index("for k in") :]
+    first_wait = loop.index("tl::wgmma_wait<")
+    assert loop[:first_wait].count("tl::wgmma_commit") == 2
+    assert loop[first_wait:].startswith("tl::wgmma_wait<0>")
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("num_split", [1, 4])
 @pytest.mark.parametrize("example", ["dense", "paged"])

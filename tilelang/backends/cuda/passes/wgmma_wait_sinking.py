@@ -18,6 +18,12 @@ sequence it belongs to (nested ``SeqStmt`` flattened) past every statement that
   wgmma group (an mbarrier *wait*, for a TMA load to land, releases nothing: passed);
 * holds no wgmma instruction in a nested loop or branch.
 
+A following gemm that only accumulates into this gemm's accumulator with the same wgmma
+instructions (MLA's ``Q @ KV^T`` then ``Q_pe @ K_pe^T`` into one score tile) is passed as
+well: PTX orders accumulator accesses across same-shape ``wgmma.mma_async`` by itself, so the
+two are issued back to back, and a wait block that lands right before another
+``wait_group 0`` fencing the same registers is dropped (that wait completes both groups).
+
 Each ``wgmma.commit_group`` passed on the way (another gemm issued while this one runs)
 raises the wait's count by one (``wgmma.wait_group n`` leaves the ``n`` newest groups in
 flight, so this gemm's group is complete). The block stops before the first statement that
@@ -73,15 +79,17 @@ def _wait_count(name):
 class _Group:
     """One committed wgmma group of a flattened sequence and the handles it protects."""
 
-    def __init__(self, regs, tiles):
+    def __init__(self, regs, tiles, ops=(), accs=()):
         self.regs = set(regs)
         self.tiles = set(tiles)
+        self.ops = set(ops)  # wgmma instruction names (shape, operand form, types)
+        self.accs = set(accs)  # accumulator register handles
 
 
 def _issue_operands(stmts, commit_at):
-    """(register handles, shared tile handles) of the group committed at ``commit_at``: the
-    statements back to its ``wgmma_arrive``."""
-    regs, tiles = set(), set()
+    """(register handles, shared tile handles, instruction names, accumulator handles) of
+    the group committed at ``commit_at``: the statements back to its ``wgmma_arrive``."""
+    regs, tiles, ops, accs = set(), set(), set(), set()
     i = commit_at - 1
     while i >= 0:
         name = extern_name(stmts[i])
@@ -99,12 +107,55 @@ def _issue_operands(stmts, commit_at):
                 else:
                     regs |= tensor_handles(arg)
             regs |= tensor_handles(call.args[3])
+            accs |= tensor_handles(call.args[3])
+            ops.add(name)
         elif name != "tl::wgmma_arrive" and not name.startswith("tl::fence"):
             break
         if name == "tl::wgmma_arrive":
             break
         i -= 1
-    return regs, tiles
+    return regs, tiles, ops, accs
+
+
+def _chained_issue(stmts, start, mine) -> int:
+    """End (exclusive, after its ``wgmma_commit``) of the gemm issue starting at
+    ``stmts[start]`` when that gemm only accumulates into ``mine``'s accumulators with the
+    same instructions (shape and operand form) and reads no other register ``mine`` writes;
+    else ``start``.
+
+    PTX orders accumulator accesses across ``wgmma.mma_async`` instructions of the same
+    shape by itself (``wgmma.fence`` is needed only between other register accesses and a
+    wgmma): MLA's ``Q @ KV^T`` then ``Q_pe @ K_pe^T`` into one score tile may be issued
+    back to back, one wait after both."""
+    if not mine.ops or not mine.accs:
+        return start
+    j, ops = start, set()
+    while j < len(stmts):
+        name = extern_name(stmts[j])
+        if name is None:
+            return start
+        if name == "tl::wgmma_commit":
+            break
+        local = _fenced_local(stmts[j])
+        if local is not None:
+            if local not in mine.accs:
+                return start
+        elif name.startswith("tl::wgmma_m64n"):
+            call = stmts[j].value
+            if tensor_handles(call.args[3]) - mine.accs or not tensor_handles(call.args[3]):
+                return start
+            for arg in call.args[1:3]:  # A, B: descriptors or registers mine does not write
+                if "tl::wgmma_desc" not in " ".join(_names(arg)) and tensor_handles(arg) & (
+                    mine.regs
+                ):
+                    return start
+            ops.add(name)
+        elif name != "tl::wgmma_arrive":
+            return start
+        j += 1
+    if j == len(stmts) or not ops or ops - mine.ops:
+        return start
+    return j + 1
 
 
 def _wait_block(stmts, at):
@@ -204,18 +255,38 @@ def _sink_seq(stmts, in_flight) -> list:
             protected |= older.regs
             tiles |= older.tiles
         j, passed = end, 0
-        while j < len(stmts) and _passable(stmts[j], protected, tiles):
+        while j < len(stmts):
+            chained = _chained_issue(stmts, j, mine) if not pending else j
+            if chained > j:  # a same-shape gemm into the same accumulator: issued unwaited
+                passed += 1
+                j = chained
+                continue
+            if not _passable(stmts[j], protected, tiles):
+                break
             if extern_name(stmts[j]) == "tl::wgmma_commit":
                 passed += 1
             j += 1
         if j == end:
             continue
         wait_stmts = stmts[at:end]
+        if j < len(stmts) and _wait_count(extern_name(stmts[j])) == 0:
+            if regs <= _fences_after(stmts, j):
+                stmts[at:j] = stmts[end:j]  # the next wait_group 0 completes this group too
+                continue
         if passed:
             first = ir.Evaluate(tirx.call_extern(f"tl::wgmma_wait<{passed}>", ty="void"))
             wait_stmts = [first, *wait_stmts[1:]]
         stmts[at:j] = [*stmts[end:j], *wait_stmts]
     return stmts
+
+
+def _fences_after(stmts, at) -> set:
+    """Register handles fenced right after the wait ``stmts[at]``."""
+    out, i = set(), at + 1
+    while i < len(stmts) and _fenced_local(stmts[i]) is not None:
+        out.add(_fenced_local(stmts[i]))
+        i += 1
+    return out
 
 
 class _Sinker(StmtMutator):
