@@ -364,6 +364,8 @@ class _Machine:
                 self.race.barrier()
             return getattr(self.barriers, op)(self, args, mask)
         if fname.startswith(("tl::fence_proxy_async", "tl::set_max_nreg<")):
+            if fname.startswith("tl::fence_proxy_async") and self.race is not None:
+                self.race.proxy_fence(np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0])
             return None  # ordering / register budget only (hopper.h)
         if fname.startswith(("tl::copy_vec<", "tl::zero_vec<")):
             return self._copy_vec(fname, args, mask)
