@@ -380,6 +380,8 @@ class _Machine:
         if fname == "printf":
             return self._printf(args, mask)
         if fname in ("__syncwarp", "tl::named_barrier_sync", "tl::named_barrier_arrive"):
+            if fname == "tl::named_barrier_sync" and self.race is not None:
+                self.race.barrier()  # (the consumers' __syncthreads in a specialized kernel)
             return None  # lanes run in lockstep here (a warp, a named barrier's threads)
         if fname == "__trap":
             threads = np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0].tolist()

@@ -8,7 +8,8 @@ another warp read in the same epoch (write after read): on a GPU the two accesse
 in either order. Accesses of one warp are not compared with each other (its lanes run
 together; warp-level code orders them with ``__syncwarp``).
 
-Epochs end at ``__syncthreads`` and, conservatively, at every mbarrier wait (TMA and
+Epochs end at ``__syncthreads``, ``tl::named_barrier_sync`` (the consumers' block barrier
+in a warp-specialized kernel) and, conservatively, at every mbarrier wait (TMA and
 warp-specialized pipelines order their stages with mbarriers, not block barriers). TMA
 writes are asynchronous-proxy writes ordered by those mbarriers: they are not recorded.
 

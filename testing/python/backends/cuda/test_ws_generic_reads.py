@@ -181,6 +181,44 @@ def test_flash_attention_on_mma_sync_emulated(causal):
     np.testing.assert_allclose(o.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("args", [(1, 16, 2, 200, 64, 4), (1, 8, 8, 9, 64, 4)])
+def test_gqa_decode_specialized_emulated(args):
+    """``examples/flash_decoding``'s split kernel (mma.sync: 16 heads per block), specialized
+    since this change, under ``race_check``; a 9-key cache leaves a split without keys."""
+    import torch
+
+    m = load_example("flash_decoding/example_gqa_decode.py")
+    b, h, hk, s, d, split = args
+    lowered = pipeline.lower(m.gqa_decode_split.get_tir(*args), SM90A)
+    notes = " | ".join(_notes(lowered))
+    assert "warp-specialized (" in notes and FENCED in notes, notes
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((b, h, d)).astype(np.float16)
+    k, v = (rng.standard_normal((b, s, hk, d)).astype(np.float16) for _ in range(2))
+    parts = np.full((b, h, split, d), np.nan, np.float32)
+    lse = np.full((b, h, split), np.nan, np.float32)
+    emulate(lowered, q, k, v, parts, lse, race_check=True)
+    # combine the splits in float64 (the example's second kernel, emulated elsewhere)
+    w = np.exp2(lse.astype(np.float64) - lse.max(axis=2, keepdims=True))  # log2-sum-exp
+    out = (parts * w[..., None]).sum(axis=2) / w.sum(axis=2)[..., None]
+    ref = m.reference(*(torch.from_numpy(x) for x in (q, k, v))).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("num_split", [1, 3])
+def test_mla_decode_small_specialized_emulated(num_split, monkeypatch):
+    """``examples/deepseek_mla`` at 16 heads, dims 64 + 32 (mma.sync gemms): specialized
+    since this change; its emulated test run under ``race_check``."""
+    sys.path.insert(0, str(HERE.parents[1] / "examples"))
+    import test_mla_decode as mla
+
+    func = load_example(mla.DENSE).flashattn.get_tir(1, 16, 1, 100, 64, 32, 64, 16, num_split)
+    notes = " | ".join(_notes(pipeline.lower(func, SM90A)))
+    assert "warp-specialized (" in notes and FENCED in notes, notes
+    monkeypatch.setenv("TILELANG_EMULATOR_RACE_CHECK", "1")
+    mla._emulate_dense(SM90A, num_split, None, np.random.default_rng(4))
+
+
 # ----------------------------------------------------------------------------- SASS
 @pytest.mark.parametrize("name", ["register_a_trans", "shared_a_mma_sync"])
 def test_sass_release_follows_the_proxy_fence(name):
