@@ -116,6 +116,15 @@ def test_wgmma_only_loop_keeps_the_unfenced_release():
     assert "tl::mbarrier_arrive" in loop and "fence_proxy" not in loop, loop
 
 
+@pytest.mark.parametrize("arch", ["sm_100", "sm_120"])
+def test_mma_sync_loops_on_later_archs_keep_cp_async(arch):
+    """The specialized mma.sync loop is limited to sm_90/sm_90a (verified on the H200)."""
+    lowered = pipeline.lower(gemm_a_frag(M, N, K, "float16", True), {"kind": "cuda", "arch": arch})
+    notes = " | ".join(_notes(lowered))
+    assert "warp-specialized (" not in notes and "cp.async" in notes, notes
+    assert "tl::cp_async_gs" in str(lowered)
+
+
 def test_flash_attention_on_mma_sync_is_specialized():
     """The bhsd forward with mma.sync gemms (``tl.disable_wgmma``) kept cp.async before;
     now the producer warpgroup loads K and V, the consumers fence before releasing them."""

@@ -98,7 +98,7 @@ def tma_loop(
     # on who reads it (``fence`` is non-empty exactly when there is a wgmma; ws_stage_reads)
     from .ws_stage_reads import RELEASE_FENCED, stage_release
 
-    release = stage_release(planner, rest, mapping, bool(fence))
+    release = stage_release(planner, rest, mapping, bool(fence), pctx.arch)
     ws_wanted = (
         planner.ws_loop is not None and planner.ws_loop.same_as(loop.var) and release is not None
     )
@@ -106,9 +106,9 @@ def tma_loop(
     if auto and not ws_wanted:
         pctx.tma_notes.append(
             f"loop {loop.var.name}: cp.async (TMA only where the loop is warp-specialized: "
-            "one pipelined loop at the kernel's top level with a wgmma or mma.sync gemm and "
-            "no explicit Hopper ops, threads a multiple of 128; tl.disable_tma_lower=False "
-            "forces TMA)"
+            "one pipelined loop at the kernel's top level with a wgmma gemm, or an mma.sync "
+            "gemm on sm_90/sm_90a, no explicit Hopper ops, threads a multiple of 128; "
+            "tl.disable_tma_lower=False forces TMA)"
         )
         return None
     if release == RELEASE_FENCED and not fence:  # generic reads before the next TMA write

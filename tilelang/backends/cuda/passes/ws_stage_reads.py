@@ -216,7 +216,7 @@ def _explicit_hopper(op) -> bool:
     return "barrier" in op.name or "tma" in op.name or "wgmma" in op.name
 
 
-def stage_release(planner, rest, mapping, wgmma: bool):
+def stage_release(planner, rest, mapping, wgmma: bool, arch: str = "sm_90a"):
     """How a warp-specialized consumer may hand back the stages of the loop whose body after
     its pipelined copies is ``rest`` (``mapping``: pipelined tile -> staged tile; ``wgmma``:
     the body has a wgmma gemm): :data:`RELEASE_AFTER_WGMMA` when wgmma gemms are the only
@@ -224,8 +224,10 @@ def stage_release(planner, rest, mapping, wgmma: bool):
     :data:`RELEASE_FENCED` when other statements access them through the generic proxy
     (ldmatrix, mma.sync, ``T.copy``, element loads or stores); None when the loop is not
     specialized: the body uses explicit Hopper ops (mbarriers, ``T.tma_copy``,
-    ``T.wgmma_gemm``: a program that schedules itself), or has neither a wgmma nor an
-    mma.sync gemm (a loop without tensor-core work keeps cp.async)."""
+    ``T.wgmma_gemm``: a program that schedules itself), has neither a wgmma nor an
+    mma.sync gemm (a loop without tensor-core work keeps cp.async), or has only mma.sync
+    gemms on an ``arch`` other than sm_90/sm_90a (the specialized mma.sync loop was checked
+    on the H200 only)."""
     from ....ops.copy.op import COPY
 
     tiles = {_handle(t) for t in mapping}
@@ -267,7 +269,7 @@ def stage_release(planner, rest, mapping, wgmma: bool):
     tvm_ffi.structural_walk(
         body, [(ir.Evaluate, visit), (ir.TensorLoad, load), (ir.TensorStore, store)]
     )
-    if explicit or not (wgmma or gemms):
+    if explicit or not (wgmma or gemms) or not (wgmma or arch in ("sm_90", "sm_90a")):
         return None
     if generic or (loads and not stage_loads_reach_wgmma(planner, list(rest), list(mapping))):
         return RELEASE_FENCED
