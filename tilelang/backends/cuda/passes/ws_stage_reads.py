@@ -1,4 +1,4 @@
-"""Element reads of a pipelined tile in a warp-specialized loop: when the release is safe.
+"""Reads of a pipelined tile in a warp-specialized loop: how a consumer releases the stage.
 
 A warp-specialized consumer (:mod:`.warp_specialize_auto`) hands a stage back with an
 mbarrier arrive at the end of its iteration; the producer's next TMA load may overwrite the
@@ -36,7 +36,10 @@ does before ``consumer_release`` of a source stage read with ordinary shared loa
 (``fence_view_async_shared()``), and Triton's proxy-fence insertion between a ``local_load``
 and a later TMA load of the buffer. Placing the arrive after the mma.sync that consumes the
 ldmatrix registers would not do: ptxas orders an arrive after memory operations, not after
-register-only instructions, and issued it right after the ldmatrix calls on the H200.
+register-only instructions, and issued it right after the ldmatrix calls on the H200. In the
+SASS the fence is ``MEMBAR.ALL.CTA; FENCE.VIEW.ASYNC.S`` before the arrive (the membar:
+this thread's earlier loads are performed); ptxas may still schedule mmas consuming the last
+ldmatrix registers after the arrive, which is then harmless.
 """
 
 from __future__ import annotations
