@@ -130,3 +130,26 @@ def test_gemm_reading_a_tile_specialized_emulated(mode):
     if mode == "parallel":
         want = a64.reshape(256, 4, 64).sum(axis=1)
         np.testing.assert_allclose(s, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["plain", "parallel"])
+def test_gemm_reading_a_tile_specialized_gpu(mode):
+    """The loops above on the GPU (the fenced release with ``parallel``) against float64."""
+    import torch
+
+    from tilelang.backends.cuda.runtime import load_kernel
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90a GPU")
+    kern = load_kernel(pipeline.build(_gemm_reading_a_tile(mode), SM90A))
+    a, b = (torch.randn(256, 256, dtype=torch.float16, device="cuda") for _ in range(2))
+    c = torch.full((256, 256), float("nan"), device="cuda")
+    s = torch.zeros(256, 64, device="cuda")
+    for _ in range(3):
+        kern(a, b, c, s)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-3, atol=1e-3)
+        if mode == "parallel":
+            want = a.double().reshape(256, 4, 64).sum(1)
+            torch.testing.assert_close(s.double(), want, rtol=1e-4, atol=1e-4)
