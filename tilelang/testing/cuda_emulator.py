@@ -353,6 +353,8 @@ class _Machine:
                 self.race.barrier()
             return getattr(self.barriers, op)(self, args, mask)
         if fname.startswith(("tl::fence_proxy_async", "tl::set_max_nreg<")):
+            if fname.startswith("tl::fence_proxy_async") and self.race is not None:
+                self.race.proxy_fence(np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0])
             return None  # ordering / register budget only (hopper.h)
         if fname.startswith(("tl::copy_vec<", "tl::zero_vec<")):
             return self._copy_vec(fname, args, mask)
@@ -367,6 +369,8 @@ class _Machine:
         if fname == "printf":
             return self._printf(args, mask)
         if fname in ("__syncwarp", "tl::named_barrier_sync", "tl::named_barrier_arrive"):
+            if fname == "tl::named_barrier_sync" and self.race is not None:
+                self.race.barrier()  # (the consumers' __syncthreads in a specialized kernel)
             return None  # lanes run in lockstep here (a warp, a named barrier's threads)
         if fname == "__trap":
             threads = np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0].tolist()

@@ -259,6 +259,8 @@ def tma_load(machine, barriers, fname, args, mask, error, target=None, early=Fal
     for t, key in zip(active, keys):
         values = tmap.box_values([int(c[t]) for c in coords])
         elem = _box_elements(tmap, sb, pool, int(sflat[t]), values.size, fname, error)
+        if getattr(machine, "race", None) is not None:
+            machine.race.async_write(sb, elem, fname)
         sb.data[elem] = values
         barriers.complete_tx(key, values.size * size, early)
 

@@ -5,8 +5,8 @@ CPU:
 * ``plan_tma_copy`` of a 1-d shared tile: one ``1 x n`` box without swizzle when the row is
   a multiple of 128 bytes and the global strides are 16-byte multiples; the reasons otherwise;
 * the release check (``ws_stage_reads.stage_loads_reach_wgmma``): the backward's lse/Delta
-  element loads reach a wgmma operand; a load whose value only reaches a store after the last
-  wgmma (or no wgmma) is refused, and such a loop keeps its cp.async schedule;
+  element loads reach a wgmma operand (released after the wgmma's wait); a load whose value
+  only reaches a store after the last wgmma (or no wgmma) is released after a proxy fence;
 * the backward examples' decisions (``tl.tma``): TMA for Q, dO, lse and Delta, warp-specialized,
   at head dims 64 and 128, causal and not; sequence lengths that are not a multiple of 4 (lse
   rows off 16 bytes) keep lse/Delta as synchronous copies and still specialize;
@@ -158,10 +158,11 @@ def _elementwise_after_last_wgmma(block=64, dim=64, use_in_gemm=False):
 def test_release_check_decides_specialization(use_in_gemm):
     lowered = tilelang.lower(_elementwise_after_last_wgmma(use_in_gemm=use_in_gemm), SM90A)
     notes = " | ".join(_tma_notes(lowered))
-    if use_in_gemm is True:
-        assert "warp-specialized (" in notes and "s -> s_shared: TMA" in notes, notes
-    else:  # the s values reach only a global store after the last wgmma: not provable
-        assert "warp-specialized (" not in notes and "cp.async" in notes, notes  # not provable
+    assert "warp-specialized (" in notes and "s -> s_shared: TMA" in notes, notes
+    # the s values reach only a global store after the last wgmma: not ordered by the
+    # wgmma's wait, so each consumer thread fences before its release
+    fenced = "generic-proxy stage reads: fence.proxy.async before each release" in notes
+    assert fenced == (use_in_gemm is not True), notes
 
 
 # ------------------------------------------------------------------ the backward's decisions

@@ -92,14 +92,64 @@ def _gemm_reading_a_tile(mode):
     return main
 
 
+def _consumer_loop(text):
+    """The consumer's ``for k`` loop of a lowered specialized kernel (up to the producer)."""
+    return text.split("for k in")[1].split("for k_load in")[0]
+
+
 @pytest.mark.parametrize("mode", ["plain", "parallel"])
-def test_ordinary_reads_of_a_pipelined_tile_keep_one_role(mode):
-    """After ordinary loads of a stage, the consumer's arrive could be issued before the
-    loads complete (the next TMA load would overwrite them): such loops are not specialized
-    and, TMA not being asked for, keep cp.async."""
+def test_ordinary_reads_of_a_pipelined_tile_are_fenced_before_the_release(mode):
+    """Both loops are specialized. Stages read only by the wgmma are handed back after its
+    wait; element loads of the stage (``R_l += A_s``) make every consumer thread run
+    ``fence.proxy.async`` before its arrive (a generic-proxy read, then the producer's TMA
+    write of the stage: ``ws_stage_reads.stage_release``)."""
     text = str(pipeline.lower(_gemm_reading_a_tile(mode), SM90A))
-    if mode == "plain":
-        assert "tma_full_k" in text
-    else:
-        assert "tma_full_k" not in text and "tl::tma_load" not in text
-        assert "tl::cp_async_gs" in text
+    assert "tma_full_k" in text and "tl::cp_async_gs" not in text
+    loop = _consumer_loop(text)
+    lines = [x.strip() for x in loop.splitlines()]
+    arrives = [i for i, x in enumerate(lines) if '"tl::mbarrier_arrive"' in x]
+    assert arrives
+    fenced = all("tl::fence_proxy_async_shared" in lines[i - 1] for i in arrives)
+    assert fenced == (mode == "parallel"), loop
+    assert ("generic-proxy stage reads" in text) == (mode == "parallel")
+
+
+@pytest.mark.parametrize("mode", ["plain", "parallel"])
+def test_gemm_reading_a_tile_specialized_emulated(mode):
+    """The two loops above run by the emulator (producer and consumers interleaved) against
+    float64: C = A @ B and, with ``parallel``, S = the sum of A over its K blocks."""
+    rng = np.random.default_rng(11)
+    lowered = pipeline.lower(_gemm_reading_a_tile(mode), SM90A)
+    a = _round(rng.standard_normal((256, 256)), "float16")
+    b = _round(rng.standard_normal((256, 256)), "float16")
+    c = np.full((256, 256), np.nan, np.float32)
+    s = np.zeros((256, 64), np.float32)
+    (_, _, c, s), _ = emulate_rs(lowered, a, b, c, s)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(c, a64 @ b64, rtol=1e-3, atol=1e-3)
+    if mode == "parallel":
+        want = a64.reshape(256, 4, 64).sum(axis=1)
+        np.testing.assert_allclose(s, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["plain", "parallel"])
+def test_gemm_reading_a_tile_specialized_gpu(mode):
+    """The loops above on the GPU (the fenced release with ``parallel``) against float64."""
+    import torch
+
+    from tilelang.backends.cuda.runtime import load_kernel
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90a GPU")
+    kern = load_kernel(pipeline.build(_gemm_reading_a_tile(mode), SM90A))
+    a, b = (torch.randn(256, 256, dtype=torch.float16, device="cuda") for _ in range(2))
+    c = torch.full((256, 256), float("nan"), device="cuda")
+    s = torch.zeros(256, 64, device="cuda")
+    for _ in range(3):
+        kern(a, b, c, s)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-3, atol=1e-3)
+        if mode == "parallel":
+            want = a.double().reshape(256, 4, 64).sum(1)
+            torch.testing.assert_close(s.double(), want, rtol=1e-4, atol=1e-4)

@@ -15,7 +15,7 @@ flight, see pipeline_planning), ``rel = k - begin``, one mbarrier ``bar[s]`` per
               __syncthreads()
               for s < A: if begin + s < end and elected: issue(begin + s) -> stage s
     loop k:   mbarrier_wait(bar[rel % S], (rel / S) & 1)
-              [fence.proxy.async with wgmma]; __syncthreads()
+              [fence.proxy.async with wgmma or generic reads]; __syncthreads()
               if k + A < end and elected: issue(k + A) -> stage (rel + A) % S
               rest of the body (reads stage rel % S)
     issue(j) -> s: mbarrier_arrive_expect_tx(bar[s], bytes of all boxes)
@@ -30,6 +30,9 @@ iteration ``k-1``'s ``wgmma.wait_group 1``). ``S == 1``: issue, wait, barrier, b
 barrier. The TMA writes are complete and visible to a thread once its wait returned;
 wgmma reads them through the async proxy like TMA writes them (the fence stays for
 shared operands written by ordinary stores, see pipeline_planning's ``tl_wgmma_fenced``).
+Stages read through the generic proxy (ldmatrix, element loads: ``ws_stage_reads``) are
+fenced before the barrier that precedes the TMA write refilling them (after the body too
+with ``S == 1``).
 """
 
 from __future__ import annotations
@@ -91,22 +94,27 @@ def tma_loop(
     pctx = planner.pctx
     if not tma_supported(pctx.arch, pctx.options) or planner.tx is None:
         return None
-    # warp specialization for loops whose pipelined tiles only wgmma gemms read (``fence``
-    # is non-empty exactly when there is a wgmma; see _only_wgmma_readers for why)
+    # warp specialization for tensor-core loops; how a consumer hands a stage back depends
+    # on who reads it (``fence`` is non-empty exactly when there is a wgmma; ws_stage_reads)
+    from .ws_stage_reads import RELEASE_FENCED, stage_release
+
+    release = stage_release(planner, rest, mapping, bool(fence), pctx.arch)
     ws_wanted = (
-        planner.ws_loop is not None
-        and planner.ws_loop.same_as(loop.var)
-        and bool(fence)
-        and _only_wgmma_readers(planner, rest, mapping)
+        planner.ws_loop is not None and planner.ws_loop.same_as(loop.var) and release is not None
     )
     auto = pctx.options.get("disable_tma") is None  # TMA only with warp specialization
     if auto and not ws_wanted:
         pctx.tma_notes.append(
             f"loop {loop.var.name}: cp.async (TMA only where the loop is warp-specialized: "
-            "one pipelined loop at the kernel's top level, its tiles read by warpgroup-level "
-            "gemms only, threads a multiple of 128; tl.disable_tma_lower=False forces TMA)"
+            "one pipelined loop at the kernel's top level with a wgmma gemm, or an mma.sync "
+            "gemm on sm_90/sm_90a, no explicit Hopper ops, threads a multiple of 128; "
+            "tl.disable_tma_lower=False forces TMA)"
         )
         return None
+    if release == RELEASE_FENCED and not fence:  # generic reads before the next TMA write
+        from .pipeline_planning import fence_proxy_async
+
+        fence = [fence_proxy_async()]
     n_maps, n_notes = len(pctx.tma_maps), len(pctx.tma_notes)
     tma = plan_tma_copies(copies, pctx, loop.var.name)
     if tma is None:
@@ -134,6 +142,7 @@ def tma_loop(
             fence,
             _issue_copy,
             ordered=ordered,
+            fenced_release=release == RELEASE_FENCED,
         )
         if parts is not None:
             planner.ws_parts = parts
@@ -173,8 +182,9 @@ def tma_loop(
     prologue = [sync_threads(), ir.If(tx == 0, ir.SeqStmt(init), None), sync_threads()]
     body_rest = restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
     wait = _call("tl::mbarrier_wait", bar_ptr(rel % stages), ir.prim.floordiv(rel, stages) % 2)
-    if stages == 1:
-        body = [issue(k, 0), wait, *fence, sync_threads(), body_rest, sync_threads()]
+    if stages == 1:  # the next iteration's load follows this one's reads: fence them too
+        after_reads = fence if release == RELEASE_FENCED else []
+        body = [issue(k, 0), wait, *fence, sync_threads(), body_rest, *after_reads, sync_threads()]
         return ir.SeqStmt([*prologue, _with_loop(loop, body)])
     ahead = stages - 2 if in_flight is not None else stages - 1
     for s in range(ahead):
@@ -192,59 +202,6 @@ def tma_loop(
     else:
         body += [*refill, body_rest]
     return ir.SeqStmt([*prologue, _with_loop(loop, body), *after])
-
-
-def _only_wgmma_readers(planner, rest, mapping) -> bool:
-    """Whether the pipelined tiles are read only by wgmma gemms (asynchronous readers) and
-    the body uses none of the explicit Hopper ops (mbarriers, ``T.tma_copy``,
-    ``T.wgmma_gemm``: a program that schedules itself).
-
-    A warp-specialized consumer hands a stage back with an mbarrier arrive. After a wgmma
-    that is ordered by ``wgmma.wait_group``; after ordinary reads (ldmatrix for an mma.sync
-    gemm, a ``T.copy`` or element loads) ptxas may issue the arrive while the reads are
-    still in flight, and the producer's next TMA load overwrites the stage under them: on
-    the H200 an ldmatrix/mma.sync GEMM lost exactly the rows its last two ldmatrix calls
-    read (the SASS shows the arrive right after them, before the mmas). Such loops keep
-    the schedule without specialization. Exceptions: an mma.sync gemm that reads no
-    pipelined tile, and element loads (``lse[j]`` in a ``T.Parallel``) whose values all
-    feed a later wgmma gemm (``ws_stage_reads``: the wgmma's wait orders them)."""
-    import tvm_ffi
-
-    from ....lowering.region import RegionView
-    from ....ops import tile_op_of
-    from ....ops.copy.op import COPY
-
-    tiles = {t.__chandle__() for t in mapping}
-    bad, loads = [], []
-
-    def visit(stmt):
-        found = tile_op_of(stmt)
-        if found is None:
-            return
-        op, call = found
-        if "barrier" in op.name or "tma" in op.name or "wgmma" in op.name:
-            bad.append(stmt)  # the program synchronises by itself (explicit Hopper API)
-        elif op.name == "gemm" and planner._reader_of(stmt) is None:
-            view = op.view(call)  # an mma.sync (or scalar) gemm reads with ordinary loads
-            if any(RegionView.of(getattr(view, x)).tensor.__chandle__() in tiles for x in "AB"):
-                bad.append(stmt)
-        elif op.name == "copy":
-            src = RegionView.of(COPY.view(call).src)
-            if src.tensor.__chandle__() in tiles:
-                bad.append(stmt)
-
-    def load(x):
-        if isinstance(x.source, ir.Var) and x.source.__chandle__() in tiles:
-            loads.append(x)
-
-    body = ir.SeqStmt(list(rest))
-    tvm_ffi.structural_walk(body, [(ir.Evaluate, visit), (ir.TensorLoad, load)])
-    if bad:
-        return False
-    # element loads (lse[j] in a T.Parallel): only when each value feeds a later wgmma
-    from .ws_stage_reads import stage_loads_reach_wgmma
-
-    return not loads or stage_loads_reach_wgmma(planner, list(rest), list(mapping))
 
 
 def _issue_copy(t: TmaCopy, tile_mb, stage, k, k_value, bar_ptr):

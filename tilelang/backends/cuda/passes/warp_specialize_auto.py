@@ -17,6 +17,7 @@ producer's ``arrive.expect_tx``, completed by the TMA bytes) and ``empty[S]`` (a
         [fence.proxy.async]                        (with wgmma: operands written before)
         for k: wait(full[rel % S], (rel / S) & 1)
                body (reads stage rel % S)
+               [fence.proxy.async]                             (generic-proxy reads)
                arrive(empty[rel % S])                          (body's reads are done)
            or, with one wgmma group kept in flight (pipeline_planning):
                body (wgmma ...; wgmma.wait_group 1)
@@ -37,13 +38,18 @@ the producer, which never reaches it.
 
 Conditions (else the loop keeps the non-specialized TMA schedule, or cp.async when TMA was
 not asked for explicitly): it is the kernel's only pipelined loop and a top-level statement
-of the kernel body; its pipelined tiles are read only by wgmma gemms (after ordinary reads
-such as ldmatrix, ptxas may issue the consumer's arrive before the reads complete and the
-next TMA load overwrites them: seen on the H200, see ``tma_lowering._only_wgmma_readers``),
-or by element loads whose values feed a later wgmma of the iteration (``ws_stage_reads``);
-no explicit Hopper ops in the body; ``T`` is a multiple of 128;
+of the kernel body; the body has a wgmma or mma.sync gemm and no explicit Hopper ops;
+``T`` is a multiple of 128;
 the producer's copies depend only on block indices, parameters and binds before the loop
 that read no tensor. The pass config ``tl.disable_warp_specialized`` turns it off.
+
+The release (``ws_stage_reads.stage_release``): stages read only by wgmma gemms (or by
+element loads whose values feed one) are handed back after the wgmma's wait. Stages read
+through the generic proxy (ldmatrix for an mma.sync gemm or a fragment, element loads, a
+``T.copy``) get ``fence.proxy.async.shared::cta`` before each arrive: without it ptxas
+issued the arrive right after the ldmatrix calls, before the mmas that consumed them, and
+the producer's next TMA load overwrote the rows the last ldmatrix calls were still reading
+(H200, session 5).
 
 With ``tl.cluster_multicast`` the producer multicasts the tiles the blocks of a cluster
 share, ``empty[s]`` counts the consumer warps of every block of the cluster (remote
@@ -117,13 +123,16 @@ def ws_loop(
     fence,
     issue_copy,
     ordered=None,
+    fenced_release=False,
 ):
     """The :class:`WsParts` of ``loop`` (module doc), or None when the producer would need a
     value only the consumers compute. ``ordered(wait_full, release, per_tile)``: the
     consumer's loop statements for ``T.Pipelined(order=, stage=)``
     (``passes/pipeline_order.py``); ``wait_full(rel, tile)`` / ``release(rel, tile)`` wait
     for / hand back the stage of ``tile`` for iteration ``begin + rel`` (one ring per tile
-    when ``per_tile``, else one ring for all)."""
+    when ``per_tile``, else one ring for all). ``fenced_release``: the body reads the stages
+    through the generic proxy (``ws_stage_reads.stage_release``): each consumer thread runs
+    ``fence.proxy.async.shared::cta`` before every release."""
     pctx = planner.pctx
     threads = int(planner.threads)
     tx = planner.tx
@@ -146,8 +155,12 @@ def ws_loop(
 
     def release_stage(bar_ptr):
         if mc is None:
-            return _call("tl::mbarrier_arrive", bar_ptr)
-        return _call(cm.release_call(mc), bar_ptr)
+            arrive = _call("tl::mbarrier_arrive", bar_ptr)
+        else:  # (a __syncwarp orders every lane's fence before the warp's arrivals)
+            arrive = _call(cm.release_call(mc), bar_ptr)
+        if not fenced_release:
+            return arrive
+        return ir.SeqStmt([_call("tl::fence_proxy_async_shared"), arrive])
 
     # one full/empty ring for all copies; with an ordered consumer one ring per copy, so
     # each tile is handed back as soon as its last reader is done (``pipeline_order.py``)
@@ -242,7 +255,12 @@ def ws_loop(
         consumer_stmt = ir.SeqStmt([consumer_stmt, _call("tl::cluster_arrive")])
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
-        f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings)"
+        f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings"
+        + (
+            "; generic-proxy stage reads: fence.proxy.async before each release)"
+            if fenced_release
+            else ")"
+        )
     )
     return WsParts(
         init,

@@ -1,4 +1,4 @@
-"""Element reads of a pipelined tile in a warp-specialized loop: when the release is safe.
+"""Reads of a pipelined tile in a warp-specialized loop: how a consumer releases the stage.
 
 A warp-specialized consumer (:mod:`.warp_specialize_auto`) hands a stage back with an
 mbarrier arrive at the end of its iteration; the producer's next TMA load may overwrite the
@@ -6,7 +6,7 @@ stage as soon as every consumer arrived. For a stage read by ordinary loads (``l
 ``Delta[j]`` of FlashAttention's backward, read in a ``T.Parallel``), the load must have
 *returned* before the arrive is issued. Program order alone does not give that: on the H200
 ptxas issued the arrive right after ldmatrix loads, before the mmas that used their values
-(``tma_lowering._only_wgmma_readers``).
+(benchmark/RESULTS.md, session 5).
 
 What does order them: a warpgroup gemm (``wgmma.mma_async``) is issued only once its register
 operands are ready, a register produced from a load is ready only once the load returned
@@ -22,7 +22,24 @@ statements in order: a load of a pipelined tile starts a taint; a statement that
 tensor from values carrying taints passes them on (a store that does not read its own tensor
 replaces that tensor's taints: a dead value proves nothing); a wgmma gemm discharges the taints
 of its operands. Anything the walk does not understand (a load of a tile in a statement kind
-it does not model) answers False, keeping the loop unspecialized.
+it does not model) answers False.
+
+Every other access of a stage through the generic proxy (``ldmatrix`` of a ``T.copy`` into a
+fragment, an mma.sync gemm reading the tile, element loads whose values go elsewhere, stores
+into the tile) is released with a cross-proxy fence (:func:`stage_release`): each consumer
+thread runs ``fence.proxy.async.shared::cta`` after its last access of the stage and before
+its arrive on the stage's empty barrier; the producer's acquire wait on that barrier then
+orders the next TMA write (async proxy) after those accesses. The PTX memory model asks for
+a proxy fence between generic and async-proxy accesses of the same bytes; the mbarrier's
+release/acquire alone orders the generic proxy only. This is what CUTLASS's sm90 TMA epilogue
+does before ``consumer_release`` of a source stage read with ordinary shared loads
+(``fence_view_async_shared()``), and Triton's proxy-fence insertion between a ``local_load``
+and a later TMA load of the buffer. Placing the arrive after the mma.sync that consumes the
+ldmatrix registers would not do: ptxas orders an arrive after memory operations, not after
+register-only instructions, and issued it right after the ldmatrix calls on the H200. In the
+SASS the fence is ``MEMBAR.ALL.CTA; FENCE.VIEW.ASYNC.S`` before the arrive (the membar:
+this thread's earlier loads are performed); ptxas may still schedule mmas consuming the last
+ldmatrix registers after the arrive, which is then harmless.
 """
 
 from __future__ import annotations
@@ -192,4 +209,74 @@ def stage_loads_reach_wgmma(planner, rest, tiles) -> bool:
     return not walk.live
 
 
-__all__ = ["stage_loads_reach_wgmma"]
+#: :func:`stage_release` answers: the wgmma's wait orders every access of the stage / each
+#: consumer thread fences its generic-proxy accesses before its arrive.
+RELEASE_AFTER_WGMMA = "after_wgmma"
+RELEASE_FENCED = "fenced"
+
+
+def _explicit_hopper(op) -> bool:
+    return "barrier" in op.name or "tma" in op.name or "wgmma" in op.name
+
+
+def stage_release(planner, rest, mapping, wgmma: bool, arch: str = "sm_90a"):
+    """How a warp-specialized consumer may hand back the stages of the loop whose body after
+    its pipelined copies is ``rest`` (``mapping``: pipelined tile -> staged tile; ``wgmma``:
+    the body has a wgmma gemm): :data:`RELEASE_AFTER_WGMMA` when wgmma gemms are the only
+    readers of the tiles, or element loads whose values feed one (module doc);
+    :data:`RELEASE_FENCED` when other statements access them through the generic proxy
+    (ldmatrix, mma.sync, ``T.copy``, element loads or stores); None when the loop is not
+    specialized: the body uses explicit Hopper ops (mbarriers, ``T.tma_copy``,
+    ``T.wgmma_gemm``: a program that schedules itself), has neither a wgmma nor an
+    mma.sync gemm (a loop without tensor-core work keeps cp.async), or has only mma.sync
+    gemms on an ``arch`` other than sm_90/sm_90a (the specialized mma.sync loop was checked
+    on the H200 only)."""
+    from ....ops.copy.op import COPY
+
+    tiles = {_handle(t) for t in mapping}
+    explicit, generic, gemms, loads = [], [], [], []
+
+    def visit(stmt):
+        found = tile_op_of(stmt)
+        if found is None:
+            return
+        op, call = found
+        if _explicit_hopper(op):
+            explicit.append(stmt)
+        elif op.name == "gemm":
+            gemms.append(stmt)
+            if planner._reader_of(stmt) is None:  # mma.sync (or scalar): ordinary loads
+                view = op.view(call)
+                if any(_handle(RegionView.of(getattr(view, x)).tensor) in tiles for x in "AB"):
+                    generic.append(stmt)
+        elif op.name == "copy":
+            view = COPY.view(call)
+            if any(_handle(RegionView.of(x).tensor) in tiles for x in (view.src, view.dst)):
+                generic.append(stmt)
+        else:
+            for name in op.operands:  # any other tile op touching a stage (T.fill, ...)
+                t = _operand_tensor(getattr(op.view(call), name))
+                if t is not None and _handle(t) in tiles:
+                    generic.append(stmt)
+                    break
+
+    def load(x):
+        if isinstance(x.source, ir.Var) and _handle(x.source) in tiles:
+            loads.append(x)
+
+    def store(s):
+        if _handle(s.dest) in tiles:
+            generic.append(s)
+
+    body = ir.SeqStmt(list(rest))
+    tvm_ffi.structural_walk(
+        body, [(ir.Evaluate, visit), (ir.TensorLoad, load), (ir.TensorStore, store)]
+    )
+    if explicit or not (wgmma or gemms) or not (wgmma or arch in ("sm_90", "sm_90a")):
+        return None
+    if generic or (loads and not stage_loads_reach_wgmma(planner, list(rest), list(mapping))):
+        return RELEASE_FENCED
+    return RELEASE_AFTER_WGMMA if wgmma else RELEASE_FENCED
+
+
+__all__ = ["RELEASE_AFTER_WGMMA", "RELEASE_FENCED", "stage_loads_reach_wgmma", "stage_release"]
