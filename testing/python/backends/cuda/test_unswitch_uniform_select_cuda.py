@@ -21,8 +21,11 @@ from test_pipeline_emulate import _attention, _example  # noqa: E402
 from test_wgmma_overlap import emulate  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
-OFF = {"tl.unswitch_uniform_select": False}
-ON = {"tl.unswitch_uniform_select": True}
+# the block order stays as written, so the structural patterns read ``bx`` (heaviest-first
+# reversal, on by default, rewrites it to ``gridDim - 1 - bx``: both together are run by
+# test_both_passes_emulated)
+OFF = {"tl.unswitch_uniform_select": False, "tl.heavy_blocks_first": False}
+ON = {"tl.unswitch_uniform_select": True, "tl.heavy_blocks_first": False}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 PLAIN = "flash_attention/example_mha_fwd_bshd.py"
 PIPELINED = "flash_attention/example_mha_fwd_bshd_wgmma_pipelined.py"
@@ -48,7 +51,7 @@ def _notes(lowered, key="tl.tma"):
 
 # ------------------------------------------------------------------------- structure
 def test_causal_mask_becomes_a_uniform_fill():
-    lowered = pipeline.lower(_fa(PLAIN, True, 300, (128, 128, 256, 2)), SM90A)
+    lowered = pipeline.lower(_fa(PLAIN, True, 300, (128, 128, 256, 2)), SM90A, ON)
     text = str(lowered)
     match = FILL.search(text)
     assert match, text[text.find("for k in") : text.find("for k in") + 1500]
@@ -74,7 +77,9 @@ def test_annotated_pipeline_is_still_software_pipelined():
 def test_dump_shows_the_stage():
     import tilelang
 
-    lowered = tilelang.lower(_fa(PLAIN, True, 300, (128, 64, 128, 2)), target=SM90A)
+    lowered = tilelang.lower(
+        _fa(PLAIN, True, 300, (128, 64, 128, 2)), target=SM90A, pass_configs=ON
+    )
     names = lowered.names()
     assert names.index("unswitch_uniform_select") < names.index("layout_inference")
     assert "if k * 64 + 63 < bx * 128:" in lowered["unswitch_uniform_select"]
@@ -96,6 +101,17 @@ def test_causal_fa_sm90a_emulated(path, seq, blocks, configs, rng):
     B, H, D = 1, 2, 64
     lowered = pipeline.lower(_fa(path, True, seq, blocks, B, H, D), SM90A, configs)
     assert bool(FILL.search(str(lowered))) == (configs is ON)
+    q, k, v = (rng.standard_normal((B, seq, H, D)).astype(np.float16) for _ in range(3))
+    (_, _, _, o), _ = emulate(lowered, q, k, v, np.full_like(q, np.nan))
+    np.testing.assert_allclose(o, _attention(q, k, v, True), rtol=1e-2, atol=2e-3)
+
+
+def test_both_passes_emulated(rng):
+    """Defaults: the causal mask unswitched and the blocks reversed (heaviest first)."""
+    B, H, D, seq = 1, 2, 64, 300
+    lowered = pipeline.lower(_fa(PLAIN, True, seq, (128, 64, 128, 2), B, H, D), SM90A)
+    assert any("reversed" in n for n in _notes(lowered, "tl.block_order"))
+    assert any("all if" in n for n in _notes(lowered, "tl.unswitch_uniform_select"))
     q, k, v = (rng.standard_normal((B, seq, H, D)).astype(np.float16) for _ in range(3))
     (_, _, _, o), _ = emulate(lowered, q, k, v, np.full_like(q, np.nan))
     np.testing.assert_allclose(o, _attention(q, k, v, True), rtol=1e-2, atol=2e-3)
@@ -127,7 +143,7 @@ def test_causal_fa_compiles_with_nvcc(dim, tmp_path):
     from test_gemm_wgmma import ptxas_report
 
     func = _fa(PLAIN, True, 4096, (128, 128, 256, 2), 4, 16, dim)
-    art = pipeline.build(func, SM90A, compiler="nvcc")
+    art = pipeline.build(func, SM90A, ON, compiler="nvcc")
     source = art.get_kernel_source()
     # the unmasked arm: a block-uniform test, then 64 zero stores and nothing else
     assert re.search(
