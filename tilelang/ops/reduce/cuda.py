@@ -1,7 +1,10 @@
 """CUDA layout rule and lowering of ``T.reduce_*`` on fragments.
 
 Layout: ``dst``'s fragment is ``src``'s projected onto the kept axes, replicated over
-the threads that shared a reduced row. Lowering, per thread: (1) a partial over the
+the threads that shared a reduced row; when ``dst``'s layout is fixed first (a
+``T.Parallel`` loop, a copy, another reduce), ``src`` gets one consistent with it
+(``layouts.py``); two fixed layouts that disagree are a compile error. Whole fragments
+only. Lowering, per thread: (1) a partial over the
 registers it owns, (2) ``__shfl_xor_sync`` butterflies over the lanes sharing a row,
 (3) across warps through a small shared workspace when a row spans warps, (4) combine
 into ``dst`` (or overwrite with ``clear=True``).
@@ -15,7 +18,7 @@ from tvm_tirx import tirx as _tirx
 
 from ... import errors
 from ...lowering.irb import seq, store
-from ...lowering.region import RegionView
+from ...lowering.region import RegionView, _const
 from ...lowering.thread_utils import alloc, for_, fragment_points, is_fragment, new_tensor
 from ..registry import layout_rule, lower_rule
 from .layouts import rows_consistent, source_from_destination
@@ -69,6 +72,12 @@ def check_layouts(v, s_layout, d_layout, pairs, origin_of=None) -> None:
     )
 
 
+def _whole(view) -> bool:
+    """Whether a region covers its whole tensor (the lowering works on whole fragments)."""
+    shape = [_const(d) for d in view.tensor.ty.shape]
+    return all(_const(b) == 0 for b in view.begins) and [_const(e) for e in view.extents] == shape
+
+
 def xor_group(frag, dim):
     """Generator bits g such that the threads sharing a reduced row are ``t ^ span(g)``."""
     table = frag.thread_table()  # (rep, *shape)
@@ -113,6 +122,14 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         raise errors.compile_error(
             f"T.reduce on {ctx.backend} needs fragment src and dst ({src.name}, {dst.name})", v.loc
         )
+    for view, what in ((src, "src"), (dst, "dst")):
+        if not _whole(view):
+            raise errors.compile_error(
+                f"T.reduce_{v.reduce_type} on {ctx.backend}: only whole fragments are "
+                f"supported ({what} {view.name}{list(view.extents)} is a part of "
+                f"{list(view.tensor.ty.shape)}); T.copy the part into its own fragment",
+                v.loc,
+            )
     s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
     check_layouts(v, s_layout, d_layout, pairs)
     gens = xor_group(s_layout, dim)

@@ -220,6 +220,23 @@ def test_conflicting_fixed_layouts_raise():
     assert f"test_reduce_layouts.py:{line}:" in msg, msg
 
 
+def test_fragment_part_raises():
+    """A reduce over part of a fragment (the lowering works on whole fragments) is a
+    compile error naming the buffer, not a reduce of the whole tile."""
+
+    @T.prim_func
+    def main(A: T.Tensor((32, 64), "float32"), Out: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=128):
+            tile_f = T.alloc_fragment((32, 64), "float32")
+            part = T.alloc_fragment((32,), "float32")
+            T.copy(A, tile_f)
+            T.reduce_sum(tile_f[0:32, 0:32], part, dim=1)
+            T.copy(part, Out)
+
+    with pytest.raises(errors.CompileError, match=r"only whole fragments.*tile_f\[32, 32\]"):
+        pipeline.lower(main, {"kind": "cuda", "arch": "sm_80"})
+
+
 # ------------------------------------------------------------------------------ GPU twins
 def _gpu():
     torch = pytest.importorskip("torch")
