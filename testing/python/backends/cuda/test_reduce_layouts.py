@@ -151,6 +151,42 @@ def test_other_targets_emulated(target, pattern):
     _check(target, 45, 70, 128, "max" if pattern == "copy" else "sum", 1, False, pattern)
 
 
+def keepdim_3d_kernel(B, M, N, threads, keepdim):
+    """A (B, M, N) tile reduced over N into ``part`` ((B, M) or keepdim (B, M, 1)), whose
+    layout a later ``T.Parallel`` loop fixes first (the larger loop is laid out first)."""
+    shape = (B, M, 1) if keepdim else (B, M)
+
+    @T.prim_func
+    def main(A: T.Tensor((B, M, N), "float32"), Out: T.Tensor(shape, "float32")):
+        with T.Kernel(1, threads=threads):
+            tile_f = T.alloc_fragment((B, M, N), "float32")
+            part = T.alloc_fragment(shape, "float32")
+            acc = T.alloc_fragment(shape, "float32")
+            T.copy(A, tile_f)
+            T.reduce_max(tile_f, part, dim=2)
+            if keepdim:
+                for b, i, k in T.Parallel(B, M, 1):
+                    acc[b, i, k] = part[b, i, k] * 2.0
+            else:
+                for b, i in T.Parallel(B, M):
+                    acc[b, i] = part[b, i] * 2.0
+            T.copy(acc, Out)
+
+    return main
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("threads", [32, 128])
+def test_keepdim_3d_emulated(keepdim, threads):
+    B, M, N = 3, 21, 40
+    a = np.random.default_rng().standard_normal((B, M, N)).astype(np.float32)
+    out = np.zeros((B, M, 1) if keepdim else (B, M), np.float32)
+    lowered = pipeline.lower(keepdim_3d_kernel(B, M, N, threads, keepdim), TARGETS["sm_80"][1])
+    _, got = cuda_emulator.emulate(lowered, a, out)
+    want = 2.0 * a.astype(np.float64).max(2, keepdims=keepdim)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_bug_report_repro():
     """The report: every row got the whole (32, 32) tile's sum on sm_80, 32 threads."""
 
@@ -262,3 +298,15 @@ def test_reduce_layouts_gpu(kind, dim, M, N, threads, pattern):
     want = reference(a, init, kind, dim, clear, pattern)
     got = to.cpu().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_keepdim_3d_gpu(keepdim):
+    torch, load = _gpu()
+    B, M, N = 3, 21, 40
+    a = torch.randn(B, M, N, device="cuda")
+    out = torch.zeros((B, M, 1) if keepdim else (B, M), device="cuda")
+    load(keepdim_3d_kernel(B, M, N, 128, keepdim))(a, out)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2.0 * a.amax(2, keepdim=keepdim))
