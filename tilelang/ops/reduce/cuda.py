@@ -1,7 +1,10 @@
 """CUDA layout rule and lowering of ``T.reduce_*`` on fragments.
 
 Layout: ``dst``'s fragment is ``src``'s projected onto the kept axes, replicated over
-the threads that shared a reduced row. Lowering, per thread: (1) a partial over the
+the threads that shared a reduced row; when ``dst``'s layout is fixed first (a
+``T.Parallel`` loop, a copy, another reduce), ``src`` gets one consistent with it
+(``layouts.py``); two fixed layouts that disagree are a compile error. Whole fragments
+only. Lowering, per thread: (1) a partial over the
 registers it owns, (2) ``__shfl_xor_sync`` butterflies over the lanes sharing a row,
 (3) across warps through a small shared workspace when a row spans warps, (4) combine
 into ``dst`` (or overwrite with ``clear=True``).
@@ -15,25 +18,64 @@ from tvm_tirx import tirx as _tirx
 
 from ... import errors
 from ...lowering.irb import seq, store
+from ...lowering.region import RegionView, _const
 from ...lowering.thread_utils import alloc, for_, fragment_points, is_fragment, new_tensor
 from ..registry import layout_rule, lower_rule
+from .layouts import rows_consistent, source_from_destination
 from .op import combine, init_value, reduce_axes
 
 
 @layout_rule("reduce", "cuda")
 def reduce_layout(v, ctx):
+    """``dst`` gets ``src``'s fragment projected onto the kept axes; a ``src`` without a
+    layout gets one consistent with an already fixed ``dst`` (:mod:`.layouts`); two fixed
+    layouts that disagree are a compile error naming both buffers."""
     from ...lowering.fragments import project_fragment
 
     src, dst, dim, pairs = reduce_axes(v)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         return {}
-    s_layout = ctx.get_layout(src.tensor)
-    if s_layout is None or ctx.get_layout(dst.tensor) is not None:
+    s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
+    if s_layout is None and d_layout is None:
         return {}
-    frag = project_fragment(s_layout, [a for a, _ in pairs])
-    if len(dst.shape) != len(frag.get_input_shape()):
-        frag = frag.reshape([int(s) for s in dst.shape])
-    return {dst.tensor: frag}
+    if d_layout is None:
+        frag = project_fragment(s_layout, [a for a, _ in pairs])
+        if len(dst.shape) != len(frag.get_input_shape()):
+            frag = frag.reshape([int(s) for s in dst.shape])
+        return {dst.tensor: frag}
+    if s_layout is None:
+        frag = source_from_destination(d_layout, src.tensor.ty.shape, dim, pairs, xor_group)
+        return {} if frag is None else {src.tensor: frag}
+    check_layouts(v, s_layout, d_layout, pairs, getattr(ctx, "origin_of", None))
+    return {}
+
+
+def check_layouts(v, s_layout, d_layout, pairs, origin_of=None) -> None:
+    """Raise a CompileError (at the reduce's line) unless every thread holds in ``dst``
+    exactly the rows it holds elements of in ``src``: the shuffle lowering would fold
+    other rows' elements into its registers (a silently wrong result)."""
+    src, dst = RegionView.of(v.src), RegionView.of(v.dst)
+    if rows_consistent(s_layout, d_layout, pairs):
+        return
+
+    def why(tensor):
+        who = origin_of(tensor) if origin_of is not None else ""
+        return f" (set by {who})" if who else ""
+
+    raise errors.compile_error(
+        f"layout conflict in T.reduce_{v.reduce_type}({src.name}, {dst.name}): the fragment "
+        f"of {dst.name} {d_layout!r}{why(dst.tensor)} does not put each element on the "
+        f"threads holding its row of {src.name} {s_layout!r}{why(src.tensor)}; give "
+        f"{dst.name} its layout from the reduce (e.g. fix it after the reduce) or "
+        f"T.copy the result into a fragment laid out as needed",
+        v.loc,
+    )
+
+
+def _whole(view) -> bool:
+    """Whether a region covers its whole tensor (the lowering works on whole fragments)."""
+    shape = [_const(d) for d in view.tensor.ty.shape]
+    return all(_const(b) == 0 for b in view.begins) and [_const(e) for e in view.extents] == shape
 
 
 def xor_group(frag, dim):
@@ -80,7 +122,16 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         raise errors.compile_error(
             f"T.reduce on {ctx.backend} needs fragment src and dst ({src.name}, {dst.name})", v.loc
         )
+    for view, what in ((src, "src"), (dst, "dst")):
+        if not _whole(view):
+            raise errors.compile_error(
+                f"T.reduce_{v.reduce_type} on {ctx.backend}: only whole fragments are "
+                f"supported ({what} {view.name}{list(view.extents)} is a part of "
+                f"{list(view.tensor.ty.shape)}); T.copy the part into its own fragment",
+                v.loc,
+            )
     s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
+    check_layouts(v, s_layout, d_layout, pairs)
     gens = xor_group(s_layout, dim)
     if gens is None:
         raise errors.compile_error(
@@ -106,7 +157,10 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
     slot = inner.simplify(d_layout.map_forward_index(d_index)[0])
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
     acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value, nan))
-    stmts.append(for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED))
+    partial = for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED)
+    if s_layout.get_thread_size() < ctx.threads:  # the other threads hold no src element
+        partial = ir.If(t < s_layout.get_thread_size(), partial, None)
+    stmts.append(partial)
     lanes = [g for g in gens if g < warp]
     warps = [g for g in gens if g >= warp]
     ld2 = ir.Var("rw", "int32")

@@ -236,6 +236,7 @@ class _Inference:
                 self.threads, self.arch, level, self.layout_map, options=self.options
             )
             ctx.prefer_mma = self.prefer_mma  # read by the sm_90a gemm rule (gemm_cuda.py)
+            ctx.origin_of = self.origin  # conflict messages name who set a layout (reduce)
             for var, layout in (rule(op.view(call), ctx) or {}).items():
                 changed |= self._set(var, layout, call.loc, f"T.{op.name}")
         return changed
