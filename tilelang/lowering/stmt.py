@@ -57,6 +57,22 @@ def flatten_seq(stmt) -> list:
     return [stmt]
 
 
+def bound_vars(node) -> list:
+    """The Vars that binds and loops inside ``node`` bind, in walk order."""
+    out = []
+    tvm_ffi.structural_walk(
+        node, [(ir.Bind, lambda x: out.append(x.var)), (ir.For, lambda x: out.append(x.var))]
+    )
+    return out
+
+
+def first_stmt(stmt):
+    """The first statement of ``stmt`` with nested ``SeqStmt``s opened (``stmt`` otherwise)."""
+    while isinstance(stmt, ir.SeqStmt) and len(stmt.seq):
+        stmt = stmt.seq[0]
+    return stmt
+
+
 def substitute(node, mapping: dict):
     """Replace Vars by ``mapping`` (keyed by Var) everywhere in ``node``."""
     if not mapping:

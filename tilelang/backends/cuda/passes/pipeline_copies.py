@@ -35,18 +35,9 @@ from __future__ import annotations
 import tvm_ffi
 from tvm_tirx import ir
 
-from ....lowering.stmt import alloc_of, substitute
+from ....lowering.stmt import alloc_of, bound_vars, substitute
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY
-
-
-def _bound_vars(node) -> list:
-    """Variables bound inside ``node`` (``Bind`` and loop variables)."""
-    out = []
-    tvm_ffi.structural_walk(
-        node, [(ir.Bind, lambda x: out.append(x.var)), (ir.For, lambda x: out.append(x.var))]
-    )
-    return out
 
 
 def _has_load(node) -> bool:
@@ -59,7 +50,7 @@ def _later_copies(rest, loop, ctx, taken, root) -> list:
     """``[(index in rest, AsyncCopy)]`` of the later copies of a loop body (module doc)."""
     from .pipeline_planning import AsyncCopy, _count_uses, _uses
 
-    bound = _bound_vars(loop.body)
+    bound = bound_vars(loop.body)
     taken = list(taken)
     out = []
     for i, s in enumerate(rest):

@@ -99,8 +99,9 @@ from ....lowering.context import LowerContext
 from ....lowering.global_layouts import vectorizable
 from ....lowering.region import RegionView, _const
 from ....lowering.shared_address import shared_ptr
-from ....lowering.stmt import StmtMutator, alloc_of, launch_of, substitute
+from ....lowering.stmt import StmtMutator, alloc_of, launch_of, substitute, uses_any
 from ....lowering.thread_utils import extern_stmt as _call
+from ....lowering.thread_utils import i32
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY, matched_axes
 from ....ops.registry import pipeline_rule_for
@@ -131,10 +132,6 @@ def cp_async_commit():
 
 def cp_async_wait(n: int):
     return _call(f"tl::cp_async_wait<{int(n)}>")
-
-
-def _i32(x):
-    return ir.const(int(x), "int32") if isinstance(x, int) else x
 
 
 # ---------------------------------------------------------------------------------------
@@ -203,7 +200,7 @@ class AsyncCopy:
             d_col = d_rel.get(rank - 1, 0)
             lead = {a: x for a, x in d_rel.items() if a < rank - 2}
             dst_lead = RegionView(dst.tensor, dst.index(lead), dst.extents) if lead else dst
-            sptr = shared_ptr(dst_lead, layout, _i32(d_row), _i32(d_col))
+            sptr = shared_ptr(dst_lead, layout, i32(d_row), i32(d_col))
             gptr = tirx.address_of(ir.TensorLoad(src.tensor, s_idx))
             conds = [] if pred is None else [pred]
             conds += [
@@ -257,15 +254,7 @@ def _restage(node, mapping: dict, stage):
 
 
 def _uses(node, var) -> bool:
-    hit = []
-    h = var.__chandle__()
-
-    def visit(v):
-        if v.__chandle__() == h:
-            hit.append(v)
-
-    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
-    return bool(hit)
+    return uses_any(node, [var])
 
 
 def _leading_copies(body, ctx):

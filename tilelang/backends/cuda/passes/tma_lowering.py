@@ -42,7 +42,7 @@ import re
 from tvm_tirx import ir, tirx
 
 from ....lowering.thread_utils import extern_stmt as _call
-from ....lowering.thread_utils import new_tensor
+from ....lowering.thread_utils import i32, new_tensor
 from ..tensor_map import TmaCopy, plan_tma_copy
 
 
@@ -50,10 +50,6 @@ def tma_supported(arch: str, options: dict) -> bool:
     """Whether TMA lowering is on for ``arch`` (sm_90 and later) and the pass configs."""
     m = re.match(r"sm_(\d+)", arch or "")
     return bool(m) and int(m.group(1)) >= 90 and options.get("disable_tma") is not True
-
-
-def _i32(x):
-    return ir.const(int(x), "int32") if isinstance(x, int) else x
 
 
 def plan_tma_copies(copies, pctx, loop_name: str):
@@ -164,7 +160,7 @@ def tma_loop(
     pctx.extra_allocs.append(make_alloc(bar))
 
     def bar_ptr(stage):
-        return tirx.address_of(ir.TensorLoad(bar, [_i32(stage)]))
+        return tirx.address_of(ir.TensorLoad(bar, [i32(stage)]))
 
     def issue(k_value, stage):
         stmts = [_call("tl::mbarrier_arrive_expect_tx", bar_ptr(stage), ir.const(total, "uint32"))]
@@ -217,7 +213,7 @@ def _issue_copy(t: TmaCopy, tile_mb, stage, k, k_value, bar_ptr):
         coords = t.box_coords(begins, row0, col0)
         if t.spec.shift is not None:  # the map starts 16-byte aligned, before the tensor
             coords[-1] = coords[-1] + t.spec.shift
-        elem = _i32(stage) * tile_elems + offset
+        elem = i32(stage) * tile_elems + offset
         smem = tirx.ptr_byte_offset(tirx.address_of(tile_mb), elem * nbytes, ty=ptr_ty)
         args = [smem, tirx.address_of(t.spec.var), bar_ptr]
         args += [ir.prim.Cast("int32", c) if str(c.ty) != "int32" else c for c in reversed(coords)]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from tvm_tirx import ir
 
-from ....lowering.stmt import StmtMutator
+from ....lowering.stmt import StmtMutator, first_stmt
+from ....lowering.thread_utils import extern_name
 from ....ops.hopper.cuda import WS_MARKER
 
 _INF = 1 << 62
@@ -108,19 +109,11 @@ class _Conds:
 
 
 def _is_marker(stmt) -> bool:
-    v = stmt.value if isinstance(stmt, ir.Evaluate) else None
-    return (
-        isinstance(v, ir.Call)
-        and getattr(v.op, "name", "") == "tirx.call_extern"
-        and isinstance(v.args[0], ir.StringImm)
-        and str(v.args[0].value) == WS_MARKER
-    )
+    return extern_name(stmt) == WS_MARKER
 
 
 def _starts_with_marker(stmt) -> bool:
-    while isinstance(stmt, ir.SeqStmt) and len(stmt.seq):
-        stmt = stmt.seq[0]
-    return _is_marker(stmt)
+    return _is_marker(first_stmt(stmt))
 
 
 def _chain(ifs):

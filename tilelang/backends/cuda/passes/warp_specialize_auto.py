@@ -64,9 +64,16 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm_tirx import ir, tirx
 
-from ....lowering.stmt import alloc_of, launches_of, substitute, with_launch_body
+from ....lowering.stmt import (
+    alloc_of,
+    bound_vars,
+    first_stmt,
+    launches_of,
+    substitute,
+    with_launch_body,
+)
+from ....lowering.thread_utils import extern_name, i32, is_sync, new_tensor
 from ....lowering.thread_utils import extern_stmt as _call
-from ....lowering.thread_utils import i32, is_sync, new_tensor
 
 #: Marker call opening the consumer branch (found by :func:`consumer_barriers`).
 CONSUMER_MARKER = "tl::ws_auto_consumer"
@@ -314,16 +321,7 @@ def _pingpong(planner, body, threads):
 
 def _bound_vars(node) -> set:
     """Handles of the Vars that binds and loops inside ``node`` bind."""
-    bound = set()
-
-    def bind(b):
-        bound.add(b.var.__chandle__())
-
-    def loop(f):
-        bound.add(f.var.__chandle__())
-
-    tvm_ffi.structural_walk(node, [(ir.Bind, bind), (ir.For, loop)])
-    return bound
+    return {v.__chandle__() for v in bound_vars(node)}
 
 
 def _only_free(node, forbidden) -> bool:
@@ -422,18 +420,7 @@ def register_split(threads: int):
 
 # ------------------------------------------------------------------- after tile lowering
 def _is_marker(stmt) -> bool:
-    v = stmt.value if isinstance(stmt, ir.Evaluate) else None
-    return (
-        isinstance(v, ir.Call)
-        and getattr(v.op, "name", "") == "tirx.call_extern"
-        and str(v.args[0].value) == CONSUMER_MARKER
-    )
-
-
-def _first(stmt):
-    while isinstance(stmt, ir.SeqStmt) and len(stmt.seq):
-        stmt = stmt.seq[0]
-    return stmt
+    return extern_name(stmt) == CONSUMER_MARKER
 
 
 def consumer_barriers(body, thread_var, insert_sync):
@@ -446,7 +433,7 @@ def consumer_barriers(body, thread_var, insert_sync):
     at = [
         i
         for i, s in enumerate(stmts)
-        if isinstance(s, ir.If) and s.else_case is not None and _is_marker(_first(s.then_case))
+        if isinstance(s, ir.If) and s.else_case is not None and _is_marker(first_stmt(s.then_case))
     ]
     if not at:
         return body, None
