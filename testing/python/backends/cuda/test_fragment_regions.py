@@ -140,6 +140,31 @@ def symbolic_copy_kernel(m, n, step, height, threads):
     return main, ref
 
 
+def row_copy_kernel(m, n, c0, c1, threads):
+    """Per row ``k`` (a loop variable): ``T.copy(B[k, 0:w], f[k, c0:c1])`` (a load into a
+    one-row part) and ``T.copy(f[k, c0:c1], D[k, 0:w])`` back out of it, rows reversed."""
+    w = c1 - c0
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), F32), B: T.Tensor((m, w), F32), C: T.Tensor((m, n), F32),
+             D: T.Tensor((m, w), F32)):  # fmt: skip
+        with T.Kernel(1, threads=threads) as _:
+            f = T.alloc_fragment((m, n), F32)
+            T.copy(A, f)
+            for k in T.serial(m):
+                T.copy(B[k, 0:w], f[k, c0:c1])
+            for k in T.serial(m):
+                T.copy(f[m - 1 - k, c0:c1], D[k, 0:w])
+            T.copy(f, C)
+
+    def ref(a, b):
+        c = a.copy()
+        c[:, c0:c1] = b
+        return c, c[::-1, c0:c1].copy()
+
+    return main, ref
+
+
 def atomic_kernel(m, n, region, threads):
     """``T.atomic_add(D, f[region])`` into a global tile of the region's shape."""
     r0, r1, c0, c1 = region
@@ -340,6 +365,18 @@ def test_copy_symbolic_region_emulated(threads, arch, rng):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("threads", [32, 128])
+def test_copy_row_regions_emulated(threads, arch, rng):
+    m, n, c0, c1 = 13, 40, 3, 30
+    func, ref = row_copy_kernel(m, n, c0, c1, threads)
+    a, b = rng.standard_normal((m, n)), rng.standard_normal((m, c1 - c0))
+    _, _, c, d = _emulate_cuda(func, arch, a, b, np.zeros((m, n)), np.zeros((m, c1 - c0)))
+    want_c, want_d = ref(*(x.astype(np.float32).astype(np.float64) for x in (a, b)))
+    _close(c, want_c)
+    _close(d, want_d)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("threads", [32, 128])
 def test_atomic_add_region_emulated(threads, arch, rng):
     region = (2, 19, 5, 37)
     func, ref = atomic_kernel(30, 50, region, threads)
@@ -397,6 +434,12 @@ def _all_kernels(rng):
         b = rng.standard_normal(other or (m, n)).astype(np.float32)
         want = ref(a.astype(np.float64), b.astype(np.float64))
         out.append((f"copy_{case}", func, [a, b, np.zeros_like(b)], {2: want}))
+    func, ref = row_copy_kernel(13, 40, 3, 30, 128)
+    a = rng.standard_normal((13, 40)).astype(np.float32)
+    b = rng.standard_normal((13, 27)).astype(np.float32)
+    want_c, want_d = ref(a.astype(np.float64), b.astype(np.float64))
+    inputs = [a, b, np.zeros((13, 40)), np.zeros((13, 27))]
+    out.append(("copy_rows", func, inputs, {2: want_c, 3: want_d}))
     return out
 
 
