@@ -18,6 +18,7 @@ from tvm_tirx import tirx as _tirx
 
 from ... import errors
 from ...lowering.bounds import in_bounds
+from ...lowering.fragment_region import is_whole, region_offsets, region_predicate
 from ...lowering.region import RegionView
 from ...lowering.stmt import uses_any
 from ...lowering.thread_utils import for_, fragment_points, is_fragment, physical
@@ -82,13 +83,8 @@ def lower_atomic_cuda(v, ctx):
 
 def _from_fragment(v, src, dst, sa, da, ctx):
     layout = ctx.get_layout(src.tensor)
-    for b in src.begins:
-        if b is not None and not (isinstance(b, ir.IntImm) and b.value == 0):
-            raise errors.compile_error(
-                f"T.atomic_{v.kind}: only whole fragments are supported on CUDA ({src.name})",
-                v.loc,
-            )
-    pairs = _float_pairs(v, src, dst, sa, da, layout, ctx)
+    # a part of the fragment: scalar atomics of the slots inside it (no pairs)
+    pairs = is_whole(src) and _float_pairs(v, src, dst, sa, da, layout, ctx)
     scalar = _fragment_loop(v, src, dst, sa, da, layout, ctx, pairs=False)
     if not pairs:
         return scalar
@@ -109,7 +105,8 @@ def _fragment_loop(v, src, dst, sa, da, layout, ctx, pairs):
     inner = ctx.with_range(lvar, 0, n // 2 if pairs else n)
     slot = lvar * 2 if pairs else lvar
     pts = [inner.simplify(p) for p in fragment_points(layout, slot, ctx.thread_var)]
-    d_idx = [inner.simplify(i) for i in dst.index({d: pts[s] for s, d in zip(sa, da)})]
+    offsets = region_offsets(src, pts, sa)
+    d_idx = [inner.simplify(i) for i in dst.index({d: offsets[s] for s, d in zip(sa, da)})]
     phys = physical(dst.tensor, d_idx, inner)
     if pairs:  # one vector atomic per pair of consecutive columns (sm_90+: float2)
         address = _tirx.address_of(ir.TensorLoad(dst.tensor, list(phys)))
@@ -118,6 +115,9 @@ def _fragment_loop(v, src, dst, sa, da, layout, ctx, pairs):
     else:
         body = atomic_stmt(v.kind, dst.tensor, phys, ir.TensorLoad(local, [lvar]), v.loc)
     body = _guarded(body, dst.tensor, d_idx, inner)
+    inside = region_predicate(src, pts[: len(src.shape)], inner.simplify)
+    if inside is not None:
+        body = ir.If(inside, body, None)
     if layout.get_replicate() > 1:
         body = ir.If(pts[-1] == 0, body, None)  # replica 0 only
     span = layout.get_thread_size()

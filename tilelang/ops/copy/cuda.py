@@ -19,6 +19,7 @@ from tvm_tirx import tirx as _tirx
 from ... import errors
 from ...layout import expr as E
 from ...lowering.bounds import in_bounds
+from ...lowering.fragment_region import is_whole, region_offsets, region_predicate
 from ...lowering.irb import store
 from ...lowering.region import RegionView
 from ...lowering.stmt import substitute
@@ -153,20 +154,18 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
     """
     layout = ctx.get_layout(frag_view.tensor)
     local = ctx.local_of(frag_view.tensor)
-    for b in frag_view.begins:
-        if E.as_const_int(b) != 0:
-            raise errors.compile_error(
-                f"T.copy: only whole fragments are supported on CUDA ({frag_view.name})", loc
-            )
     lvar = ir.Var("fl", "int32")
     n = layout.get_local_size()
     inner = ctx.with_range(lvar, 0, n)
     pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
     replica0 = pts[-1] == 0 if layout.get_replicate() > 1 and not to_frag else None
+    # a part of the fragment: only the slots inside it move, at their offsets in the region
+    inside = region_predicate(frag_view, pts[: len(frag_view.shape)], inner.simplify)
 
     def element(slot, points, where):
         """(unguarded statement, bounds predicate) moving fragment slot ``slot``."""
-        other_idx = other_view.index({o: points[f] for f, o in zip(fa, oa)})
+        offsets = region_offsets(frag_view, points, fa)
+        other_idx = other_view.index({o: offsets[f] for f, o in zip(fa, oa)})
         other_idx = [where.simplify(i) for i in other_idx]
         phys = physical(other_view.tensor, other_idx, where)
         pred = in_bounds(other_view.tensor, other_idx, where, {})
@@ -180,12 +179,14 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
         body = store(local, [lvar], _tirx.if_then_else(pred, body.value, zero), loc=loc)
     elif pred is not None:
         body = ir.If(pred, body, None)
+    if inside is not None:
+        body = ir.If(inside, body, None)
     if replica0 is not None:
         body = only_replica0(body, replica0)
     kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
     out = for_(lvar, n, body, kind, loc=loc)
     split = None
-    if op is None:
+    if op is None and inside is None:  # vector runs: whole fragments only
         split = split_lanes(pts, lvar, n, ctx, lanes_for([other_view.tensor]))
     if split is not None:
         vec, lo, v, vpts, vctx = split
@@ -201,6 +202,27 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
     if span < ctx.threads:
         out = ir.If(ctx.thread_var < span, out, None)
     return out
+
+
+def _same_part(src, dst, ctx) -> bool:
+    """Whether two same-shaped fragment regions are provably the same part of the tile."""
+    if [E.as_const_int(d) for d in src.shape] != [E.as_const_int(d) for d in dst.shape]:
+        return False
+    pairs = list(zip(src.begins, dst.begins)) + list(zip(src.extents, dst.extents))
+    return all(E.as_const_int(ctx.simplify(a - b)) == 0 for a, b in pairs)
+
+
+def _same_part_copy(src, dst, layout, ctx, loc):
+    """Register to register for the slots of the part ``src`` (= the part ``dst``)."""
+    lvar = ir.Var("fl", "int32")
+    n = layout.get_local_size()
+    inner = ctx.with_range(lvar, 0, n)
+    pts = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
+    body = store(ctx.local_of(dst.tensor), [lvar], ir.TensorLoad(ctx.local_of(src.tensor), [lvar]))
+    inside = region_predicate(src, pts[: len(src.shape)], inner.simplify)
+    if inside is not None:
+        body = ir.If(inside, body, None)
+    return for_(lvar, n, body, ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else None, loc=loc)
 
 
 @layout_rule("copy", "cuda")
@@ -228,8 +250,11 @@ def lower_copy_cuda(v, ctx):
     sf, df = is_fragment(src.tensor), is_fragment(dst.tensor)
     if sf and df:
         ls, ld = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
-        if not ls.is_equal(ld):
-            return lower_fragment_exchange(src, dst, sa, da, ctx, v.loc)
+        if not ls.is_equal(ld) or not (is_whole(src) and is_whole(dst)):
+            # parts of fragments: register to register only where both are the same part
+            if not (ls.is_equal(ld) and _same_part(src, dst, ctx)):
+                return lower_fragment_exchange(src, dst, sa, da, ctx, v.loc)
+            return _same_part_copy(src, dst, ls, ctx, v.loc)
         lvar = ir.Var("fl", "int32")
         body = store(
             ctx.local_of(dst.tensor), [lvar], ir.TensorLoad(ctx.local_of(src.tensor), [lvar])

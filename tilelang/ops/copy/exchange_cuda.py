@@ -35,7 +35,8 @@ def workspace_shape(shape: list[int], dtype_bits: int) -> list[int]:
 
 
 def lower_fragment_exchange(src, dst, sa, da, ctx, loc):
-    """``dst = src`` for whole fragments with different layouts, through shared memory.
+    """``dst = src`` for fragments (or parts of them) with different layouts, or different
+    parts, through shared memory.
 
     ``sa`` / ``da``: the copy's matched axes (``copy.matched_axes``) of ``src`` / ``dst``.
     """
@@ -45,8 +46,9 @@ def lower_fragment_exchange(src, dst, sa, da, ctx, loc):
     padded = workspace_shape(shape, _bits(dst.tensor))
     ws = new_tensor(f"{dst.name}_exchange", padded, dst.dtype, "shared.dyn")
     ctx.extra_allocs.append(alloc(ws))
-    view = RegionView.of(make_region(ws, [0] * len(shape), shape))
-    # the workspace has dst's shape: dst's matched axes index it, src's axes map onto them
+    view = RegionView.of(make_region(ws, dst.begins, dst.extents))
+    # the workspace has dst's shape: dst's matched axes index it, src's axes map onto them;
+    # for parts of fragments, src's part lands at dst's part and dst reads it back from there
     write = lower_fragment_side(src, view, sa, da, ctx, False, loc)
     read = lower_fragment_side(dst, view, da, da, ctx, True, loc)
     return seq([write, read])

@@ -172,6 +172,8 @@ def plan_ldmatrix(frag_view, shared_view, fa, oa, ctx):
         or bits not in (8, 16)
         or layout.output_dim != 1
         or any(E.as_const_int(b) != 0 for b in frag_view.begins)
+        or [E.as_const_int(e) for e in frag_view.extents]
+        != [E.as_const_int(d) for d in frag_view.shape]
         or (layout.get_thread_range() is not None and E.as_const_int(layout.thread_range[0]) != 0)
     ):
         return None

@@ -13,6 +13,7 @@ from tvm_tirx import ir
 
 from ... import errors
 from ...layout import expr as E
+from ...lowering.fragment_region import is_whole
 from ...lowering.irb import seq, store
 from ...lowering.thread_utils import (
     alloc,
@@ -28,11 +29,14 @@ from .op import cumsum_axes, scan_step
 
 
 def _whole(view, what, loc):
-    for b in view.begins:
-        if E.as_const_int(b) != 0:
-            raise errors.compile_error(
-                f"T.cumsum: only whole fragments are supported on CUDA ({view.name}, {what})", loc
-            )
+    """A CompileError unless the fragment region ``view`` is its whole fragment."""
+    if not is_whole(view):
+        raise errors.compile_error(
+            f"T.cumsum: only whole fragments are supported on CUDA ({what} {view.name}"
+            f"[{', '.join(f'{b}:{b + e}' for b, e in zip(view.begins, view.extents))}] is a "
+            f"part of {view.name}{list(view.shape)}); copy the part into a fragment of its own",
+            loc,
+        )
 
 
 def _fragment_moves(frag_view, scratch, ctx, to_scratch, loc):

@@ -1,5 +1,5 @@
-"""CUDA lowering of ``T.fill``/``T.clear``: fragments by layout (each thread its registers),
-shared/global tiles cooperatively over all threads, ``local`` tensors per thread."""
+"""CUDA lowering of ``T.fill``/``T.clear``: fragments by layout (each thread its registers;
+for a part of a fragment only the registers whose logical indices lie in it), shared/global tiles cooperatively over all threads, ``local`` tensors per thread."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from tvm_tirx import ir
 
 from ...lowering import irb
 from ...lowering.bounds import in_bounds
+from ...lowering.fragment_region import region_predicate
 from ...lowering.region import RegionView
-from ...lowering.thread_utils import for_, is_fragment, is_global
+from ...lowering.thread_utils import for_, fragment_points, is_fragment, is_global
 from ..copy.cuda import _static, cooperative_loop
 from ..registry import lower_rule
 
@@ -21,6 +22,11 @@ def lower_fill_cuda(v, ctx):
         lvar = ir.Var("fl", "int32")
         n = layout.get_local_size()
         body = irb.store(local, [lvar], v.value, loc=v.loc)
+        inner = ctx.with_range(lvar, 0, n)
+        points = [inner.simplify(p) for p in fragment_points(layout, lvar, ctx.thread_var)]
+        inside = region_predicate(dst, points[: len(dst.shape)], inner.simplify)
+        if inside is not None:  # a part of the fragment: only the registers inside it
+            body = ir.If(inside, body, None)
         return for_(lvar, n, body, ir.ForKind.UNROLLED if n <= 64 else None, loc=v.loc)
     axes = list(range(len(dst.extents)))
     if not (is_global(dst.tensor) or str(dst.scope).startswith("shared")):
