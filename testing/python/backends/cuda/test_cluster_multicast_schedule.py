@@ -9,6 +9,7 @@ executes), by the emulator against float64, and, marked ``cuda``, on the GPU."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import sys
@@ -17,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tilelang.language as T
 from tilelang.backends.cuda import pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_programs import readme_gemm  # noqa: E402
 from test_gemm_wgmma_emulation import emulate_wgmma  # noqa: E402
 from test_tma import _sass  # noqa: E402
 
@@ -28,26 +29,9 @@ SM90A = {"kind": "cuda", "arch": "sm_90a"}
 SCHEDULES = ["cta", "cluster"]
 
 
-def gemm(M, N, K, bM=128, bN=256, bK=64, threads=256, stages=3, out="float16", swizzle=10):
-    """The README GEMM (fp16 inputs, float32 accumulation, C in ``out``), blockIdx.x walking
-    N so the two blocks of a cluster share the A tile; ``T.use_swizzle(swizzle)``."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), out)):  # fmt: skip
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bM, bK), "float16")
-            B_s = T.alloc_shared((bK, bN), "float16")
-            C_l = T.alloc_fragment((bM, bN), "float32")
-            if swizzle:
-                T.use_swizzle(swizzle)
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
-                T.copy(A[by * bM, k * bK], A_s)
-                T.copy(B[k * bK, bx * bN], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bM, bx * bN])
-
-    return main
+#: The README GEMM (fp16 inputs, float32 accumulation, C in ``out``), blockIdx.x walking N
+#: so the two blocks of a cluster share the A tile; ``T.use_swizzle(10)``.
+gemm = functools.partial(readme_gemm, bN=256, threads=256, out="float16", swizzle=10)
 
 
 def _configs(sync, size=2, **extra):
