@@ -230,6 +230,48 @@ class PassConfigKey(str, Enum):
     CUDA_KERNELS_OUTPUT_DIR = "cuda.kernels_output_dir"
 
 
+#: Keys accepted for upstream compatibility that change nothing here (the feature they tune
+#: does not exist in tilelang, or tilelang always does the safe thing); every other key is
+#: documented in docs/language.md's pass-config table (testing/python/transform/test_pass_configs.py).
+COMPAT_ONLY_KEYS = frozenset(
+    {
+        PassConfigKey.TL_SIMPLIFY.value,
+        PassConfigKey.TL_DISABLE_BUFFER_INIT_CHECK.value,
+        PassConfigKey.TL_DISABLE_DATA_RACE_CHECK.value,
+        PassConfigKey.TL_DISABLE_PRELOWER_SEMANTIC_CHECK.value,
+        PassConfigKey.TL_ENABLE_AUTO_WARP_SPECIALIZATION.value,
+        PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL.value,
+        PassConfigKey.TL_ENABLE_PTXAS_VERBOSE_OUTPUT.value,
+        PassConfigKey.TL_EMIT_LINE_DIRECTIVES.value,
+        PassConfigKey.TL_LAYOUT_COST_MODEL.value,
+        PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS.value,
+        PassConfigKey.TL_DISABLE_VECTORIZE_256.value,
+        PassConfigKey.TL_ENABLE_ASYNC_COPY.value,
+        PassConfigKey.TL_ENABLE_LOWER_LDGSTG.value,
+        PassConfigKey.TL_ENABLE_LOWER_LDGSTG_PREDICATED.value,
+        PassConfigKey.TL_DEBUG_MERGE_SHARED_MEMORY_ALLOCATIONS.value,
+        PassConfigKey.TL_ENABLE_AGGRESSIVE_SHARED_MEMORY_MERGE.value,
+        PassConfigKey.TL_DISABLE_SHARED_MEMORY_REUSE.value,
+        PassConfigKey.TL_DISABLE_SHUFFLE_ELECT.value,
+        PassConfigKey.TL_DISABLE_LOOP_UNSWITCHING.value,
+        PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
+        PassConfigKey.TL_DISABLE_DYNAMIC_TAIL_SPLIT.value,
+        PassConfigKey.TL_DYNAMIC_ALIGNMENT.value,
+        PassConfigKey.TL_FORCE_LET_INLINE.value,
+        PassConfigKey.TL_DISABLE_OUT_OF_BOUND_WARNING.value,
+        PassConfigKey.TIR_ENABLE_EQUIV_TERMS_IN_CSE.value,
+        PassConfigKey.TIR_DISABLE_CSE.value,
+        PassConfigKey.TIR_SIMPLIFY.value,
+        PassConfigKey.TIR_DISABLE_STORAGE_REWRITE.value,
+        PassConfigKey.TIR_DISABLE_VECTORIZE.value,
+        PassConfigKey.TIR_USE_ASYNC_COPY.value,
+        PassConfigKey.TIR_ENABLE_DEBUG.value,
+        PassConfigKey.TIR_MERGE_STATIC_SMEM.value,
+        PassConfigKey.TIR_NOALIAS.value,
+        PassConfigKey.CUDA_KERNELS_OUTPUT_DIR.value,
+    }
+)
+
 DUMP_DIR_ALIAS = "tl.dump_ir_dir"
 
 OBSERVATION_KEYS = frozenset(
