@@ -349,9 +349,12 @@ class _Machine:
             op = fname[len("tl::mbarrier_") :]
             if op == "init_fence":
                 return None
+            result = getattr(self.barriers, op)(self, args, mask)
             if "wait" in op and self.race is not None:
+                # the acquire point: after the wait returned (a cooperative task may have
+                # blocked in it while another task wrote and arrived)
                 self.race.barrier()
-            return getattr(self.barriers, op)(self, args, mask)
+            return result
         if fname.startswith(("tl::fence_proxy_async", "tl::set_max_nreg<")):
             if fname.startswith("tl::fence_proxy_async") and self.race is not None:
                 self.race.proxy_fence(np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0])

@@ -308,9 +308,10 @@ def cluster_extern(machine, fname, args, mask):
         _cluster_wait(machine)
         return None
     if fname == "tl::mbarrier_wait_cluster":  # scope only differs from mbarrier_wait
+        result = machine.barriers.wait(machine, args, mask)
         if machine.race is not None:
-            machine.race.barrier()
-        return machine.barriers.wait(machine, args, mask)
+            machine.race.barrier()  # after the wait returned: its acquire point
+        return result
     if fname.startswith("tl::tma_load_multicast_"):
         return _multicast(machine, fname, args, mask)
     if fname == "tl::mbarrier_arrive_cluster":

@@ -75,9 +75,11 @@ class RaceChecker:
             self.shadows[key] = entry
         return entry
 
-    def access(self, buf, byte_starts, nbytes, threads, kind, what):
+    def access(self, buf, byte_starts, nbytes, threads, kind, what, generic=True):
         """Record ``kind`` ("read"/"write") of ``nbytes`` bytes at ``byte_starts`` (offsets
-        into ``buf``'s storage, one per thread of ``threads``) and raise on a hazard."""
+        into ``buf``'s storage, one per thread of ``threads``) and raise on a hazard.
+        ``generic=False``: an async-proxy access (a wgmma operand read), which needs no
+        ``fence.proxy.async`` before a later TMA write."""
         threads = np.asarray(threads, np.int64)
         if threads.size == 0:
             return
@@ -85,7 +87,9 @@ class RaceChecker:
         sh = self._shadow(root)
         addr = (base + np.asarray(byte_starts, np.int64)[:, None] + np.arange(nbytes)).ravel()
         warp = np.repeat(threads // WARP, nbytes)
-        np.bitwise_or.at(sh["unfenced"], addr, np.left_shift(np.uint64(1), warp.astype(np.uint64)))
+        if generic:
+            bits = np.left_shift(np.uint64(1), warp.astype(np.uint64))
+            np.bitwise_or.at(sh["unfenced"], addr, bits)
         if kind == "read":
             hit = (sh["wepoch"][addr] == self.epoch) & (sh["writer"][addr] >= 0)
             hit &= sh["writer"][addr] != warp

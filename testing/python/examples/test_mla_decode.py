@@ -143,9 +143,9 @@ def test_full_size_warp_specialized_emulated():
     """dim 512 + 64, 64 heads: Q, two K/V stages and S fill shared memory, so the epilogue's
     ``O_shared`` only fits on the stage tiles' bytes once the loop is done (the consumer
     warpgroups' named barrier before its first write; the mbarriers keep their own bytes).
-    The kernel is warp-specialized and matches float64 (short KV: the plan does not depend
-    on it)."""
-    func = _load(DENSE).flashattn.get_tir(1, 64, 1, 100, 512, 64, 64, 64, 1)
+    The kernel is warp-specialized, matches float64 (short KV: the plan does not depend
+    on it) and passes the emulator's race check, wgmma operand reads included."""
+    func = _load(DENSE).flashattn.get_tir(1, 64, 1, 150, 512, 64, 64, 64, 1)
     lowered = pipeline.lower(func, SM90A)
     plan = {k: (int(o), int(n)) for k, (o, n) in lowered.attrs["tl.shared_memory"].items()}
     text = lowered.script()
@@ -160,9 +160,12 @@ def test_full_size_warp_specialized_emulated():
     before = text[:first_write]
     assert before.rindex("tl::named_barrier_sync") > before.rindex("tl::mbarrier_arrive")
     module = _load(DENSE)
-    inputs = [x.numpy() for x in module.make_inputs(1, 64, 100, 512, 64, "cpu")]
+    inputs = [x.numpy() for x in module.make_inputs(1, 64, 150, 512, 64, "cpu")]
     ref = module.ref_program(*(torch.from_numpy(x) for x in inputs))
-    arrays, _ = emulate_rs(lowered, *inputs, np.zeros(ref.shape, np.float16), mode="late_writes")
+    # 3 tiles: the last iteration reads stage 0, whose bytes O_shared takes; the race check
+    # sees the wgmma reads and fails without the named barrier (it did when it was removed)
+    out = np.zeros(ref.shape, np.float16)
+    arrays, _ = emulate_rs(lowered, *inputs, out, mode="late_reads", race=True)
     got = arrays[len(inputs)].astype(np.float64)
     np.testing.assert_allclose(got, ref.numpy(), rtol=1e-2, atol=1e-2)
 

@@ -35,6 +35,7 @@ Tests:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -101,11 +102,20 @@ def accumulator_coords(n: int):
 _INSTR = re.compile(r"tl::wgmma_m64n(\d+)k16_ss<(true|false), ([01]), ([01])>")
 
 
+class _SharedRoot:
+    """The block's shared memory as the race checker names a buffer."""
+
+    def __init__(self, data):
+        self.data, self.name, self.shared = data, "shared memory", True
+
+
 class WgmmaMachine(_emu._Machine):
     """The CUDA emulator plus wgmma / cp.async groups (see the module docstring)."""
 
-    def __init__(self, func, arrays, mode="late_reads"):
-        super().__init__(func, arrays)
+    def __init__(self, func, arrays, mode="late_reads", race=None):
+        if race is None:
+            race = os.environ.get("TILELANG_EMULATOR_RACE_CHECK") == "1"
+        super().__init__(func, arrays, race=race)
         assert mode in ("late_reads", "late_writes")
         self.mode = mode
         self.wg_open, self.wg_groups = [], []
@@ -127,7 +137,7 @@ class WgmmaMachine(_emu._Machine):
 
     # ---------------------------------------------------------------- externs
     def _extern(self, fname, args, e, mask):
-        if fname in ("tl::fence_proxy_async_shared", "tl::wgmma_arrive"):
+        if fname == "tl::wgmma_arrive":
             return None
         if fname.startswith("tl::wgmma_fence_operand<"):
             return None
@@ -230,6 +240,7 @@ class WgmmaMachine(_emu._Machine):
             for addr in (a_addr, b_addr):
                 if (addr % 2).any() or addr.max() // 2 >= smem.size:
                     raise _emu.EmulationError("wgmma operand outside shared memory")
+            self._report_reads(w, a_addr, b_addr)
             a = smem[a_addr // 2].astype(np.float64)  # (64, 16)
             b = smem[b_addr // 2].astype(np.float64).T  # (16, n)
             d = a @ b
@@ -238,6 +249,20 @@ class WgmmaMachine(_emu._Machine):
             old = acc_buf.data[t, base].astype(np.float64)
             new = d[rows, cols] + (old if op["scale"] else 0.0)
             acc_buf.data[t, base] = new.astype(acc_buf.data.dtype)
+
+    def _report_reads(self, warpgroup, *byte_addresses):
+        """Tell the race checker (``race_check``) that warpgroup ``warpgroup``'s wgmma read
+        these shared bytes when it executed (at the ``wait_group`` retiring it in
+        ``late_reads`` mode): every warp of the warpgroup reads them, so another warp's
+        write before the next barrier is a race."""
+        if self.race is None:
+            return
+        addr = np.unique(np.concatenate([np.asarray(a).ravel() for a in byte_addresses]))
+        warps = 128 * warpgroup + 32 * np.arange(4)
+        buf = _SharedRoot(self.smem_root)
+        self.race.access(
+            buf, np.tile(addr, 4), 2, np.repeat(warps, addr.size), "read", "wgmma", generic=False
+        )
 
     def finish(self):
         if self.wg_open or self.wg_groups:

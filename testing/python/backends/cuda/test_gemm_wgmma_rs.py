@@ -184,6 +184,11 @@ class RSMachine(WgmmaMachine):
             b_addr = operand_addresses(db[0], op["n"], k_major=op["tb"] == 0)
             if b_addr.max() // 2 >= smem.size:
                 raise _emu.EmulationError("wgmma operand outside shared memory")
+            if op["rs"]:
+                self._report_reads(w, b_addr)
+            else:
+                a_desc = op["desc_a"][lanes][0]
+                self._report_reads(w, operand_addresses(a_desc, 64, k_major=op["ta"] == 0), b_addr)
             b = smem[b_addr // 2].astype(np.float64).T  # (16, n)
             d = np.asarray(a, np.float64) @ b
             base = acc_flat[lanes][:, None] + np.arange(op["n"] // 2)[None, :]
@@ -200,9 +205,9 @@ def _acc_coords(n):
     return 16 * warp + l32 // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (l32 % 4) + i % 2
 
 
-def emulate_rs(func, *arrays, mode="late_reads"):
+def emulate_rs(func, *arrays, mode="late_reads", race=None):
     arrays = [np.ascontiguousarray(a) for a in arrays]
-    m = RSMachine(func, arrays, mode)
+    m = RSMachine(func, arrays, mode, race=race)
     m.run(func.body, True)
     m.finish()
     return arrays, m
