@@ -51,8 +51,11 @@ def test_return_modes_and_quantiles():
         m: do_bench(Counter(schedule=schedule), return_mode=m, **kwargs)
         for m in ("min", "max", "mean", "median")
     }
-    assert got["min"] <= got["median"] <= got["mean"] <= got["max"]
-    assert got["max"] >= 6.0 and got["median"] < 5.0
+    # each mode comes from its own run of the same schedule (six ~1 ms calls, one 6 ms):
+    # compare with the host's sleep jitter in mind, not across runs to the microsecond
+    # (a sleep lasts at least what it asks: the mean is at least 12/7 ms)
+    assert 1.0 <= got["min"] < got["mean"] and got["median"] < 5.0
+    assert got["mean"] >= 12 / 7 and got["max"] >= 6.0 > got["mean"]
     q = do_bench(Counter(schedule=schedule), quantiles=[0.1, 0.5, 0.99], **kwargs)
     assert isinstance(q, list) and len(q) == 3 and q[0] <= q[1] <= q[2]
     assert isinstance(do_bench(Counter(), quantiles=[0.5], **kwargs), float)
