@@ -41,9 +41,7 @@ from ....ops.copy.op import COPY
 
 
 def _has_load(node) -> bool:
-    hit = []
-    tvm_ffi.structural_walk(node, [(ir.TensorLoad, hit.append)])
-    return bool(hit)
+    return bool(_loads_of(node))
 
 
 def _later_copies(rest, loop, ctx, taken, root) -> list:

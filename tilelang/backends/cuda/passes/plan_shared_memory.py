@@ -35,13 +35,13 @@ from ....lowering.thread_utils import (
     decl_view,
     extern_calls,
     extern_name,
-    extern_stmt,
     is_shared,
     is_sync,
     new_tensor,
     scope_of,
     sync_threads,
 )
+from .warp_specialize_auto import consumer_barrier
 
 ALIGN = 16
 LIMITS = {
@@ -229,7 +229,7 @@ class _Timeline:
         self.stmts = stmts
         self.split_at = None
         self.consumer = []
-        if ws_split is not None and not _calls_cluster_sync(stmts):
+        if ws_split is not None and not _cluster_launch(stmts):
             for k, s in enumerate(stmts):
                 if _is_split(s, ws_split):
                     self.split_at = k
@@ -295,7 +295,7 @@ class _Timeline:
         out = []
         for j, s in enumerate(self.consumer):
             if self._consumer_unit0 + j in syncs_before:
-                out.append(named_barrier(self.threads))
+                out.append(consumer_barrier(self.threads))
             out.append(s)
         seq = out[0] if len(out) == 1 else ir.SeqStmt(out)
         return ir.If(split.condition, seq, split.else_case, split.loc)
@@ -315,17 +315,13 @@ def _is_split(stmt, thread_var) -> bool:
     )
 
 
-def _calls_cluster_sync(stmts) -> bool:
-    return any(extern_calls(s, "tl::cluster_sync") for s in stmts)
+def _cluster_launch(stmts) -> bool:
+    """Whether the kernel synchronises a thread-block cluster (``tl::cluster_*``: the
+    publishing and closing barriers of a cluster launch, of either multicast schedule)."""
+    return any(extern_calls(s, "tl::cluster_") for s in stmts)
 
 
 def _is_named_barrier(stmt, threads) -> bool:
     if not isinstance(stmt, ir.Evaluate) or extern_name(stmt.value) != "tl::named_barrier_sync":
         return False
     return int(stmt.value.args[2].value) == int(threads)
-
-
-def named_barrier(threads):
-    """``bar.sync 1, threads``: the consumer warpgroups of a warp-specialized kernel."""
-    u32 = lambda x: ir.const(int(x), "uint32")  # noqa: E731
-    return extern_stmt("tl::named_barrier_sync", u32(1), u32(threads))

@@ -74,6 +74,7 @@ from ....lowering.stmt import (
 )
 from ....lowering.thread_utils import extern_name, i32, is_sync, new_tensor
 from ....lowering.thread_utils import extern_stmt as _call
+from .pipeline_copies import read_only
 
 #: Marker call opening the consumer branch (found by :func:`consumer_barriers`).
 CONSUMER_MARKER = "tl::ws_auto_consumer"
@@ -92,6 +93,12 @@ class WsParts:
     threads: int
     cluster: int = 1  # blocks per cluster sharing TMA loads (cluster_multicast.py)
     cluster_sync: str = "cta"  # tl.cluster_multicast_sync (cluster_multicast.py)
+
+
+def consumer_barrier(threads):
+    """``bar.sync 1, threads``: the consumer threads' barrier (``__syncthreads`` would wait
+    for the producer warpgroup, which never reaches it)."""
+    return _call("tl::named_barrier_sync", _u32(CONSUMER_BARRIER_ID), _u32(int(threads)))
 
 
 def _u32(x):
@@ -346,8 +353,6 @@ def consumer_scalars(body):
     sequence length read from an input)."""
     _, inner = launches_of(body)
     stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
-    from .pipeline_copies import read_only
-
     ok = set()
     for s in stmts:
         if not isinstance(s, ir.Bind):
@@ -440,7 +445,7 @@ def consumer_barriers(body, thread_var, insert_sync):
     split = stmts[at[0]]
     threads = int(split.condition.b.value)
     branch = insert_sync(_drop_marker(split.then_case), thread_var)
-    named = _call("tl::named_barrier_sync", _u32(CONSUMER_BARRIER_ID), _u32(threads))
+    named = consumer_barrier(threads)
 
     def sync(e):
         return named if is_sync(e) else e
@@ -460,6 +465,7 @@ __all__ = [
     "CONSUMER_MARKER",
     "WsParts",
     "candidate_loop",
+    "consumer_barrier",
     "consumer_barriers",
     "consumer_scalars",
     "register_split",
