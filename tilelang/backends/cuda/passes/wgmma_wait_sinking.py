@@ -129,33 +129,25 @@ def _chained_issue(stmts, start, mine) -> int:
     back to back, one wait after both."""
     if not mine.ops or not mine.accs:
         return start
-    j, ops = start, set()
-    while j < len(stmts):
-        name = extern_name(stmts[j])
-        if name is None:
-            return start
-        if name == "tl::wgmma_commit":
-            break
-        local = _fenced_local(stmts[j])
-        if local is not None:
-            if local not in mine.accs:
-                return start
-        elif name.startswith("tl::wgmma_m64n"):
-            call = stmts[j].value
-            if tensor_handles(call.args[3]) - mine.accs or not tensor_handles(call.args[3]):
-                return start
-            for arg in call.args[1:3]:  # A, B: descriptors or registers mine does not write
-                if "tl::wgmma_desc" not in " ".join(_names(arg)) and tensor_handles(arg) & (
-                    mine.regs
-                ):
-                    return start
-            ops.add(name)
-        elif name != "tl::wgmma_arrive":
+    j = start  # the issue: operand fences, wgmma_arrive, wgmma instructions, then the commit
+    while j < len(stmts) and extern_name(stmts[j]) != "tl::wgmma_commit":
+        name = extern_name(stmts[j]) or ""
+        if name != "tl::wgmma_arrive" and not name.startswith(_ISSUE_PREFIXES):
             return start
         j += 1
-    if j == len(stmts) or not ops or ops - mine.ops:
+    if j == len(stmts):
+        return start
+    regs, _tiles, ops, accs = _issue_operands(stmts, j)
+    fenced = {_fenced_local(s) for s in stmts[start:j]} - {None}
+    if not ops or ops - mine.ops or not accs or (accs | fenced) - mine.accs:
+        return start
+    if (regs - accs) & mine.regs:  # a register A that mine writes
         return start
     return j + 1
+
+
+#: Statements of a gemm's issue besides ``wgmma_arrive`` (:func:`_chained_issue`).
+_ISSUE_PREFIXES = ("tl::wgmma_fence_operand<", "tl::wgmma_m64n")
 
 
 def _wait_block(stmts, at):
