@@ -8,13 +8,15 @@ for causal) and the ratio is ours over torch's time inverted (higher is better).
 ``--variants`` runs every config once per value of the pass config
 ``tl.pipeline_copy_schedule`` (``leading``: only K's copy pipelined, the schedule before;
 ``hoist``/``split``/``auto``: every copy, see ``backends/cuda/passes/pipeline_copies.py``);
-default: ``auto``. Three more rows per causal setting, 128x128 blocks, 256 threads, 2 stages:
+default: ``auto``. More rows per causal setting, 128x128 blocks, 256 threads, 2 stages:
 ``pipelined`` (``example_mha_fwd_bshd_wgmma_pipelined.py``: upstream's program whose
 ``T.Pipelined(order=, stage=, group=)`` issues Q @ K^T of block k before the softmax of k
 and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_overlap``,
 which derives that schedule where the annotations do not apply), and ``serial`` (this
 example without either: each gemm waited for where it is issued, the session-5 schedule,
-for an A/B in the same process); ``--no-overlap-rows`` leaves them out. More causal rows:
+for an A/B in the same process), ``pingpong`` / ``pp-pipe`` (this example / the pipelined one
+with ``tl.ws_pingpong``: the consumer warpgroups take turns at the gemms);
+``--no-overlap-rows`` leaves them out. More causal rows:
 ``inorder`` (128x128 blocks, 256 threads, 2 stages, ``tl.heavy_blocks_first = False``): the
 blocks in launch order instead of heaviest first (``backends/cuda/passes/
 heavy_blocks_first.py``), for an A/B of the block order against the ``auto`` row of the same
@@ -113,6 +115,10 @@ def main():
             rows.append(((128, 128, 2, 256), "overlap", flashattn, {"tl.wgmma_overlap": True}))
             serial = {"tl.pipeline_order": False, "tl.wgmma_wait_sinking": False}
             rows.append(((128, 128, 2, 256), "serial", flashattn, serial))
+            # the two consumer warpgroups take turns at the gemms (FA-3's scheduler barrier)
+            pingpong = {"tl.ws_pingpong": True}
+            rows.append(((128, 128, 2, 256), "pingpong", flashattn, pingpong))
+            rows.append(((128, 128, 2, 256), "pp-pipe", flashattn_pipelined, pingpong))
         if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order
             inorder = {"tl.heavy_blocks_first": False}
             rows.append(((128, 128, 2, 256), "inorder", flashattn, inorder))

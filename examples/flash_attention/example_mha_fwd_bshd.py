@@ -135,12 +135,16 @@ def flashattn(
                 else T.ceildiv(seq_len, block_N)
             )
 
+            # the loop body's statements: K copy, mask/clear + Q @ K^T, the softmax (one
+            # statement more with the causal Check_inf step), rescale, V copy, P @ V
+            soft = list(range(3, 12 if is_causal else 11))
+            after = soft[-1] + 1
             for k in T.Pipelined(
                 loop_range,
                 num_stages=num_stages,
                 order=[-1, 0, 3, 1, -1, 2],
                 stage=[-1, 0, 0, 1, -1, 1],
-                group=[[0], [1, 2], [3, 4, 5, 6, 7, 8, 9, 10], [11], [12], [13]],
+                group=[[0], [1, 2], soft, [after], [after + 1], [after + 2]],
             ):
                 MMA0(K, Q_shared, K_shared, acc_s, k, bx, by, bz)
                 Softmax(

@@ -144,11 +144,12 @@ class PassConfigKey(str, Enum):
     TL_WS_PINGPONG = "tl.ws_pingpong"
     """CUDA sm_90a, warp-specialized loops with two consumer warpgroups (256 threads) and
     two gemms (FlashAttention's Q @ K^T and P @ V): the warpgroups take turns issuing the
-    first gemm (named barriers 2 and 3), so one warpgroup's softmax runs while the other's
-    gemm keeps the tensor cores busy (FlashAttention-3's ping-pong). Default: False: on the
-    H200 the FlashAttention example (B4 H16 S4096 D128, 128x128 blocks) measured 0.88-0.89x
-    cuDNN with and without it (session 5); the turns alone do not overlap the gemms with the
-    softmax without also reordering the loop body (FA-3 issues the next Q @ K^T first)."""
+    gemms (named barriers 2 and 3), so one warpgroup's softmax runs while the other's gemms
+    keep the tensor cores busy (FlashAttention-3's scheduler barrier). In a consumer loop
+    ordered by ``T.Pipelined(order=, stage=)`` or ``tl.wgmma_overlap`` the turn spans Q @ K^T
+    of block k and P @ V of k-1 and the waits sink past its hand-over; otherwise it spans the
+    first gemm. Default: False (the turns alone, without the ordered loop, measured no gain
+    on the H200 in session 5)."""
 
     TL_CLUSTER_MULTICAST = "tl.cluster_multicast"
     """CUDA sm_90a, warp-specialized TMA loops: launch the kernel in thread-block clusters of

@@ -371,7 +371,13 @@ class _Machine:
             return tf32_round(self.eval(args[0], mask))
         if fname == "printf":
             return self._printf(args, mask)
-        if fname in ("__syncwarp", "tl::named_barrier_sync", "tl::named_barrier_arrive"):
+        if fname in (
+            "__syncwarp",
+            "tl::named_barrier_sync",
+            "tl::named_barrier_arrive",
+            "tl::ws_turn_wait",  # ping-pong turns: issue order only, no epoch end
+            "tl::ws_turn_arrive",
+        ):
             if fname == "tl::named_barrier_sync" and self.race is not None:
                 self.race.barrier()  # (the consumers' __syncthreads in a specialized kernel)
             return None  # lanes run in lockstep here (a warp, a named barrier's threads)

@@ -40,6 +40,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 PIPELINED = "flash_attention/example_mha_fwd_bshd_wgmma_pipelined.py"
 PLAIN = "flash_attention/example_mha_fwd_bshd.py"
 OVERLAP = {"tl.wgmma_overlap": True}
+PINGPONG = {"tl.ws_pingpong": True}
 
 
 # ------------------------------------------------------------------------- the machine
@@ -247,15 +248,38 @@ def test_pipelined_example_structure():
     assert len(arrives) == 2 and arrives[0] > cast  # K of k and V of k-1 handed back
 
 
-def test_plain_example_keeps_its_order_without_the_pass_configs():
-    lowered = _lower(_fa_tir(PLAIN, True, 4096, batch=4, heads=16, dim=128))
-    notes = _notes(lowered)
-    assert any("order/stage/group ignored (the groups do not partition" in n for n in notes)
-    assert not any("software-pipelined" in n for n in notes)
-    lowered = _lower(_fa_tir(PLAIN, True, 4096, batch=4, heads=16, dim=128), OVERLAP)
+def test_plain_example_is_ordered_and_overlap_derives_the_schedule():
+    """The plain example's annotations cover its causal body too (one softmax statement
+    more: Check_inf); without them (``tl.pipeline_order = False``) the loop keeps its order,
+    and ``tl.wgmma_overlap`` derives the same schedule."""
+    func = _fa_tir(PLAIN, True, 4096, batch=4, heads=16, dim=128)
+    assert any("consumer software-pipelined" in n for n in _notes(_lower(func)))
+    off = {"tl.pipeline_order": False}
+    assert not any("software-pipelined" in n for n in _notes(_lower(func, off)))
+    lowered = _lower(func, {**off, **OVERLAP})
     assert any("consumer software-pipelined" in n for n in _notes(lowered))
     loop = _steady_loop(str(lowered))
     assert loop.index("wgmma_m64n128k16_ss") < loop.index("wgmma_wait<1>") < loop.index("T.exp2")
+
+
+def test_pingpong_turns_around_the_ordered_gemms():
+    """``tl.ws_pingpong`` in the ordered loop (FlashAttention-3's scheduler barrier): each
+    warpgroup waits for its turn before Q @ K^T of k and hands it over after issuing P @ V of
+    k-1; the gemms' waits sink past the hand-over (the softmax of k overlaps the other
+    warpgroup's gemms); warpgroup 1 opens before the loop, warpgroup 0 closes after it."""
+    text = str(_lower(_fa_tir(PIPELINED, True, 4096, batch=4, heads=16, dim=128), PINGPONG))
+    loop = _steady_loop(text)
+    turn = loop.index('"tl::ws_turn_wait", 2 + tx // 128, T.uint32(256)')
+    give = loop.index('"tl::ws_turn_arrive", 3 - tx // 128, T.uint32(256)')
+    qk, pv = loop.index("wgmma_m64n128k16_ss"), loop.index("wgmma_m64n128k16_rs")
+    last_commit = loop.rindex("wgmma_commit")
+    assert turn < qk < pv < last_commit < give < loop.index("wgmma_wait<1>") < loop.index("T.exp2")
+    assert loop.count("ws_turn_wait") == 1 and loop.count("ws_turn_arrive") == 1
+    head, tail = text.split(_steady_loop(text))
+    assert head.count("ws_turn") == 1 and '"tl::ws_turn_arrive", 2, T.uint32(256)' in head
+    assert tail.count("ws_turn") == 1 and '"tl::ws_turn_wait", 2, T.uint32(256)' in tail
+    plain = str(_lower(_fa_tir(PIPELINED, True, 4096, batch=4, heads=16, dim=128)))
+    assert "ws_turn" not in plain  # off by default
 
 
 def test_pipeline_order_pass_config_off():
@@ -278,6 +302,8 @@ def test_pipeline_order_pass_config_off():
         (PLAIN, False, 300, (128, 64, 128)),  # one consumer warpgroup
         (PLAIN, True, 300, (128, 64, 128, OVERLAP)),
         (PLAIN, False, 200, (64, 64, 256)),  # P exchanged through shared memory
+        (PIPELINED, True, 300, PINGPONG),
+        (PLAIN, False, 257, PINGPONG),
     ],
 )
 def test_flash_attention_emulated(path, causal, seq, configs, rng):
@@ -289,7 +315,7 @@ def test_flash_attention_emulated(path, causal, seq, configs, rng):
     q, k, v = (rng.standard_normal((B, seq, H, D)).astype(np.float16) for _ in range(3))
     (_, _, _, o), m = emulate(lowered, q, k, v, np.full_like(q, np.nan))
     np.testing.assert_allclose(o, _attention(q, k, v, causal), rtol=1e-2, atol=2e-3)
-    overlapped = configs is None or configs.get("tl.wgmma_overlap")
+    overlapped = configs is None or configs.get("tl.wgmma_overlap") or configs == PINGPONG
     if overlapped and seq > 128:
         assert m.max_pending == 2  # Q @ K^T of k and P @ V of k-1 in flight together
 
@@ -335,7 +361,12 @@ def test_illegal_annotations_are_ignored_with_a_note(ann, why, rng):
 @needs_nvcc
 @pytest.mark.parametrize(
     "path,causal,configs",
-    [(PIPELINED, False, None), (PIPELINED, True, None), (PLAIN, True, OVERLAP)],
+    [
+        (PIPELINED, False, None),
+        (PIPELINED, True, None),
+        (PLAIN, True, OVERLAP),
+        (PIPELINED, True, PINGPONG),
+    ],
 )
 def test_flash_attention_compiles_without_spills(path, causal, configs, tmp_path):
     from test_gemm_wgmma import ptxas_report
@@ -360,7 +391,9 @@ def _gpu():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("path,configs", [(PIPELINED, None), (PLAIN, OVERLAP), (PLAIN, None)])
+@pytest.mark.parametrize(
+    "path,configs", [(PIPELINED, None), (PLAIN, OVERLAP), (PLAIN, None), (PIPELINED, PINGPONG)]
+)
 @pytest.mark.parametrize("seq", [1000, 4096])
 def test_flash_attention_gpu(path, configs, causal, seq):
     import tilelang

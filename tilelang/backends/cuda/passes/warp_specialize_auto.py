@@ -68,6 +68,7 @@ from ....lowering.stmt import (
     alloc_of,
     bound_vars,
     first_stmt,
+    flatten_seq,
     launches_of,
     substitute,
     with_launch_body,
@@ -231,9 +232,8 @@ def ws_loop(
     # TMA writes and wgmma reads are both async-proxy accesses: the fence (each thread's
     # generic writes of shared operands, e.g. a Q tile copied before the loop, ordered
     # before the wgmmas) is needed once, before the loop, not in every iteration
-    if ordered is not None:  # the ordered loop overlaps the gemms itself: no ping-pong turns
-        turns_before, turns_after = [], []
-    else:
+    turns_before, turns_after = [], []
+    if ordered is None:
         body_rest, turns_before, turns_after = _pingpong(planner, body_rest, threads)
     consumer = [_call("tl::mbarrier_wait", ptr(full, stage), phase), body_rest]
     after = []
@@ -248,6 +248,7 @@ def ws_loop(
             return release_stage(ptr(ring_of[tile.__chandle__()][1], r % stages))
 
         loop_stmts = ordered(wait_full, release, per_copy)
+        loop_stmts, turns_before, turns_after = _ordered_turns(planner, loop_stmts, threads)
     elif in_flight is not None:
         rule, reader = in_flight
         prev = ptr(empty, (rel + stages - 1) % stages)
@@ -324,6 +325,68 @@ def _pingpong(planner, body, threads):
     after = [ir.If(wg == 0, _call("tl::named_barrier_sync", first, n), None)]
     pctx.tma_notes.append("consumer warpgroups take turns at the first gemm (tl.ws_pingpong)")
     return ir.SeqStmt(stmts[:at] + turn + stmts[at + 1 :]), before, after
+
+
+#: Turn barriers of the ping-pong inside an ordered loop: ``bar.sync`` / ``bar.arrive`` that
+#: order only when the warpgroups issue their gemms (no data), so a wgmma wait may sink past
+#: them (``wgmma_wait_sinking``).
+TURN_WAIT, TURN_ARRIVE = "tl::ws_turn_wait", "tl::ws_turn_arrive"
+
+
+def _ordered_turns(planner, loop_stmts, threads):
+    """(loop statements, before, after) with the two consumer warpgroups taking turns at
+    issuing the steady-state loop's gemms (pass config ``tl.ws_pingpong``, FlashAttention-3's
+    scheduler barrier in its intra-warpgroup overlapped loop): warpgroup ``w`` waits for its
+    turn (named barrier ``2 + w``) right before the body's first gemm and hands the turn over
+    (``bar.arrive`` on the other's barrier) right after its last, so one warpgroup's softmax
+    runs while the other's Q @ K^T and P @ V keep the tensor cores busy. The gemms' waits sink
+    past the turn barriers (they carry no data). Warpgroup 1 gives warpgroup 0 the first
+    turn before the consumer loop; warpgroup 0 takes the last arrival after it, so each
+    barrier ends balanced (both warpgroups run the same iterations: the loop bounds are
+    block-uniform). Applies to 256 consumer threads and a loop body with two or more gemms
+    at its top level; else unchanged."""
+    pctx = planner.pctx
+    if threads != 256 or not pctx.options.get("ws_pingpong", False):
+        return loop_stmts, [], []
+    at = [i for i, s in enumerate(loop_stmts) if isinstance(s, ir.For)]
+    if len(at) != 1:
+        return loop_stmts, [], []
+    loop = loop_stmts[at[0]]
+    stmts = flatten_seq(loop.body)
+    gemms = [i for i, s in enumerate(stmts) if planner._reader_of(s) is not None]
+    if len(gemms) < 2:
+        return loop_stmts, [], []
+    n = _u32(2 * 128)
+    wg = ir.prim.floordiv(planner.tx, 128)
+    mine = ir.prim.Add(ir.const(PINGPONG_BARRIERS[0], "int32"), wg)
+    other = ir.prim.Sub(ir.const(PINGPONG_BARRIERS[1], "int32"), wg)
+    first, last = gemms[0], gemms[-1]
+    body = [
+        *stmts[:first],
+        _call(TURN_WAIT, mine, n),
+        *stmts[first : last + 1],
+        _call(TURN_ARRIVE, other, n),
+        *stmts[last + 1 :],
+    ]
+    new_loop = ir.For(
+        loop.var,
+        loop.begin,
+        loop.end,
+        loop.step,
+        loop.kind,
+        ir.SeqStmt(body),
+        loop.annotations,
+        loop.loc,
+    )
+    zero = ir.const(PINGPONG_BARRIERS[0], "int32")
+    before = [ir.If(wg == 1, _call(TURN_ARRIVE, zero, n), None)]
+    after = [ir.If(wg == 0, _call(TURN_WAIT, zero, n), None)]
+    pctx.tma_notes.append(
+        "consumer warpgroups take turns at the ordered loop's gemms (tl.ws_pingpong)"
+    )
+    out = list(loop_stmts)
+    out[at[0]] = new_loop
+    return out, before, after
 
 
 def _bound_vars(node) -> set:

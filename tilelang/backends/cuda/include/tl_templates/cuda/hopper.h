@@ -18,6 +18,7 @@
 //   tl::block_rank_in_cluster()           %cluster_ctarank
 //   tl::named_barrier_arrive(id, n)       bar.arrive id, n
 //   tl::named_barrier_sync(id, n)         bar.sync id, n
+//   tl::ws_turn_wait / ws_turn_arrive     bar.sync / bar.arrive (ping-pong turns, no data)
 #ifndef TL_TEMPLATES_CUDA_HOPPER_H_
 #define TL_TEMPLATES_CUDA_HOPPER_H_
 
@@ -79,6 +80,17 @@ TL_DEVICE void named_barrier_arrive(uint32_t id, uint32_t count) {
 
 TL_DEVICE void named_barrier_sync(uint32_t id, uint32_t count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// Ping-pong turns of the consumer warpgroups (warp_specialize_auto._ordered_turns): the
+// same instructions as the named barriers, under their own names because they order only
+// when each warpgroup issues its gemms, never data (a wgmma wait may move past them).
+TL_DEVICE void ws_turn_wait(uint32_t id, uint32_t count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+TL_DEVICE void ws_turn_arrive(uint32_t id, uint32_t count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
 }  // namespace tl
