@@ -79,12 +79,15 @@ def summarize(out_dir: pathlib.Path, tool: str) -> tuple[bool, str]:
         problems.append("sanitizer errors")
     if not san["summaries"] and rc not in _TIMEOUT_CODES:
         problems.append("no sanitizer summary")
+    timeouts_file = out_dir / f"sanitize_{tool}.timeouts"
+    stopped = timeouts_file.read_text().split() if timeouts_file.exists() else []
     line = (
         f"sanitize {tool}: tests {tests['passed']} passed, {tests['failed']} failed, "
         f"{tests['skipped']} skipped, {tests['error']} errors; sanitizer errors "
         f"{san['errors'] + san['race_errors']}, hazards {san['hazards']} "
         f"({san['race_warnings']} warnings); rc {rc} -> "
         + ("OK" if not problems else "FAIL (" + ", ".join(problems) + ")")
+        + (f"; stopped by the time limit: {' '.join(stopped)}" if stopped else "")
     )
     return not problems, line
 

@@ -133,3 +133,50 @@ def test_counts_are_summed_over_per_node_runs():
     text = ".\n1 passed in 2.50s\nF\n=== 1 failed, 2 passed, 1 skipped in 3s ===\n"
     counts = _summary_module().pytest_counts(text)
     assert (counts["passed"], counts["failed"], counts["skipped"]) == (3, 1, 1)
+
+
+def test_one_process_per_file_with_exclusions(tmp_path):
+    """``SANITIZE_UNIT=file``: one sanitized process per test file holding that file's
+    selected nodes (most nodes first), ``SANITIZE_EXCLUDE`` globs left out, and a unit
+    stopped by the watchdog named in the summary. A stand-in sanitizer records its argv."""
+    fake = tmp_path / "fake-sanitizer"
+    calls = tmp_path / "calls"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        'if [[ "$*" == *test_tma_store* ]]; then sleep 30; fi\n'
+        'echo "1 passed in 0.1s"; echo "========= ERROR SUMMARY: 0 errors"\n'
+    )
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANITIZE_")}
+    env.update(
+        OUT=str(tmp_path / "out"),
+        COMPUTE_SANITIZER=str(fake),
+        SANITIZE_JOBS="4",
+        SANITIZE_UNIT="file",
+        SANITIZE_TESTS="testing/python/backends/cuda/test_wgmma_overlap.py "
+        "testing/python/backends/cuda/test_tma_store.py "
+        "testing/python/backends/cuda/test_warp_specialize.py",
+        SANITIZE_K="gpu",
+        SANITIZE_EXCLUDE="test_warp_*.py",
+        SHARD_TIMEOUT="5",
+    )
+    res = subprocess.run(
+        ["bash", str(GPU), "sanitize", "memcheck"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        cwd=ROOT,
+    )
+    lines = calls.read_text().splitlines()
+    files = [{a.split("::")[0] for a in ln.split() if "::" in a} for ln in lines]
+    assert sorted(len(f) for f in files) == [1, 1], lines  # one file per process
+    assert {f.pop() for f in files} == {
+        "testing/python/backends/cuda/test_wgmma_overlap.py",
+        "testing/python/backends/cuda/test_tma_store.py",
+    }
+    overlap = next(ln for ln in lines if "test_wgmma_overlap" in ln)
+    assert overlap.count("::") > 4  # every selected node of the file in one process
+    assert res.returncode == 1  # a unit ran past SHARD_TIMEOUT
+    assert "stopped by the time limit: testing/python/backends/cuda/test_tma_store.py" in res.stdout
