@@ -151,6 +151,13 @@ class PassConfigKey(str, Enum):
     first gemm. Default: False (the turns alone, without the ordered loop, measured no gain
     on the H200 in session 5)."""
 
+    TL_NAN_PROPAGATING_MAX = "tl.nan_propagating_max"
+    """CUDA: scalar float ``max``/``min`` (``T.max``, ``T.reduce_max``'s combiner, ...) as
+    TIRx prints them, NaN-propagating selects of four instructions each (True), instead of
+    ``fmaxf``/``fminf``/``__hmax``/``__hmin``, one instruction each, upstream TileLang's
+    CUDA ``max`` (a NaN operand is dropped; ``transform/float_min_max.py``). Reductions
+    asked for ``nan_propagate=True`` propagate NaN either way. Default: False."""
+
     TL_CLUSTER_MULTICAST = "tl.cluster_multicast"
     """CUDA sm_90a, warp-specialized TMA loops: launch the kernel in thread-block clusters of
     ``C`` blocks along ``blockIdx.x`` (``C`` = 2, 4 or 8) and load each TMA tile that is the
@@ -395,4 +402,5 @@ def build_options(pass_configs) -> dict:
         "cluster_multicast": int(multicast),
         "cluster_multicast_sync": mc_sync,
         "heavy_blocks_first": flag(PassConfigKey.TL_HEAVY_BLOCKS_FIRST, True),
+        "nan_propagating_max": flag(PassConfigKey.TL_NAN_PROPAGATING_MAX, False),
     }

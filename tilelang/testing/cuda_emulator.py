@@ -59,6 +59,7 @@ from .cuda_emulator_values import (  # noqa: F401 - re-exported (tests and emula
     _MATH,
     _NP,
     ATOMICS,
+    MATH2,
     DeviceTrap,
     EmulationError,
     _c_unescape,
@@ -324,6 +325,8 @@ class _Machine:
             return value[src]
         if fname in _MATH:
             return self._as(_MATH[fname](self.eval(args[0], mask)), e.ty)
+        if fname in MATH2:
+            return self._as(MATH2[fname](self.eval(args[0], mask), self.eval(args[1], mask)), e.ty)
         warp = warp_extern(self, fname, args, e, mask)  # votes, warp reductions, shfl_up
         if warp is not None:
             return warp

@@ -96,6 +96,17 @@ _MATH = {
 }
 
 
+#: two-operand device math functions: CUDA's fmax/fmin family drops a NaN operand
+MATH2 = {
+    "fmaxf": np.fmax,
+    "fminf": np.fmin,
+    "fmax": np.fmax,
+    "fmin": np.fmin,
+    "__hmax": np.fmax,
+    "__hmin": np.fmin,
+}
+
+
 ATOMICS = {
     "atomicAdd": np.add,
     "atomicMax": np.maximum,

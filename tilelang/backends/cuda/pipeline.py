@@ -282,6 +282,17 @@ def stage_exact_float64_constants(func, state):
     return func.with_body(exact_float64_constants(func.body))
 
 
+def stage_float_min_max(func, state):
+    """Scalar float max/min as ``fmaxf``/``fminf`` (``__hmax``/``__hmin``, ...): one
+    instruction each instead of TIRx's NaN-propagating select, upstream's semantics
+    (``tilelang/transform/float_min_max.py``); ``tl.nan_propagating_max`` keeps the select."""
+    if state.options.get("nan_propagating_max", False):
+        return func
+    from ...transform.float_min_max import float_min_max_calls
+
+    return func.with_body(float_min_max_calls(func.body, state.arch))
+
+
 def stage_mark_cluster_launch(func, state):
     """A cluster kernel (``cluster_dims``, or TMA multicast planned by pipeline planning)
     calls ``tl::cluster_dims<x, y, z>()``, turned into ``__cluster_dims__`` on its
@@ -324,6 +335,7 @@ STAGES = [
     ("lower_atomic_mem", stage_atomic_mem),  # T.atomic_load/store (lowering/atomic_mem.py)
     ("widen_indices", stage_widen_indices),
     ("exact_float64_constants", stage_exact_float64_constants),
+    ("float_min_max", stage_float_min_max),
     ("mark_cluster_launch", stage_mark_cluster_launch),
     ("tma_host_encode", stage_tma_host_encode),
 ]

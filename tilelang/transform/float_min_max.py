@@ -1,0 +1,54 @@
+"""Float ``max``/``min`` in generated CUDA source as one min/max instruction each.
+
+TIRx's C printer writes a float ``Max(a, b)`` NaN-propagating, through two temporaries, as
+``((a > b) || (a != a)) ? a : b``; ptxas turns that into FSETP, FSETP, PLOP3 and FSEL (four
+instructions) where CUDA's ``fmaxf`` is one FMNMX. FlashAttention's row maximum over a
+128x128 score tile spends 256 of the 728 instructions of each loop iteration of a consumer
+thread on it (sm_90a SASS of ``examples/flash_attention/example_mha_fwd_bshd.py``).
+
+Upstream TileLang prints ``max(a, b)``, CUDA's ``fmaxf``: a NaN operand is dropped and the
+other operand returned. This pass gives the same: float32 ``fmaxf``/``fminf``, float64
+``fmax``/``fmin``, float16 and bfloat16 ``__hmax``/``__hmin`` (sm_80 and later; older targets
+keep the printer's form for them). ``T.reduce_max(..., nan_propagate=True)`` (upstream's
+annotation) tests ``isnan`` itself and still propagates NaN. Pass config
+``tl.nan_propagating_max = True`` keeps the printer's NaN-propagating form everywhere.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm_tirx import ir, tirx
+
+#: scalar dtype -> (max, min) device function
+FUNCTIONS = {
+    "float32": ("fmaxf", "fminf"),
+    "float64": ("fmax", "fmin"),
+    "float16": ("__hmax", "__hmin"),
+    "bfloat16": ("__hmax", "__hmin"),
+}
+
+
+def _sm(arch: str) -> int:
+    digits = "".join(ch for ch in str(arch).split("_")[-1] if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def float_min_max_calls(body, arch: str = "sm_90a"):
+    """``body`` with every scalar float ``Max``/``Min`` a call of the device function of
+    :data:`FUNCTIONS` (16-bit types from sm_80 on)."""
+    half_ok = _sm(arch) >= 80
+
+    def rewrite(node, which):
+        dtype = str(node.ty)
+        names = FUNCTIONS.get(dtype)
+        if names is None or (dtype in ("float16", "bfloat16") and not half_ok):
+            return node
+        return tirx.call_pure_extern(names[which], node.a, node.b, ty=dtype)
+
+    return tvm_ffi.structural_map(
+        body,
+        [(ir.prim.Max, lambda n: rewrite(n, 0)), (ir.prim.Min, lambda n: rewrite(n, 1))],
+    )
+
+
+__all__ = ["FUNCTIONS", "float_min_max_calls"]
