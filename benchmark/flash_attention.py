@@ -15,7 +15,9 @@ and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_
 which derives that schedule where the annotations do not apply), and ``serial`` (this
 example without either: each gemm waited for where it is issued, the session-5 schedule,
 for an A/B in the same process), ``pingpong`` / ``pp-pipe`` (this example / the pipelined one
-with ``tl.ws_pingpong``: the consumer warpgroups take turns at the gemms);
+with ``tl.ws_pingpong``: the consumer warpgroups take turns at the gemms), ``nanmax`` (this
+example with ``tl.nan_propagating_max``: float max as a four-instruction select, the form
+before ``transform/float_min_max.py``);
 ``--no-overlap-rows`` leaves them out. More causal rows:
 ``inorder`` (128x128 blocks, 256 threads, 2 stages, ``tl.heavy_blocks_first = False``): the
 blocks in launch order instead of heaviest first (``backends/cuda/passes/
@@ -119,6 +121,8 @@ def main():
             pingpong = {"tl.ws_pingpong": True}
             rows.append(((128, 128, 2, 256), "pingpong", flashattn, pingpong))
             rows.append(((128, 128, 2, 256), "pp-pipe", flashattn_pipelined, pingpong))
+            # the row max as TIRx's NaN-propagating select (the form before float_min_max)
+            rows.append(((128, 128, 2, 256), "nanmax", flashattn, {"tl.nan_propagating_max": True}))
         if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order
             inorder = {"tl.heavy_blocks_first": False}
             rows.append(((128, 128, 2, 256), "inorder", flashattn, inorder))
