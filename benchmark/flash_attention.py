@@ -14,8 +14,8 @@ default: ``auto``. More rows per causal setting, 128x128 blocks, 256 threads, 2 
 and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_overlap``,
 which derives that schedule where the annotations do not apply), and ``serial`` (this
 example without either: each gemm waited for where it is issued, the session-5 schedule,
-for an A/B in the same process), ``pingpong`` / ``pp-pipe`` (this example / the pipelined one
-with ``tl.ws_pingpong``: the consumer warpgroups take turns at the gemms), ``nanmax`` (this
+for an A/B in the same process), ``nopp`` (this example with ``tl.ws_pingpong = False``: the
+consumer warpgroups do not take turns at the gemms), ``nanmax`` (this
 example with ``tl.nan_propagating_max``: float max as a four-instruction select, the form
 before ``transform/float_min_max.py``);
 ``--no-overlap-rows`` leaves them out. More causal rows:
@@ -117,10 +117,8 @@ def main():
             rows.append(((128, 128, 2, 256), "overlap", flashattn, {"tl.wgmma_overlap": True}))
             serial = {"tl.pipeline_order": False, "tl.wgmma_wait_sinking": False}
             rows.append(((128, 128, 2, 256), "serial", flashattn, serial))
-            # the two consumer warpgroups take turns at the gemms (FA-3's scheduler barrier)
-            pingpong = {"tl.ws_pingpong": True}
-            rows.append(((128, 128, 2, 256), "pingpong", flashattn, pingpong))
-            rows.append(((128, 128, 2, 256), "pp-pipe", flashattn_pipelined, pingpong))
+            # without the consumer warpgroups' turns at the gemms (FA-3's scheduler barrier)
+            rows.append(((128, 128, 2, 256), "nopp", flashattn, {"tl.ws_pingpong": False}))
             # the row max as TIRx's NaN-propagating select (the form before float_min_max)
             rows.append(((128, 128, 2, 256), "nanmax", flashattn, {"tl.nan_propagating_max": True}))
         if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order

@@ -41,6 +41,7 @@ PIPELINED = "flash_attention/example_mha_fwd_bshd_wgmma_pipelined.py"
 PLAIN = "flash_attention/example_mha_fwd_bshd.py"
 OVERLAP = {"tl.wgmma_overlap": True}
 PINGPONG = {"tl.ws_pingpong": True}
+NO_PINGPONG = {"tl.ws_pingpong": False}
 
 
 # ------------------------------------------------------------------------- the machine
@@ -263,11 +264,12 @@ def test_plain_example_is_ordered_and_overlap_derives_the_schedule():
 
 
 def test_pingpong_turns_around_the_ordered_gemms():
-    """``tl.ws_pingpong`` in the ordered loop (FlashAttention-3's scheduler barrier): each
+    """Ping-pong turns in the ordered loop (FlashAttention-3's scheduler barrier; on by
+    default, ``tl.ws_pingpong = False`` turns them off): each
     warpgroup waits for its turn before Q @ K^T of k and hands it over after issuing P @ V of
     k-1; the gemms' waits sink past the hand-over (the softmax of k overlaps the other
     warpgroup's gemms); warpgroup 1 opens before the loop, warpgroup 0 closes after it."""
-    text = str(_lower(_fa_tir(PIPELINED, True, 4096, batch=4, heads=16, dim=128), PINGPONG))
+    text = str(_lower(_fa_tir(PIPELINED, True, 4096, batch=4, heads=16, dim=128)))  # default
     loop = _steady_loop(text)
     turn = loop.index('"tl::ws_turn_wait", 2 + tx // 128, T.uint32(256)')
     give = loop.index('"tl::ws_turn_arrive", 3 - tx // 128, T.uint32(256)')
@@ -278,8 +280,8 @@ def test_pingpong_turns_around_the_ordered_gemms():
     head, tail = text.split(_steady_loop(text))
     assert head.count("ws_turn") == 1 and '"tl::ws_turn_arrive", 2, T.uint32(256)' in head
     assert tail.count("ws_turn") == 1 and '"tl::ws_turn_wait", 2, T.uint32(256)' in tail
-    plain = str(_lower(_fa_tir(PIPELINED, True, 4096, batch=4, heads=16, dim=128)))
-    assert "ws_turn" not in plain  # off by default
+    off = _lower(_fa_tir(PIPELINED, True, 4096, batch=4, heads=16, dim=128), NO_PINGPONG)
+    assert "ws_turn" not in str(off) and not any("take turns" in n for n in _notes(off))
 
 
 def test_pipeline_order_pass_config_off():
@@ -304,6 +306,7 @@ def test_pipeline_order_pass_config_off():
         (PLAIN, False, 200, (64, 64, 256)),  # P exchanged through shared memory
         (PIPELINED, True, 300, PINGPONG),
         (PLAIN, False, 257, PINGPONG),
+        (PIPELINED, True, 300, NO_PINGPONG),
     ],
 )
 def test_flash_attention_emulated(path, causal, seq, configs, rng):
@@ -315,7 +318,7 @@ def test_flash_attention_emulated(path, causal, seq, configs, rng):
     q, k, v = (rng.standard_normal((B, seq, H, D)).astype(np.float16) for _ in range(3))
     (_, _, _, o), m = emulate(lowered, q, k, v, np.full_like(q, np.nan))
     np.testing.assert_allclose(o, _attention(q, k, v, causal), rtol=1e-2, atol=2e-3)
-    overlapped = configs is None or configs.get("tl.wgmma_overlap") or configs == PINGPONG
+    overlapped = configs is None or configs.get("tl.wgmma_overlap") or "tl.ws_pingpong" in configs
     if overlapped and seq > 128:
         assert m.max_pending == 2  # Q @ K^T of k and P @ V of k-1 in flight together
 
@@ -392,7 +395,14 @@ def _gpu():
 @pytest.mark.cuda
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
-    "path,configs", [(PIPELINED, None), (PLAIN, OVERLAP), (PLAIN, None), (PIPELINED, PINGPONG)]
+    "path,configs",
+    [
+        (PIPELINED, None),
+        (PLAIN, OVERLAP),
+        (PLAIN, None),
+        (PIPELINED, PINGPONG),
+        (PLAIN, NO_PINGPONG),
+    ],
 )
 @pytest.mark.parametrize("seq", [1000, 4096])
 def test_flash_attention_gpu(path, configs, causal, seq):

@@ -297,8 +297,9 @@ def _pingpong(planner, body, threads):
     ``w`` waits on named barrier ``2 + w``, issues the gemm, lets the other warpgroup go
     (``bar.arrive`` on its barrier), then waits for its own gemm. Warpgroup 1 gives
     warpgroup 0 the first turn before the loop; warpgroup 0 takes the last arrival after it,
-    so every barrier ends balanced. Applies to 256 consumer threads and a body with exactly
-    two wgmma gemms whose first reads both operands from shared memory; else unchanged."""
+    so every barrier ends balanced. Applies when ``tl.ws_pingpong`` is True, to 256 consumer
+    threads and a body with exactly two wgmma gemms whose first reads both operands from
+    shared memory; else unchanged."""
     pctx = planner.pctx
     if threads != 256 or not pctx.options.get("ws_pingpong", False):
         return body, [], []
@@ -344,9 +345,9 @@ def _ordered_turns(planner, loop_stmts, threads):
     turn before the consumer loop; warpgroup 0 takes the last arrival after it, so each
     barrier ends balanced (both warpgroups run the same iterations: the loop bounds are
     block-uniform). Applies to 256 consumer threads and a loop body with two or more gemms
-    at its top level; else unchanged."""
+    at its top level, unless ``tl.ws_pingpong`` is False; else unchanged."""
     pctx = planner.pctx
-    if threads != 256 or not pctx.options.get("ws_pingpong", False):
+    if threads != 256 or pctx.options.get("ws_pingpong") is False:  # on unless turned off
         return loop_stmts, [], []
     at = [i for i, s in enumerate(loop_stmts) if isinstance(s, ir.For)]
     if len(at) != 1:
