@@ -400,7 +400,27 @@ def main():
     parser.add_argument(
         "--device", default="cuda", help="cpu: a smoke run of the script (tiny shapes)"
     )
+    parser.add_argument(
+        "--pass-configs", nargs="*", default=[], metavar="KEY=VALUE",
+        help="pass configs for every example kernel, as its @tilelang.jit(pass_configs=) would "
+        "give them (e.g. tl.wgmma_overlap=true)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.pass_configs:
+        configs = {}
+        for kv in args.pass_configs:
+            key, _, value = kv.partition("=")
+            low = value.lower()
+            configs[key] = low == "true" if low in ("true", "false") else value
+        for module in (gqa_bwd, gqa_fwd, gqa_varlen, bwd_bhsd, bwd_bshd, fwd_bhsd):
+            for name in dir(module):
+                fn = getattr(module, name)
+                if hasattr(fn, "options") and hasattr(fn, "get_tir"):  # a @tilelang.jit function
+                    fn.options["pass_configs"] = {
+                        **(fn.options.get("pass_configs") or {}),
+                        **configs,
+                    }
+        print(f"pass configs: {configs}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU (or --device cpu for a smoke run)")
     table = Table(args.iters, args.device)
