@@ -12,6 +12,7 @@ other operand returned. This pass gives the same: float32 ``fmaxf``/``fminf``, f
 keep the printer's form for them). ``T.reduce_max(..., nan_propagate=True)`` (upstream's
 annotation) tests ``isnan`` itself and still propagates NaN. Pass config
 ``tl.nan_propagating_max = True`` keeps the printer's NaN-propagating form everywhere.
+The ROCm backend (the same C printer) applies it to float32/float64 (HIP's ``fmaxf``/``fmax``).
 """
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ def _sm(arch: str) -> int:
     return int(digits) if digits else 0
 
 
-def float_min_max_calls(body, arch: str = "sm_90a"):
-    """``body`` with every scalar float ``Max``/``Min`` a call of the device function of
-    :data:`FUNCTIONS` (16-bit types from sm_80 on)."""
-    half_ok = _sm(arch) >= 80
+def float_min_max_calls(body, arch: str = "sm_90a", dtypes=None):
+    """``body`` with every scalar float ``Max``/``Min`` of ``dtypes`` (default: those of
+    :data:`FUNCTIONS`, the 16-bit ones from sm_80 on) a call of its device function."""
+    if dtypes is None:
+        dtypes = set(FUNCTIONS) if _sm(arch) >= 80 else {"float32", "float64"}
 
     def rewrite(node, which):
         dtype = str(node.ty)
         names = FUNCTIONS.get(dtype)
-        if names is None or (dtype in ("float16", "bfloat16") and not half_ok):
+        if names is None or dtype not in dtypes:
             return node
         return tirx.call_pure_extern(names[which], node.a, node.b, ty=dtype)
 

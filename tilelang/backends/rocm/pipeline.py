@@ -49,6 +49,17 @@ def stage_check_fp8_arithmetic(func, state):
     return func
 
 
+def stage_float_min_max(func, state):
+    """float32/float64 max/min as HIP's ``fmaxf``/``fmax`` (one instruction; the C printer's
+    NaN-propagating select is four: ``tilelang/transform/float_min_max.py``);
+    ``tl.nan_propagating_max`` keeps the select."""
+    if state.options.get("nan_propagating_max", False):
+        return func
+    from ...transform.float_min_max import float_min_max_calls
+
+    return func.with_body(float_min_max_calls(func.body, dtypes={"float32", "float64"}))
+
+
 #: The ROCm pipeline, in order (``vendor_common.vendor_stages``: CUDA's stages and these).
 STAGES = vendor_stages(
     "rocm",
@@ -57,6 +68,7 @@ STAGES = vendor_stages(
     pipeline_planning=stage_pipeline_planning,
     before_exchanges=("check_fp8_arithmetic", stage_check_fp8_arithmetic),
 )
+STAGES.insert(len(STAGES) - 1, ("float_min_max", stage_float_min_max))  # before the exchanges
 
 
 def check_arch(arch) -> str:

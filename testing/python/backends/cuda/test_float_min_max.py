@@ -153,3 +153,13 @@ def test_gpu(nan, dtype, rng):
     outs.append(torch.zeros(M, N, dtype=tdt, device="cuda"))
     kernel(*args, *outs)
     _check(a, b, rows, *(o.cpu().numpy() for o in outs), nan)
+
+
+def test_rocm_source_uses_fmaxf():
+    """ROCm prints through the same C printer: float32 max/min become HIP's fmaxf/fminf."""
+    from tilelang.backends.rocm import pipeline as rocm
+
+    text = str(rocm.lower(row_max_min(24, 40), {"kind": "rocm", "arch": "gfx90a"}))
+    assert "fmaxf" in text and "fminf" in text
+    kept = str(rocm.lower(row_max_min(24, 40), {"kind": "rocm", "arch": "gfx90a"}, KEEP))
+    assert "fmaxf" not in kept
