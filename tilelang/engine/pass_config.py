@@ -191,6 +191,19 @@ class PassConfigKey(str, Enum):
     function attribute ``tl.block_order`` says what was decided and why
     (``backends/cuda/passes/heavy_blocks_first.py``). Default: True."""
 
+    TL_PERSISTENT_TILES = "tl.persistent_tiles"
+    """CUDA sm_90a, automatically warp-specialized kernels with a static grid of one or two
+    dimensions, no cluster launch, no atomics: a persistent launch. The kernel launches
+    ``G = min(tiles, SM count)`` blocks (the host launcher queries the device's
+    ``multiProcessorCount`` at launch time, cached per device) and each block walks
+    ``for tile in range(blockIdx.x, tiles, gridDim.x)``, recomputing the user's block
+    indices from ``tile`` (``T.use_swizzle`` and ``tl.heavy_blocks_first`` orders kept).
+    Producer and consumers walk the same tiles and the mbarrier rings run on across tiles,
+    so the producer loads the next tile's first stages during the current tile's epilogue;
+    the epilogue tile gets its own shared memory (not a stage buffer's bytes). Kernels it
+    does not apply to are unchanged, with the reason in ``tl.tma``
+    (``backends/cuda/passes/persistent_tiles.py``). Default: False."""
+
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
     runs. CPU: the call raises ``BoundsCheckError`` naming the line, tensor and shape (blocks
@@ -409,4 +422,5 @@ def build_options(pass_configs) -> dict:
         "cluster_multicast_sync": mc_sync,
         "heavy_blocks_first": flag(PassConfigKey.TL_HEAVY_BLOCKS_FIRST, True),
         "nan_propagating_max": flag(PassConfigKey.TL_NAN_PROPAGATING_MAX, False),
+        "persistent_tiles": flag(PassConfigKey.TL_PERSISTENT_TILES, False),
     }

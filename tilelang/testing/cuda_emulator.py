@@ -308,6 +308,10 @@ class _Machine:
             done = _cluster.cluster_extern(self, fname, args, mask)
             if done is not NotImplemented:
                 return done
+        if fname == SM_COUNT_FUNC:  # host: the device's SM count (persistent kernels)
+            return np.int32(emulated_sm_count())
+        if fname == "tl::grid_dim_x":
+            return np.int32(self.grid_dims["blockIdx.x"])
         if fname == "__longlong_as_double":  # exact float64 constants (exact_float_constants)
             return np.asarray(self.eval(args[0], mask), dtype=np.int64).view(np.float64)
         if fname in ("__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync"):
@@ -659,6 +663,7 @@ class _Machine:
             return
         if self.cluster_dims is not None and self.cluster is None:  # blocks run by cluster
             return _cluster.run_clusters(self, stmt, self.cluster_dims, mask)
+        self.grid_dims = {**getattr(self, "grid_dims", {}), tag: n}
         inner = stmt.body
         while isinstance(inner, ir.SeqStmt) and len(inner.seq) == 1:
             inner = inner.seq[0]
@@ -757,6 +762,24 @@ class _Machine:
                     f"write race on {b.name}[flat {int(a[k])}] in block {self.block_index}"
                 )
         b.data[addr] = val
+
+
+#: ``__tl_sm_count()`` (the host's SM count query of persistent kernels,
+#: ``tl.persistent_tiles``) answers this environment variable, default 132 (an H100/H200).
+SM_COUNT_ENV = "TILELANG_EMULATOR_SM_COUNT"
+SM_COUNT_FUNC = "__tl_sm_count"
+
+
+def emulated_sm_count() -> int:
+    """The SM count the emulated device reports (:data:`SM_COUNT_ENV`, default 132)."""
+    value = os.environ.get(SM_COUNT_ENV, "132")
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise EmulationError(f"{SM_COUNT_ENV}={value!r}: a positive integer expected")
+    return count
 
 
 def emulate(func, *arrays, blocks=None, aligned=True, write_once=False, race_check=None):

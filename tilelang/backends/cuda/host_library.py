@@ -34,6 +34,40 @@ typedef uint16_t half;
     + HOST_HELPERS
 )
 
+# The grid of a persistent kernel (tl.persistent_tiles, passes/persistent_tiles.py) is
+# min(tiles, __tl_sm_count()): the multiprocessor count of the current context's device
+# (libcuda through dlopen, resolved once; cached per device). Where the driver cannot say,
+# INT32_MAX: one block per tile, which computes the same result.
+SM_COUNT_HELPER = """
+#include <dlfcn.h>
+#include <pthread.h>
+#define TL_SM_MAX_DEVICES 64
+static int (*__tl_sm_ctx_get_device)(int*);
+static int (*__tl_sm_device_attribute)(int*, int, int);
+static pthread_once_t __tl_sm_once = PTHREAD_ONCE_INIT;
+static int __tl_sm_counts[TL_SM_MAX_DEVICES];
+static void __tl_sm_resolve(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) return;
+  *(void**)(&__tl_sm_ctx_get_device) = dlsym(lib, "cuCtxGetDevice");
+  *(void**)(&__tl_sm_device_attribute) = dlsym(lib, "cuDeviceGetAttribute");
+}
+static int32_t __tl_sm_count(void) {
+  int device = -1, count = 0;
+  pthread_once(&__tl_sm_once, __tl_sm_resolve);
+  if (__tl_sm_ctx_get_device == NULL || __tl_sm_device_attribute == NULL ||
+      __tl_sm_ctx_get_device(&device) != 0 || device < 0 || device >= TL_SM_MAX_DEVICES)
+    return INT32_MAX;
+  count = __atomic_load_n(&__tl_sm_counts[device], __ATOMIC_RELAXED);
+  if (count > 0) return count;
+  /* 16: CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+  if (__tl_sm_device_attribute(&count, 16, device) != 0 || count <= 0) return INT32_MAX;
+  __atomic_store_n(&__tl_sm_counts[device], count, __ATOMIC_RELAXED);
+  return count;
+}
+"""
+_HOST_TYPES_HEADER += SM_COUNT_HELPER
+
 
 def _pack_imports_to_c(module: Any, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
     """Serialise the imported device module as a C byte array (no LLVM involved).
@@ -145,7 +179,7 @@ def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None)
             failures = run_all([job for job in jobs if job[1] in originals])
         if failures:
             raise RuntimeError("Compilation error:\n" + "\n".join(text for _, text in failures))
-        extra = ["-ldl", "-lpthread"] if direct is not None and direct.applied else []
+        extra = ["-ldl", "-lpthread"]  # direct launch, __tl_sm_count (persistent kernels)
         cmd = [*cc, "-shared", "-fPIC", "-o", output, *linked, *extra]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         if proc.returncode != 0:

@@ -38,6 +38,7 @@ from .passes.layout_inference import infer_layouts, strip_layout_annotations
 from .passes.lower_assume import stage_lower_assume
 from .passes.lower_fragments import lower_fragments
 from .passes.lower_parallel import lower_parallel
+from .passes.persistent_tiles import stage_persistent_tiles
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
 from .passes.rasterize_blocks import rasterize_blocks
@@ -321,6 +322,10 @@ STAGES = [
     ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", stage_apply_shared_layouts),
     ("tma_store", stage_tma_store),  # T.copy(shared -> global) as TMA stores (passes/tma_store.py)
+    (
+        "persistent_tiles",
+        stage_persistent_tiles,
+    ),  # tl.persistent_tiles (passes/persistent_tiles.py)
     ("lower_parallel", stage_lower_parallel),
     ("lower_tile_ops", stage_lower_tile_ops),
     ("lower_fragments", stage_lower_fragments),

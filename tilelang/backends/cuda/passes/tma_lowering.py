@@ -123,9 +123,12 @@ def tma_loop(
     tx = planner.tx
     total = sum(t.bytes for t in tma)
     if ws_wanted:
+        from .persistent_tiles import ring_base
         from .warp_specialize_auto import ws_loop
 
-        body_rest = restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, rel % stages)
+        base = ring_base(planner, loop, ordered)  # tl.persistent_tiles: rings span tiles
+        ring = rel if base is None else base + rel
+        body_rest = restage(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], mapping, ring % stages)
         parts = ws_loop(
             planner,
             loop,

@@ -30,7 +30,8 @@ warp-specialized kernel, a ``T.copy(fragment -> global)`` after the pipelined lo
 ``T.copy(fragment -> S)`` + ``T.copy(S -> global)`` (a TMA store) through a staging tile
 ``S`` of the global tensor's type, swizzled (128B where the row allows) so that the
 fragment's register pairs land in distinct banks and the store's box reproduces it. ``S``
-reuses the bytes of a pipeline stage buffer when one is large enough (every TMA load has
+reuses the bytes of a pipeline stage buffer when one is large enough (not in a persistent
+kernel, ``tl.persistent_tiles``: the producer refills the stages meanwhile) (every TMA load has
 completed once the consumers' last ``full`` wait returned; a consumer barrier in front of
 the staging writes waits for the other warpgroups' last wgmmas), else it is a new tile
 when the shared memory allows; otherwise the copy stays as it is (and ``tl.tma`` says so).
@@ -74,6 +75,7 @@ from ....lowering.thread_utils import (
 from ....ops import tile_op_of
 from ....ops.copy.op import COPY
 from ..tensor_map import ATTR_TMA, TmaCopy, plan_tma_copy
+from .persistent_tiles import cancel, persistent
 from .plan_shared_memory import smem_limit, tile_bytes
 from .tma_lowering import shared_map, tma_supported
 from .warp_specialize_auto import CONSUMER_MARKER
@@ -255,7 +257,12 @@ def stage_epilogues(body, ctx):
             )
             out.append(stmt)
             continue
-        staged = _stage_one(view, frag, dst, ctx, free, used, budget, limit)
+        if persistent(ctx):  # the producer refills the stages during the epilogue
+            staged = _stage_one(view, frag, dst, ctx, [], used, budget, limit)
+            if isinstance(staged, str) and "do not fit" in staged:
+                cancel(ctx, f"epilogue {frag.name} -> {dst.name}: {staged} beside the stages")
+        if not persistent(ctx):
+            staged = _stage_one(view, frag, dst, ctx, free, used, budget, limit)
         if isinstance(staged, str):
             ctx.tma_notes.append(f"epilogue {frag.name} -> {dst.name}: not staged ({staged})")
             out.append(stmt)
@@ -415,9 +422,13 @@ def _stage_one(view, frag, dst, ctx, free, used, budget, limit):
         )
     elif budget + need <= limit:
         bind, aliased = alloc(tile), False
+        why = (
+            "persistent kernel: the producer refills the stages meanwhile"
+            if persistent(ctx)
+            else "no stage buffer is large enough"
+        )
         ctx.tma_notes.append(
-            f"epilogue {frag.name} -> {dst.name}: staged in {name} ({need} bytes, allocated: "
-            "no stage buffer is large enough)"
+            f"epilogue {frag.name} -> {dst.name}: staged in {name} ({need} bytes, allocated: {why})"
         )
     else:
         ctx.layout_map.pop(tile, None)

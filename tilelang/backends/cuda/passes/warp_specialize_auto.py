@@ -152,7 +152,13 @@ def ws_loop(
     threads = int(planner.threads)
     tx = planner.tx
     k, begin, end = loop.var, loop.begin, loop.end
-    rel = k - begin
+    from .persistent_tiles import ring_base
+
+    # a persistent kernel's rings run on across tiles: iteration k of the tile is ring
+    # iteration base + k - begin (passes/persistent_tiles.py)
+    base = ring_base(planner, loop, ordered)
+    rel_tile = k - begin
+    rel = rel_tile if base is None else base + rel_tile
     name = loop.var.name
     from . import cluster_multicast as cm
     from .pipeline_planning import _with_loop, make_alloc
@@ -252,8 +258,15 @@ def ws_loop(
     elif in_flight is not None:
         rule, reader = in_flight
         prev = ptr(empty, (rel + stages - 1) % stages)
-        consumer.append(ir.If(rel > 0, release_stage(prev), None))
+        consumer.append(ir.If(rel_tile > 0, release_stage(prev), None))
         after = rule.drain(pctx, reader)
+        if base is not None:  # the tile's last stage, handed back once its wgmma is done
+            last = ptr(empty, (base + (end - begin) + stages - 1) % stages)
+            static = isinstance(end, ir.IntImm) and isinstance(begin, ir.IntImm)
+            if static and int(end) > int(begin):
+                after = [*after, release_stage(last)]
+            elif not static:
+                after = [*after, ir.If(end > begin, release_stage(last), None)]
     else:
         consumer.append(release_stage(ptr(empty, stage)))
     if ordered is None:

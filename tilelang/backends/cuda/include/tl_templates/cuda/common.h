@@ -80,6 +80,10 @@ TL_DEVICE uint32_t smem_ptr_to_uint(const void* smem_ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
 }
 
+// gridDim.x as an int: the tile stride of a persistent kernel (tl.persistent_tiles,
+// tilelang/backends/cuda/passes/persistent_tiles.py).
+TL_DEVICE int grid_dim_x() { return static_cast<int>(gridDim.x); }
+
 }  // namespace tl
 
 #endif  // TL_TEMPLATES_CUDA_COMMON_H_

@@ -1,0 +1,359 @@
+"""Persistent warp-specialized kernels (CUDA sm_90a, pass config ``tl.persistent_tiles``).
+
+An automatically warp-specialized kernel (:mod:`.warp_specialize_auto`) normally runs one
+block per output tile: the producer fills the stages, the consumers run the loop and the
+epilogue while the producer idles, and the SM waits for the next block. Persistent, the
+kernel launches ``G = min(tiles, SM count)`` blocks and each walks the tiles
+``blockIdx.x, blockIdx.x + G, ...`` (``tiles`` = the product of the user's grid)::
+
+    launch G blocks (host: min(tiles, __tl_sm_count()), the device's multiProcessorCount)
+    [binds not reading a block index, allocations, mbarrier init]
+    if tx < T:                                          consumers
+        for j in range(ceildiv(tiles - blockIdx.x, gridDim.x)):
+            tile = blockIdx.x + j * gridDim.x
+            bx, by, bz = tile % gx, tile // gx % gy, tile // (gx gy)
+            [the user's binds of block indices: T.use_swizzle, tl.heavy_blocks_first]
+            tile_iter_base = j * n                      (n: the pipelined loop's extent)
+            [statements before the loop]; the loop (rings at tile_iter_base + k - begin)
+            [the drain]; arrive(empty[last stage of the tile])
+            if tx == 0: cp.async.bulk.wait_group.read 0 (the previous tile's store)
+            bar.sync 1, T
+            [epilogue]                                  (TMA store: commit, no wait)
+        if tx == 0: cp.async.bulk.wait_group.read 0
+    else: if tx == T: the same tile loop around the producer's loop
+
+The full/empty rings' stage and phase (``(base + rel) % S``, ``(base + rel) / S % 2``)
+run on across tiles, so the producer loads the next tile's first stages while the
+consumers store the current one: its epilogue tile must not take the stage bytes
+(:mod:`.tma_store` allocates it; the tile loop is one statement for
+:mod:`.plan_shared_memory`, so everything it touches stays live across it). Correctness
+does not depend on ``G``: every block computes the tiles of its own sequence.
+
+Applies when: ``tl.persistent_tiles`` is on, the target is sm_90a, the kernel's pipelined
+loop is warp-specialized (not an ordered ``T.Pipelined(order=, stage=)`` loop), the grid is
+static, there is no cluster launch (``cluster_dims``, ``tl.cluster_multicast``), no atomic
+on global memory, no ``while`` loop, the loop's extent reads no block index and block
+indices appear only in binds before the split and inside it. Otherwise the kernel is
+unchanged and ``tl.tma`` says why (:func:`ring_base`, :func:`stage_persistent_tiles`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm_ffi
+from tvm_tirx import ir, tirx
+
+from ....lowering.stmt import (
+    alloc_of,
+    bound_vars,
+    flatten_seq,
+    launch_of,
+    launches_of,
+    substitute,
+    uses_any,
+    with_launch_body,
+)
+from ....lowering.thread_utils import extern_calls, extern_name, sync_threads
+from ....lowering.thread_utils import extern_stmt as _call
+from ..tensor_map import ATTR_TMA
+
+#: Host helper (``host_library``) giving the current device's multiprocessor count.
+SM_COUNT_FUNC = "__tl_sm_count"
+#: Device helper (``tl_templates/cuda/common.h``): ``gridDim.x`` as an int.
+GRID_DIM_FUNC = "tl::grid_dim_x"
+_NOTE = "persistent tiles"
+_WAIT_READ = "tl::tma_store_wait_read<0>"
+
+
+@dataclass
+class PersistentPlan:
+    """What pipeline planning decided for the tile loop (``ctx.persistent``)."""
+
+    base: ir.Var  # iterations of the ring before this tile (bound per tile)
+    loop: ir.Var  # the warp-specialized loop's variable
+    extent: object  # its iteration count (the same for every tile)
+
+
+def _i32(x):
+    return ir.const(int(x), "int32")
+
+
+def _block_launches(body):
+    return [(tag, ext, var) for tag, ext, var in launches_of(body)[0] if tag.startswith("block")]
+
+
+def _why_not(planner, loop, ordered) -> str | None:
+    """Why the kernel cannot be persistent, or None."""
+    pctx = planner.pctx
+    if pctx.arch != "sm_90a":
+        return f"needs sm_90a (target {pctx.arch})"
+    if ordered is not None:
+        return "the loop is an ordered T.Pipelined(order=, stage=) loop"
+    cluster = tuple(int(d) for d in getattr(pctx, "cluster_dims", (1, 1, 1)))
+    if cluster != (1, 1, 1) or int(pctx.options.get("cluster_multicast") or 1) > 1:
+        return "a thread-block cluster launch (cluster_dims / tl.cluster_multicast)"
+    blocks = _block_launches(planner.root)
+    if not blocks:
+        return "the kernel has no block index"
+    if any(not isinstance(ext, ir.IntImm) for _, ext, _ in blocks):
+        return "the grid is not static"
+    if not any(tag == "blockIdx.x" for tag, _, _ in blocks):
+        return "the kernel has no blockIdx.x"
+    tiles = 1
+    for _, ext, _ in blocks:
+        tiles *= int(ext)
+    if tiles < 2:
+        return "the grid has one block"
+    _, inner = launches_of(planner.root)
+    bad = []
+
+    def call(c):
+        name = extern_name(c) or getattr(c.op, "name", "") or ""
+        if "atomic" in name or "sync_grid" in name:
+            bad.append(f"a cross-block operation ({name})")
+
+    tvm_ffi.structural_walk(
+        inner, [(ir.Call, call), (ir.While, lambda w: bad.append("a while loop"))]
+    )
+    if bad:
+        return bad[0]
+    kernel_vars = [var for _, _, var in launches_of(planner.root)[0]] + bound_vars(inner)
+    if uses_any(loop.end - loop.begin, kernel_vars):
+        return f"the extent of loop {loop.var.name} depends on a value the kernel computes"
+    return None
+
+
+def ring_base(planner, loop, ordered=None):
+    """The Var counting the ring iterations of earlier tiles when the kernel of ``planner``
+    becomes persistent (the ``tl.persistent_tiles`` plan, recorded as ``ctx.persistent``),
+    else None (the reason noted in ``tl.tma`` once). Called for the warp-specialized loop
+    by ``tma_lowering.tma_loop`` (the consumer's stage index) and ``ws_loop`` (rings)."""
+    pctx = planner.pctx
+    if not pctx.options.get("persistent_tiles"):
+        return None
+    plan = getattr(pctx, "persistent", None)
+    if plan is not None:
+        return plan.base if plan.loop.same_as(loop.var) else None
+    if getattr(pctx, "persistent_reason", None) is not None:
+        return None
+    reason = _why_not(planner, loop, ordered)
+    if reason is not None:
+        pctx.persistent_reason = reason
+        pctx.tma_notes.append(f"{_NOTE}: not applied ({reason})")
+        return None
+    pctx.persistent = PersistentPlan(
+        ir.Var("tile_iter_base", "int32"), loop.var, loop.end - loop.begin
+    )
+    return pctx.persistent.base
+
+
+def persistent(ctx) -> bool:
+    """Whether pipeline planning planned a persistent kernel not given up since."""
+    return (
+        getattr(ctx, "persistent", None) is not None
+        and getattr(ctx, "persistent_reason", None) is None
+    )
+
+
+def cancel(ctx, reason):
+    """Give the persistent plan up (a later stage found a reason); the tile loop is not
+    built and the ring base becomes 0."""
+    if getattr(ctx, "persistent", None) is not None:
+        ctx.persistent_reason = reason
+        ctx.tma_notes.append(f"{_NOTE}: not applied ({reason})")
+
+
+# ---------------------------------------------------------------------------------------
+# the stage: the tile loop around both branches
+# ---------------------------------------------------------------------------------------
+def _split_index(stmts):
+    from .warp_specialize_auto import CONSUMER_MARKER
+
+    for i, s in enumerate(stmts):
+        if isinstance(s, ir.If) and s.else_case is not None:
+            first = flatten_seq(s.then_case)
+            if first and extern_name(first[0]) == CONSUMER_MARKER:
+                return i
+    return None
+
+
+def _prefix_len(stmts) -> int:
+    """Leading statements that stay outside the tile loop: the consumer marker and
+    ``setmaxnreg``."""
+    n = 0
+    for s in stmts:
+        name = extern_name(s) if isinstance(s, ir.Evaluate) else None
+        if name is None or not (name.startswith("tl::set_max_nreg") or name.startswith("tl::ws_")):
+            break
+        n += 1
+    return n
+
+
+def _drop_store_waits(stmt):
+    """``stmt`` without its ``tma_store_wait_read<0>`` calls (moved before the next reuse)."""
+
+    def seq(s):
+        kept = [x for x in s.seq if extern_name(x) != _WAIT_READ]
+        return kept[0] if len(kept) == 1 else ir.SeqStmt(kept)
+
+    return tvm_ffi.structural_map(stmt, [(ir.SeqStmt, seq)])
+
+
+def _epilogue_guarded(stmts, tx):
+    """(``stmts`` with the epilogue guard, whether it has TMA stores): after the last
+    statement using the mbarrier rings, thread 0 waits until its previous tile's TMA
+    store has read the epilogue tile, and the consumers meet at a barrier before anyone
+    writes it again (the waits after each commit are dropped)."""
+    last = max((i for i, s in enumerate(stmts) if extern_calls(s, "tl::mbarrier_")), default=None)
+    if last is None or last == len(stmts) - 1:
+        return stmts, False
+    post = [_drop_store_waits(s) for s in stmts[last + 1 :]]
+    stores = any(extern_calls(s, "tl::tma_store_") for s in post)
+    guard = [ir.If(tx == 0, _call(_WAIT_READ), None)] if stores else []
+    return [*stmts[: last + 1], *guard, sync_threads(), *post], stores
+
+
+def _tile_loop(name, tiles, bid, grid, body_stmts, prelude):
+    """``for j in range(ceildiv(tiles - bid, grid)): prelude(j); body``."""
+    j = ir.Var(name, "int32")
+    count = ir.prim.floordiv(_i32(tiles) - bid + grid - _i32(1), grid)
+    body = ir.SeqStmt(prelude(j) + list(body_stmts))
+    return ir.For(j, _i32(0), count, _i32(1), ir.ForKind.DEFAULT, body, None, ir.UNKNOWN_LOC)
+
+
+def _relaunch(stmt, bid, extent):
+    """The launch chain ``stmt`` with ``blockIdx.x`` bound to ``bid`` over ``extent`` and
+    the other block launches dropped."""
+    while isinstance(stmt, ir.SeqStmt) and len(stmt.seq) == 1:
+        stmt = stmt.seq[0]
+    launch = launch_of(stmt)
+    if launch is None or not launch[0].startswith("block"):
+        return stmt
+    inner = _relaunch(stmt.body, bid, extent)
+    if launch[0] != "blockIdx.x":
+        return inner
+    args = list(stmt.args)
+    args[1] = extent
+    return ir.RegionStmt(stmt.op, args, [bid], stmt.attrs, inner, stmt.result_vars, stmt.loc)
+
+
+def _block_index_binds(dims, tiles, tile):
+    """``(Var, value)`` of each block index of the ``dims`` grid (x fastest) at ``tile``."""
+    out, stride = [], 1
+    for tag in ("blockIdx.x", "blockIdx.y", "blockIdx.z"):
+        if tag not in dims:
+            continue
+        ext, var = dims[tag]
+        value = tile if stride == 1 else ir.prim.floordiv(tile, _i32(stride))
+        if ext == 1:
+            value = _i32(0)
+        elif stride * ext < tiles:
+            value = value % _i32(ext)
+        out.append((var, value))
+        stride *= ext
+    return out
+
+
+def persistent_tiles(func, ctx):
+    """``func`` (tile level, after ``tma_store``) as the persistent kernel of the module
+    doc when pipeline planning planned one (``ctx.persistent``); else unchanged."""
+    plan = getattr(ctx, "persistent", None)
+    if plan is None:
+        return func
+    zero_base = {plan.base: _i32(0)}
+    if getattr(ctx, "persistent_reason", None) is not None:  # given up after planning
+        return func.with_body(substitute(func.body, zero_base))
+    launches, inner = launches_of(func.body)
+    stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    at = _split_index(stmts)
+    if at is None:  # planned, but the loop was not warp-specialized in the end
+        ctx.persistent = None
+        return func.with_body(substitute(func.body, zero_base))
+    tx = next(var for tag, _, var in launches if tag == "threadIdx.x")
+    dims = {tag: (int(ext), var) for tag, ext, var in _block_launches(func.body)}
+    tiles = 1
+    for ext, _ in dims.values():
+        tiles *= ext
+    # binds before the split that read a block index move into the tile loops
+    block_vars = [var for _, var in dims.values()]
+    dependent = list(block_vars)
+    moved, kept = [], []
+    for s in stmts[:at]:
+        if isinstance(s, ir.Bind) and alloc_of(s) is None and uses_any(s.value, dependent):
+            dependent.append(s.var)
+            moved.append(s)
+        else:
+            kept.append(s)
+    if any(uses_any(s, dependent) for s in kept + stmts[at + 1 :]):
+        cancel(ctx, "a block index is used outside the warp-specialized branches")
+        return func.with_body(substitute(func.body, zero_base))
+
+    bid = ir.Var("block_id", "int32")
+    grid = ir.Var("num_blocks", "int32")
+
+    def prelude(rename, suffix):
+        def make(j):
+            tile = ir.Var(f"tile{suffix}", "int32")
+            out = [ir.Bind(tile, bid + j * grid)]
+            out += [ir.Bind(var, value) for var, value in _block_index_binds(dims, tiles, tile)]
+            out += moved
+            out.append(ir.Bind(plan.base, j * plan.extent))
+            return [substitute(x, rename) for x in out] if rename else out
+
+        return make
+
+    # the consumers bind the original Vars, the producer fresh copies (one bind per Var)
+    split = stmts[at]
+    consumer = flatten_seq(split.then_case)
+    n = _prefix_len(consumer)
+    body, stores = _epilogue_guarded(consumer[n:], tx)
+    c_loop = _tile_loop("tile_j", tiles, bid, grid, body, prelude({}, ""))
+    c_after = [ir.If(tx == 0, _call(_WAIT_READ), None)] if stores else []
+    new_consumer = ir.SeqStmt([*consumer[:n], c_loop, *c_after])
+
+    fresh = {v: ir.Var(f"{v.name}_load", v.ty) for v in [*block_vars, *(b.var for b in moved)]}
+    fresh[plan.base] = ir.Var(f"{plan.base.name}_load", "int32")
+    producer = flatten_seq(split.else_case)
+    pn = _prefix_len(producer)
+    rest = [substitute(s, fresh) for s in producer[pn:]]
+    make = prelude(fresh, "_load")
+    if len(rest) == 1 and isinstance(rest[0], ir.If) and rest[0].else_case is None:
+        guard = rest[0]  # if tx == T: the loop (the other producer threads stay idle)
+        loop = _tile_loop("tile_j_load", tiles, bid, grid, [guard.then_case], make)
+        rest = [ir.If(guard.condition, loop, None)]
+    else:
+        rest = [_tile_loop("tile_j_load", tiles, bid, grid, rest, make)]
+    new_producer = ir.SeqStmt([*producer[:pn], *rest])
+    new_split = ir.If(split.condition, new_consumer, new_producer)
+
+    grid_bind = ir.Bind(grid, tirx.call_extern(GRID_DIM_FUNC, ty="int32"))
+    new_inner = ir.SeqStmt([*kept, grid_bind, new_split, *stmts[at + 1 :]])
+    extent = tirx.min(_i32(tiles), tirx.call_extern(SM_COUNT_FUNC, ty="int32"))
+    body = _relaunch(with_launch_body(func.body, new_inner), bid, extent)
+    shape = " x ".join(str(ext) for ext, _ in dims.values())
+    ctx.tma_notes.append(
+        f"{_NOTE}: persistent: G = min(tiles, SMs) blocks, tiles = {shape} = {tiles}; tile "
+        f"loop `for tile in range(blockIdx.x, {tiles}, gridDim.x)` in both branches, block "
+        f"indices recomputed from tile; the mbarrier rings run on across tiles (iteration "
+        f"base tile_j * {plan.extent})"
+        + ("; the TMA store's read awaited before the next tile's epilogue" if stores else "")
+    )
+    return func.with_body(body).with_attr(ATTR_TMA, list(ctx.tma_notes))
+
+
+def stage_persistent_tiles(func, state):
+    """Pipeline stage (after ``tma_store``): the tile loop of a persistent kernel."""
+    return persistent_tiles(func, state.ctx)
+
+
+__all__ = [
+    "GRID_DIM_FUNC",
+    "SM_COUNT_FUNC",
+    "PersistentPlan",
+    "cancel",
+    "persistent",
+    "persistent_tiles",
+    "ring_base",
+    "stage_persistent_tiles",
+]
