@@ -121,7 +121,58 @@ def _why_not(planner, loop, ordered) -> str | None:
     kernel_vars = [var for _, _, var in launches_of(planner.root)[0]] + bound_vars(inner)
     if uses_any(loop.end - loop.begin, kernel_vars):
         return f"the extent of loop {loop.var.name} depends on a value the kernel computes"
+    need, limit = _shared_estimate(planner, loop, inner)
+    if need > limit:
+        return (
+            f"about {need} bytes of shared memory with every tile apart from the stages "
+            f"(the epilogue overlaps the next tile's loads), {pctx.arch} allows {limit}"
+        )
     return None
+
+
+def _shared_estimate(planner, loop, inner):
+    """(shared bytes the persistent kernel needs at most, the architecture's limit): every
+    shared tile (those the loop copies into times its stages) and the staging tile of each
+    epilogue ``T.copy(fragment -> global)`` that ``tma_store`` stages, none of them sharing
+    bytes with another, 1 KB alignment slack each."""
+    from ....layout import expr as E
+    from ....lowering.region import RegionView
+    from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
+    from ....ops import tile_op_of
+    from ....ops.copy.op import COPY
+    from .plan_shared_memory import smem_limit, tile_bytes
+
+    pctx = planner.pctx
+    stages = int((loop.annotations or {}).get("num_stages", 1))
+
+    def copies(node):
+        out = []
+
+        def visit(stmt):
+            hit = tile_op_of(stmt)
+            if hit is not None and hit[0] is COPY:
+                view = COPY.view(hit[1])
+                out.append((RegionView.of(view.src), RegionView.of(view.dst)))
+
+        tvm_ffi.structural_walk(node, [(ir.Evaluate, visit)])
+        return out
+
+    staged = {dst.tensor.__chandle__() for _, dst in copies(loop.body) if is_shared(dst.tensor)}
+    total = 0
+    for s in flatten_seq(inner):
+        var = alloc_of(s)
+        if var is not None and is_shared(var):
+            times = stages if var.__chandle__() in staged else 1
+            total += tile_bytes(var) * times + 1024
+    option = pctx.options.get("tma_store_epilogue")
+    for src, dst in copies(inner):
+        if not (is_fragment(src.tensor) and is_global(dst.tensor)):
+            continue
+        if option is False or (option is None and dst.dtype not in ("float16", "bfloat16")):
+            continue
+        elems = E.as_const_int(E.prod(list(src.tensor.ty.shape))) or 0
+        total += elems * _bits(dst.tensor) // 8 + 1024
+    return total, smem_limit(pctx.arch)
 
 
 def ring_base(planner, loop, ordered=None):
@@ -260,6 +311,8 @@ def persistent_tiles(func, ctx):
     doc when pipeline planning planned one (``ctx.persistent``); else unchanged."""
     plan = getattr(ctx, "persistent", None)
     if plan is None:
+        if ctx.options.get("persistent_tiles") and getattr(ctx, "persistent_reason", None) is None:
+            return _not_applied(func, ctx, "the kernel is not automatically warp-specialized")
         return func
     zero_base = {plan.base: _i32(0)}
     if getattr(ctx, "persistent_reason", None) is not None:  # given up after planning
@@ -269,7 +322,8 @@ def persistent_tiles(func, ctx):
     at = _split_index(stmts)
     if at is None:  # planned, but the loop was not warp-specialized in the end
         ctx.persistent = None
-        return func.with_body(substitute(func.body, zero_base))
+        func = func.with_body(substitute(func.body, zero_base))
+        return _not_applied(func, ctx, "the kernel is not automatically warp-specialized")
     tx = next(var for tag, _, var in launches if tag == "threadIdx.x")
     dims = {tag: (int(ext), var) for tag, ext, var in _block_launches(func.body)}
     tiles = 1
@@ -340,6 +394,12 @@ def persistent_tiles(func, ctx):
         + ("; the TMA store's read awaited before the next tile's epilogue" if stores else "")
     )
     return func.with_body(body).with_attr(ATTR_TMA, list(ctx.tma_notes))
+
+
+def _not_applied(func, ctx, reason):
+    ctx.persistent_reason = reason
+    ctx.tma_notes.append(f"{_NOTE}: not applied ({reason})")
+    return func.with_attr(ATTR_TMA, list(ctx.tma_notes))
 
 
 def stage_persistent_tiles(func, state):

@@ -1,0 +1,257 @@
+"""Persistent warp-specialized kernels (pass config ``tl.persistent_tiles``,
+``backends/cuda/passes/persistent_tiles.py``): ``G = min(tiles, SMs)`` blocks walking a
+tile loop, the mbarrier rings running on across tiles, the epilogue tile apart from the
+stages. Emulated with tails against float64 with fewer blocks than tiles (the emulated
+device's SM count: ``TILELANG_EMULATOR_SM_COUNT``), the race check on; the fallbacks and
+their notes; the nvcc build; and, marked ``cuda``, the H200 runs."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilelang.language as T
+from tilelang.backends.cuda import pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_programs import readme_gemm as gemm  # noqa: E402
+from test_gemm_wgmma_rs import emulate_rs  # noqa: E402
+
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+ON = {"tl.persistent_tiles": True}
+
+
+def _notes(func):
+    return [str(x) for x in func.attrs["tl.tma"]] if "tl.tma" in func.attrs else []
+
+
+def _persistent_note(func):
+    return [n for n in _notes(func) if n.startswith("persistent tiles")]
+
+
+def _np(dtype):
+    return np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+
+
+def _emulate(lowered, M, N, K, dtype, seed=0):
+    """(C from the emulator, float64 reference, the machine); C starts as NaN."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((M, K)) / 4).astype(_np(dtype))
+    b = (rng.standard_normal((K, N)) / 4).astype(_np(dtype))
+    c = np.full((M, N), np.nan, _np(dtype))
+    (_, _, c), machine = emulate_rs(lowered, a, b, c, mode="late_writes", race=True)
+    return c.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), machine
+
+
+def _close(got, want, dtype):
+    tol = 1e-2 if dtype == "bfloat16" else 2e-3
+    assert not np.isnan(got).any(), "elements never written"
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+# ------------------------------------------------------------------------------ emulated
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "M,N,K,bM,bN,threads,swizzle,sms",
+    [
+        (200, 328, 136, 64, 128, 128, 0, 5),  # 12 tiles on 5 blocks
+        (200, 328, 136, 64, 128, 128, 3, 1),  # one block walks every tile
+        (136, 200, 200, 128, 64, 256, 0, 3),  # two consumer warpgroups, 4 tiles, 4 k-steps
+        (72, 96, 72, 64, 64, 128, 0, 132),  # more SMs than tiles: one tile per block
+    ],
+)
+def test_persistent_gemm_emulated(M, N, K, bM, bN, threads, swizzle, sms, dtype, monkeypatch):
+    """Tails in M, N and K, fewer blocks than tiles (each block loops over several with
+    the rings' stage and phase running on), with and without ``T.use_swizzle``: the
+    float64 product, every element written once, no shared-memory race."""
+    monkeypatch.setenv("TILELANG_EMULATOR_SM_COUNT", str(sms))
+    func = gemm(M, N, K, bM=bM, bN=bN, threads=threads, dtype=dtype, swizzle=swizzle)
+    lowered = pipeline.lower(func, SM90A, ON)
+    tiles = -(-M // bM) * -(-N // bN)
+    (note,) = _persistent_note(lowered)
+    assert "persistent: G = min(tiles, SMs)" in note and f"range(blockIdx.x, {tiles}," in note
+    got, want, machine = _emulate(lowered, M, N, K, dtype)
+    assert machine.grid_dims == {"blockIdx.x": min(tiles, sms)}
+    _close(got, want, dtype)
+
+
+def test_lowered_tile_loop_and_rings():
+    """The dump: one blockIdx launch over min(tiles, __tl_sm_count()), the tile loop in
+    both branches with the block indices (and the swizzle's) recomputed, ring indices
+    offset by the iteration base, the last stage released after the drain, the store's
+    wait moved before the next epilogue, and the epilogue tile apart from the stages."""
+    func = gemm(1000, 1088, 296, bM=128, bN=256, threads=256, swizzle=10)
+    text = str(pipeline.lower(func, SM90A, ON))
+    assert 'T.launch_thread("blockIdx.x", T.min(40, T.call_extern("__tl_sm_count"' in text
+    assert 'launch_thread("blockIdx.y"' not in text
+    assert "for tile_j in range((40 - block_id + num_blocks - 1) // num_blocks):" in text
+    assert "for tile_j_load in range((40 - block_id + num_blocks - 1) // num_blocks):" in text
+    assert "bx_r: T.let[T.int32]" in text and "bx_r_load: T.let[T.int32]" in text
+    assert "tile_iter_base: T.let[T.int32] = tile_j * 5" in text
+    assert "tma_full_k[(tile_iter_base + k) % 3]), (tile_iter_base + k) // 3 % 2" in text
+    assert "tma_empty_k[(tile_iter_base_load + k_load) % 3]" in text
+    assert "tma_empty_k[(tile_iter_base + 5 + 3 - 1) % 3]" in text  # after the drain
+    consumer = text.split("for tile_j in range")[1].split("else:")[0]
+    wait, bar = "tl::tma_store_wait_read<0>", "tl::named_barrier_sync"
+    guard = consumer.index(wait)
+    assert consumer.index("tl::wgmma_wait<0>") < guard < consumer.index(bar, guard)
+    assert consumer.index(bar, guard) < consumer.index("tl::ptx_stmatrix_x4")
+    assert consumer.count(wait) == 2  # the guard and, after the tile loop, the last store
+    assert consumer.rindex(wait) > consumer.rindex("tl::tma_store_commit")
+
+
+def test_epilogue_tile_apart_from_the_stages():
+    """Persistent, C_epilogue gets its own bytes (the producer refills the stages during
+    the epilogue); one block per tile, it reuses a stage buffer as before."""
+    func = gemm(1024, 1024, 512, bM=128, bN=256, threads=256)
+    plan = dict(pipeline.lower(func, SM90A, ON).attrs["tl.shared_memory"])
+    lo, size = (int(x) for x in plan["C_epilogue"])
+    assert size == 128 * 256 * 2
+    for name in ("A_s_mb", "B_s_mb"):
+        o, sz = (int(x) for x in plan[name])
+        assert lo + size <= o or o + sz <= lo, (name, plan)
+    assert "C_epilogue" not in dict(pipeline.lower(func, SM90A, {}).attrs["tl.shared_memory"])
+
+
+def test_missing_wait_before_the_epilogue_is_caught(monkeypatch):
+    """Without the wait for the previous tile's TMA store before the stmatrix writes of the
+    next tile, the emulator sees the store's bytes overwritten."""
+    from tvm_tirx import ir
+
+    from tilelang.backends.cuda.passes import persistent_tiles as pt
+    from tilelang.testing.cuda_emulator import EmulationError
+
+    real, nothing = pt._call, ir.Evaluate(ir.const(0, "int32"))
+    monkeypatch.setattr(pt, "_call", lambda n, *a: nothing if n == pt._WAIT_READ else real(n, *a))
+    monkeypatch.setenv("TILELANG_EMULATOR_SM_COUNT", "2")
+    lowered = pipeline.lower(gemm(200, 328, 136, bM=64, bN=128), SM90A, ON)
+    with pytest.raises(EmulationError, match="may still read"):
+        _emulate(lowered, 200, 328, 136, "float16")
+
+
+def test_flag_off_is_the_default():
+    """Without the key, or with False, the lowering is the one-tile-per-block kernel."""
+    func = gemm(1000, 1088, 296, bM=128, bN=256, threads=256, swizzle=10)
+    default = str(pipeline.lower(func, SM90A, {}))
+    assert default == str(pipeline.lower(func, SM90A, {"tl.persistent_tiles": False}))
+    assert "tile_j" not in default and "__tl_sm_count" not in default
+    assert "persistent" not in default
+
+
+# ------------------------------------------------------------------------------ fallbacks
+def _atomic_gemm(M, N, K, bM=64, bN=128, bK=64):
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        C: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), "float16")
+            B_s = T.alloc_shared((bK, bN), "float16")
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=3):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[k * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.atomic_add(C[by * bM, bx * bN], C_l)
+
+    return main
+
+
+@pytest.mark.parametrize(
+    "func,target,configs,reason",
+    [
+        (gemm(256, 256, 128, cluster=(2, 1, 1)), SM90A, {}, "thread-block cluster launch"),
+        (gemm(256, 256, 128), SM90A, {"tl.cluster_multicast": 2}, "thread-block cluster"),
+        (gemm(256, 256, 128), {"kind": "cuda", "arch": "sm_80"}, {}, "not automatically warp"),
+        (gemm(256, 256, 128), SM90A, {"tl.disable_warp_specialized": True}, "not automatically"),
+        (_atomic_gemm(256, 256, 128), SM90A, {}, "cross-block operation"),
+        (
+            gemm(1024, 1024, 512, bM=128, bN=256, threads=256, out="float32"),
+            SM90A,
+            {"tl.tma_store_epilogue": True},
+            "bytes of shared memory",
+        ),
+    ],
+)
+def test_not_applied_keeps_the_kernel_and_says_why(func, target, configs, reason):
+    lowered = pipeline.lower(func, target, {**configs, **ON})
+    notes = _persistent_note(lowered)
+    assert len(notes) == 1 and "not applied" in notes[0] and reason in notes[0], notes
+    plain = pipeline.lower(func, target, configs)
+    assert "tile_j" not in str(lowered) and "tile_iter_base" not in str(lowered)
+    strip = [n for n in _notes(lowered) if not n.startswith("persistent tiles")]
+    assert strip == _notes(plain)
+    import tvm_ffi
+
+    assert tvm_ffi.structural_equal(lowered.body, plain.body, map_free_vars=True)
+
+
+# ----------------------------------------------------------------------------- the build
+def test_nvcc_build_has_the_tile_loop_and_the_sm_query():
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    func = gemm(1000, 1088, 296, bM=128, bN=256, threads=256, swizzle=10)
+    art = pipeline.build(func, SM90A, ON, compiler="nvcc")
+    src, host = art.kernel_source, art.get_host_source()
+    assert "int num_blocks = tl::grid_dim_x();" in src
+    assert "for (int tile_j = 0;" in src and "for (int tile_j_load = 0;" in src
+    assert src.count("tl::wgmma_m64n256k16_ss") == 4  # a loop, not unrolled copies per tile
+    assert "__tl_sm_count()" in host and "blockIdx.y" not in src
+
+
+# ------------------------------------------------------------------------------- the GPU
+def _gpu_run(kernel, M, N, K, dtype):
+    import torch
+
+    tdt = torch.float16 if dtype == "float16" else torch.bfloat16
+    a = torch.randn((M, K), device="cuda", dtype=tdt) / 4
+    b = torch.randn((K, N), device="cuda", dtype=tdt) / 4
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    return c.double(), a.double() @ b.double()
+
+
+def _gpu_kernel(M, N, K, dtype):
+    """The README GEMM (128x256x64, 256 threads, 3 stages, swizzle 10), persistent."""
+    from tilelang.backends.cuda import load_kernel
+
+    func = gemm(M, N, K, bM=128, bN=256, bK=64, threads=256, stages=3, dtype=dtype, swizzle=10)
+    return load_kernel(pipeline.build(func, {"kind": "cuda"}, ON))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "M,N,K",
+    [
+        (1000, 1100, 296),  # 40 tiles: one per block
+        (2000, 3000, 296),  # 192 tiles with tails: fewer blocks than tiles on 132 SMs
+        (4096, 4096, 4096),  # 512 tiles
+    ],
+)
+def test_gpu_readme_gemm_persistent(M, N, K, dtype):
+    """The persistent README GEMM vs the float64 product on the GPU."""
+    got, want = _gpu_run(_gpu_kernel(M, N, K, dtype), M, N, K, dtype)
+    assert not got.isnan().any()
+    tol = 2e-2 if dtype == "bfloat16" else 4e-3
+    err = (got - want).abs().max().item() / want.abs().max().item()
+    assert err < tol, err
+
+
+@pytest.mark.cuda
+def test_gpu_persistent_repeated_calls_agree():
+    """One persistent kernel called three times on fresh inputs (the SM count is cached per
+    device after the first call) gives the product every time."""
+    kernel = _gpu_kernel(2000, 3000, 296, "float16")
+    for _ in range(3):
+        got, want = _gpu_run(kernel, 2000, 3000, 296, "float16")
+        assert (got - want).abs().max().item() / want.abs().max().item() < 4e-3
