@@ -80,6 +80,39 @@ def test_persistent_gemm_emulated(M, N, K, bM, bN, threads, swizzle, sms, dtype,
     _close(got, want, dtype)
 
 
+def _shared_epilogue_gemm(M, N, K):
+    from test_tma_store import gemm_shared_epilogue
+
+    return gemm_shared_epilogue(M, N, K)
+
+
+@pytest.mark.parametrize(
+    "program,M,N,K,configs",
+    [
+        ("readme_256", 200, 328, 136, {"tl.ws_pingpong": True}),  # warpgroups take turns
+        ("shared_epilogue", 200, 328, 136, {}),  # the user's C_s and its TMA store
+        ("readme", 200, 328, 136, {"tl.wgmma_in_flight": False}),  # a release per iteration
+        ("readme", 200, 330, 136, {}),  # B rows not 16-byte multiples: consumers copy B
+        ("readme", 200, 100, 136, {}),  # one tile column (blockIdx.x extent 1)
+        ("readme", 200, 328, 136, {"tl.tma_store_epilogue": False}),  # register stores
+    ],
+)
+def test_persistent_variants_emulated(program, M, N, K, configs, monkeypatch):
+    """Other schedules the persistent loop wraps, on 3 blocks: the float64 product."""
+    monkeypatch.setenv("TILELANG_EMULATOR_SM_COUNT", "3")
+    func = {
+        "readme": lambda: gemm(M, N, K, bM=64, bN=128),
+        "readme_256": lambda: gemm(M, N, K, bM=128, bN=128, threads=256),
+        "shared_epilogue": lambda: _shared_epilogue_gemm(M, N, K),
+    }[program]()
+    lowered = pipeline.lower(func, SM90A, {**configs, **ON})
+    (note,) = _persistent_note(lowered)
+    assert "persistent: G = min(tiles, SMs)" in note
+    got, want, machine = _emulate(lowered, M, N, K, "float16", seed=3)
+    assert machine.grid_dims == {"blockIdx.x": 3}
+    _close(got, want, "float16")
+
+
 def test_lowered_tile_loop_and_rings():
     """The dump: one blockIdx launch over min(tiles, __tl_sm_count()), the tile loop in
     both branches with the block indices (and the swizzle's) recomputed, ring indices
