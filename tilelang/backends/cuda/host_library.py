@@ -42,6 +42,9 @@ SM_COUNT_HELPER = """
 #include <dlfcn.h>
 #include <pthread.h>
 #define TL_SM_MAX_DEVICES 64
+#ifdef __cplusplus
+extern "C" { /* TIRx's host code declares the callee with C linkage */
+#endif
 static int (*__tl_sm_ctx_get_device)(int*);
 static int (*__tl_sm_device_attribute)(int*, int, int);
 static pthread_once_t __tl_sm_once = PTHREAD_ONCE_INIT;
@@ -65,6 +68,9 @@ static int32_t __tl_sm_count(void) {
   __atomic_store_n(&__tl_sm_counts[device], count, __ATOMIC_RELAXED);
   return count;
 }
+#ifdef __cplusplus
+}
+#endif
 """
 _HOST_TYPES_HEADER += SM_COUNT_HELPER
 

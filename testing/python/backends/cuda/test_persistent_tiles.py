@@ -113,6 +113,29 @@ def test_persistent_variants_emulated(program, M, N, K, configs, monkeypatch):
     _close(got, want, "float16")
 
 
+def test_attention_3d_grid_emulated(monkeypatch):
+    """FlashAttention (GQA example, not causal): a 3-d grid (z extent 1) walked by 3
+    blocks, the staged Output epilogue apart from the stages; float64 reference. Causal,
+    the loop's extent grows with the block index: not applied, and the note says so."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from test_pipeline_emulate import _attention, _example
+
+    monkeypatch.setenv("TILELANG_EMULATOR_SM_COUNT", "3")
+    fa = _example("flash_attention/example_gqa_fwd_bshd.py").flashattn
+    B, H, S, D = 1, 2, 192, 64
+    kw = dict(groups=1, block_M=128, block_N=64, num_stages=2, threads=256)
+    f = pipeline.lower(fa.get_tir(B, H, S, D, False, **kw), SM90A, ON)
+    (note,) = _persistent_note(f)
+    assert "tiles = 2 x 2 x 1 = 4" in note
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(3))
+    arrays, machine = emulate_rs(f, q, k, v, np.full_like(q, np.nan), race=True)
+    assert machine.grid_dims == {"blockIdx.x": 3}
+    np.testing.assert_allclose(arrays[3], _attention(q, k, v, False), rtol=1e-2, atol=2e-3)
+    causal = pipeline.lower(fa.get_tir(B, H, S, D, True, **kw), SM90A, ON)
+    assert "not applied (the extent of loop k depends" in _persistent_note(causal)[0]
+
+
 def test_lowered_tile_loop_and_rings():
     """The dump: one blockIdx launch over min(tiles, __tl_sm_count()), the tile loop in
     both branches with the block indices (and the swizzle's) recomputed, ring indices
@@ -240,7 +263,52 @@ def test_nvcc_build_has_the_tile_loop_and_the_sm_query():
     assert "__tl_sm_count()" in host and "blockIdx.y" not in src
 
 
+def _sm_count_program(tmp_path, body):
+    """A C program (or library) with the host helper, built with the C compiler."""
+    from tilelang.backends.cuda.host_library import _HOST_TYPES_HEADER, _c_compiler
+
+    cc = _c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    header = tmp_path / "types.h"
+    header.write_text(_HOST_TYPES_HEADER)
+    src = tmp_path / "prog.c"
+    src.write_text(body)
+    return cc, header, src
+
+
+def test_host_sm_count_without_a_context(tmp_path):
+    """``__tl_sm_count()`` with no current CUDA context (or no driver at all) answers
+    INT32_MAX: the grid is then one block per tile, which computes the same result."""
+    import subprocess
+
+    program = '#include <stdio.h>\nint main(void) { printf("%d", __tl_sm_count()); }\n'
+    cc, header, src = _sm_count_program(tmp_path, program)
+    exe = tmp_path / "prog"
+    subprocess.run([*cc, "-include", str(header), str(src), "-o", str(exe), "-ldl", "-lpthread"], check=True)  # fmt: skip
+    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == str(2**31 - 1)
+
+
 # ------------------------------------------------------------------------------- the GPU
+@pytest.mark.cuda
+def test_gpu_host_sm_count_is_the_device_multiprocessor_count(tmp_path):
+    """In a process with a current context, ``__tl_sm_count()`` is torch's
+    ``multi_processor_count`` of the current device (asked twice: the cached answer)."""
+    import ctypes
+    import subprocess
+
+    import torch
+
+    program = "int32_t tl_sm_count_for_test(void) { return __tl_sm_count(); }\n"
+    cc, header, src = _sm_count_program(tmp_path, program)
+    lib = tmp_path / "libsm.so"
+    subprocess.run([*cc, "-shared", "-fPIC", "-include", str(header), str(src), "-o", str(lib), "-ldl", "-lpthread"], check=True)  # fmt: skip
+    torch.zeros(1, device="cuda")  # a current context
+    want = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    fn = ctypes.CDLL(str(lib)).tl_sm_count_for_test
+    assert fn() == want and fn() == want
+
+
 def _gpu_run(kernel, M, N, K, dtype):
     import torch
 
