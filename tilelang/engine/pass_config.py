@@ -192,8 +192,9 @@ class PassConfigKey(str, Enum):
     (``backends/cuda/passes/heavy_blocks_first.py``). Default: True."""
 
     TL_PERSISTENT_TILES = "tl.persistent_tiles"
-    """CUDA sm_90a, automatically warp-specialized kernels with a static grid of one or two
-    dimensions, no cluster launch, no atomics: a persistent launch. The kernel launches
+    """CUDA sm_90a, automatically warp-specialized kernels with a static grid, no cluster
+    launch, no global atomics or ``while`` loops, a pipelined loop whose extent reads no
+    block index: a persistent launch. The kernel launches
     ``G = min(tiles, SM count)`` blocks (the host launcher queries the device's
     ``multiProcessorCount`` at launch time, cached per device) and each block walks
     ``for tile in range(blockIdx.x, tiles, gridDim.x)``, recomputing the user's block

@@ -356,3 +356,20 @@ def test_gpu_persistent_repeated_calls_agree():
     for _ in range(3):
         got, want = _gpu_run(kernel, 2000, 3000, 296, "float16")
         assert (got - want).abs().max().item() / want.abs().max().item() < 4e-3
+
+
+@pytest.mark.cuda
+def test_gpu_tilelang_compile_with_the_pass_config():
+    """``tilelang.compile(..., pass_configs={"tl.persistent_tiles": True})`` (what
+    ``benchmark/matmul_readme.py --variant pers:tl.persistent_tiles=true`` builds) returns
+    C with out_idx=[-1]; 4096^3 in float16 vs the float64 product."""
+    import torch
+
+    import tilelang
+
+    func = gemm(4096, 4096, 4096, bM=128, bN=256, bK=64, threads=256, stages=3, swizzle=10)
+    kernel = tilelang.compile(func, out_idx=[-1], target="cuda", pass_configs=ON)
+    a = torch.randn((4096, 4096), device="cuda", dtype=torch.float16) / 4
+    b = torch.randn((4096, 4096), device="cuda", dtype=torch.float16) / 4
+    got, want = kernel(a, b).double(), a.double() @ b.double()
+    assert (got - want).abs().max().item() / want.abs().max().item() < 4e-3
