@@ -250,6 +250,31 @@ def test_not_applied_keeps_the_kernel_and_says_why(func, target, configs, reason
     assert tvm_ffi.structural_equal(lowered.body, plain.body, map_free_vars=True)
 
 
+def test_given_up_after_planning_still_computes(monkeypatch):
+    """When the staging tile does not fit beside the stages after all (the planning
+    estimate forced to accept here), ``tma_store`` gives the plan up: one tile per block
+    again (ring base 0, no extra release), the note says why, the product is right."""
+    from tilelang.backends.cuda.passes import persistent_tiles as pt
+
+    monkeypatch.setattr(pt, "_shared_estimate", lambda planner, loop, inner: (0, 1))
+    func = gemm(200, 320, 136, bM=128, bN=256, threads=256, out="float32")
+    lowered = pipeline.lower(func, SM90A, {"tl.tma_store_epilogue": True, **ON})
+    (note,) = _persistent_note(lowered)
+    assert "not applied (epilogue C_l -> C:" in note and "beside the stages" in note, note
+    text = str(lowered)
+    assert "tile_iter_base" not in text and "tile_j" not in text
+    plain = str(pipeline.lower(func, SM90A, {"tl.tma_store_epilogue": True}))
+    arrive = '"tl::mbarrier_arrive", '
+    assert text.count(arrive) == plain.count(arrive) == 1
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((200, 136)) / 4).astype(np.float16)
+    b = (rng.standard_normal((136, 320)) / 4).astype(np.float16)
+    c = np.full((200, 320), np.nan, np.float32)
+    (_, _, c), _ = emulate_rs(lowered, a, b, c, mode="late_writes", race=True)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
 # ----------------------------------------------------------------------------- the build
 def test_nvcc_build_has_the_tile_loop_and_the_sm_query():
     if shutil.which("nvcc") is None:

@@ -12,7 +12,7 @@ kernel launches ``G = min(tiles, SM count)`` blocks and each walks the tiles
         for j in range(ceildiv(tiles - blockIdx.x, gridDim.x)):
             tile = blockIdx.x + j * gridDim.x
             bx, by, bz = tile % gx, tile // gx % gy, tile // (gx gy)
-            [the user's binds of block indices: T.use_swizzle, tl.heavy_blocks_first]
+            [the user's binds reading block indices: T.use_swizzle's panels]
             tile_iter_base = j * n                      (n: the pipelined loop's extent)
             [statements before the loop]; the loop (rings at tile_iter_base + k - begin)
             [the drain]; arrive(empty[last stage of the tile])
@@ -314,15 +314,14 @@ def persistent_tiles(func, ctx):
         if ctx.options.get("persistent_tiles") and getattr(ctx, "persistent_reason", None) is None:
             return _not_applied(func, ctx, "the kernel is not automatically warp-specialized")
         return func
-    zero_base = {plan.base: _i32(0)}
     if getattr(ctx, "persistent_reason", None) is not None:  # given up after planning
-        return func.with_body(substitute(func.body, zero_base))
+        return func.with_body(_one_tile(func.body, plan))
     launches, inner = launches_of(func.body)
     stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
     at = _split_index(stmts)
     if at is None:  # planned, but the loop was not warp-specialized in the end
         ctx.persistent = None
-        func = func.with_body(substitute(func.body, zero_base))
+        func = func.with_body(_one_tile(func.body, plan))
         return _not_applied(func, ctx, "the kernel is not automatically warp-specialized")
     tx = next(var for tag, _, var in launches if tag == "threadIdx.x")
     dims = {tag: (int(ext), var) for tag, ext, var in _block_launches(func.body)}
@@ -341,7 +340,7 @@ def persistent_tiles(func, ctx):
             kept.append(s)
     if any(uses_any(s, dependent) for s in kept + stmts[at + 1 :]):
         cancel(ctx, "a block index is used outside the warp-specialized branches")
-        return func.with_body(substitute(func.body, zero_base))
+        return func.with_body(_one_tile(func.body, plan))
 
     bid = ir.Var("block_id", "int32")
     grid = ir.Var("num_blocks", "int32")
@@ -394,6 +393,30 @@ def persistent_tiles(func, ctx):
         + ("; the TMA store's read awaited before the next tile's epilogue" if stores else "")
     )
     return func.with_body(body).with_attr(ATTR_TMA, list(ctx.tma_notes))
+
+
+def _one_tile(body, plan):
+    """``body`` planned for a persistent kernel back to one tile per block: the ring base
+    0 and the release of the tile's last stage after the drain gone."""
+
+    release = {"tl::mbarrier_arrive", "tl::fence_proxy_async_shared"}
+
+    def extra_release(x):  # (not the producer's arrive.expect_tx: it reads its own loop)
+        names = {extern_name(c) for c in extern_calls(x)}
+        return (
+            not isinstance(x, ir.For)
+            and "tl::mbarrier_arrive" in names
+            and names <= release
+            and uses_any(x, [plan.base])
+            and not uses_any(x, [plan.loop])
+        )
+
+    def seq(s):
+        kept = [x for x in s.seq if not extra_release(x)]
+        return kept[0] if len(kept) == 1 else ir.SeqStmt(kept)
+
+    body = tvm_ffi.structural_map(body, [(ir.SeqStmt, seq)])
+    return substitute(body, {plan.base: _i32(0)})
 
 
 def _not_applied(func, ctx, reason):
