@@ -80,6 +80,28 @@ def test_persistent_gemm_emulated(M, N, K, bM, bN, threads, swizzle, sms, dtype,
     _close(got, want, dtype)
 
 
+def _gemm_1d(M, N, K, bM=64, bN=128, bK=64, dtype="float16"):
+    """The GEMM on a 1-D grid: the user derives the tile's row and column from one index."""
+    nx = -(-N // bN)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, bM) * nx, threads=128) as b:
+            bx = b % nx
+            by = b // nx
+            A_s = T.alloc_shared((bM, bK), dtype)
+            B_s = T.alloc_shared((bK, bN), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=3):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[k * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bM, bx * bN])
+
+    return main
+
+
 def _shared_epilogue_gemm(M, N, K):
     from test_tma_store import gemm_shared_epilogue
 
@@ -95,6 +117,7 @@ def _shared_epilogue_gemm(M, N, K):
         ("readme", 200, 330, 136, {}),  # B rows not 16-byte multiples: consumers copy B
         ("readme", 200, 100, 136, {}),  # one tile column (blockIdx.x extent 1)
         ("readme", 200, 328, 136, {"tl.tma_store_epilogue": False}),  # register stores
+        ("grid_1d", 200, 328, 136, {}),  # one block index, the user's binds per tile
     ],
 )
 def test_persistent_variants_emulated(program, M, N, K, configs, monkeypatch):
@@ -104,6 +127,7 @@ def test_persistent_variants_emulated(program, M, N, K, configs, monkeypatch):
         "readme": lambda: gemm(M, N, K, bM=64, bN=128),
         "readme_256": lambda: gemm(M, N, K, bM=128, bN=128, threads=256),
         "shared_epilogue": lambda: _shared_epilogue_gemm(M, N, K),
+        "grid_1d": lambda: _gemm_1d(M, N, K),
     }[program]()
     lowered = pipeline.lower(func, SM90A, {**configs, **ON})
     (note,) = _persistent_note(lowered)
