@@ -51,6 +51,10 @@ issued the arrive right after the ldmatrix calls, before the mmas that consumed 
 the producer's next TMA load overwrote the rows the last ldmatrix calls were still reading
 (H200, session 5).
 
+With ``tl.persistent_tiles`` (:mod:`.persistent_tiles`) ``rel`` is ``base + k - begin``,
+``base`` counting the iterations of the block's earlier tiles, and the consumers also hand
+back the tile's last stage after the drain: the rings run on from tile to tile.
+
 With ``tl.cluster_multicast`` the producer multicasts the tiles the blocks of a cluster
 share, ``empty[s]`` counts the consumer warps of every block of the cluster (remote
 arrivals), and cluster barriers follow the initialisation and end the kernel
