@@ -322,10 +322,8 @@ STAGES = [
     ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", stage_apply_shared_layouts),
     ("tma_store", stage_tma_store),  # T.copy(shared -> global) as TMA stores (passes/tma_store.py)
-    (
-        "persistent_tiles",
-        stage_persistent_tiles,
-    ),  # tl.persistent_tiles (passes/persistent_tiles.py)
+    # tl.persistent_tiles: G = min(tiles, SMs) blocks walk a tile loop (passes/persistent_tiles.py)
+    ("persistent_tiles", stage_persistent_tiles),
     ("lower_parallel", stage_lower_parallel),
     ("lower_tile_ops", stage_lower_tile_ops),
     ("lower_fragments", stage_lower_fragments),
