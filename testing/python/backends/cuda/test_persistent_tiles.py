@@ -169,8 +169,8 @@ def test_lowered_tile_loop_and_rings():
     text = str(pipeline.lower(func, SM90A, ON))
     assert 'T.launch_thread("blockIdx.x", T.min(40, T.call_extern("__tl_sm_count"' in text
     assert 'launch_thread("blockIdx.y"' not in text
-    assert "for tile_j in range((40 - block_id + num_blocks - 1) // num_blocks):" in text
-    assert "for tile_j_load in range((40 - block_id + num_blocks - 1) // num_blocks):" in text
+    assert "for tile_j in range(T.Div(40 - block_id + num_blocks - 1, num_blocks)):" in text
+    assert "for tile_j_load in range(T.Div(40 - block_id + num_blocks - 1, num_blocks)):" in text
     assert "bx_r: T.let[T.int32]" in text and "bx_r_load: T.let[T.int32]" in text
     assert "tile_iter_base: T.let[T.int32] = tile_j * 5" in text
     assert "tma_full_k[(tile_iter_base + k) % 3]), (tile_iter_base + k) // 3 % 2" in text

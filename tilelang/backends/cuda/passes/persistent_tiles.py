@@ -268,7 +268,8 @@ def _epilogue_guarded(stmts, tx):
 def _tile_loop(name, tiles, bid, grid, body_stmts, prelude):
     """``for j in range(ceildiv(tiles - bid, grid)): prelude(j); body``."""
     j = ir.Var(name, "int32")
-    count = ir.prim.floordiv(_i32(tiles) - bid + grid - _i32(1), grid)
+    # (non-negative operands: C division, no floor corrections)
+    count = tirx.truncdiv(_i32(tiles) - bid + grid - _i32(1), grid)
     body = ir.SeqStmt(prelude(j) + list(body_stmts))
     return ir.For(j, _i32(0), count, _i32(1), ir.ForKind.DEFAULT, body, None, ir.UNKNOWN_LOC)
 
@@ -296,11 +297,11 @@ def _block_index_binds(dims, tiles, tile):
         if tag not in dims:
             continue
         ext, var = dims[tag]
-        value = tile if stride == 1 else ir.prim.floordiv(tile, _i32(stride))
+        value = tile if stride == 1 else tirx.truncdiv(tile, _i32(stride))
         if ext == 1:
             value = _i32(0)
         elif stride * ext < tiles:
-            value = value % _i32(ext)
+            value = tirx.truncmod(value, _i32(ext))  # (tile >= 0: C's % is the floor mod)
         out.append((var, value))
         stride *= ext
     return out
