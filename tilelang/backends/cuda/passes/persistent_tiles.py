@@ -30,8 +30,9 @@ consumers store the current one: its epilogue tile must not take the stage bytes
 does not depend on ``G``: every block computes the tiles of its own sequence.
 
 Applies when: ``tl.persistent_tiles`` is on, the target is sm_90a, the kernel's pipelined
-loop is warp-specialized (not an ordered ``T.Pipelined(order=, stage=)`` loop), the grid is
-static, there is no cluster launch (``cluster_dims``, ``tl.cluster_multicast``), no atomic
+loop is warp-specialized (an ordered ``T.Pipelined(order=, stage=)`` consumer loop too:
+``pipeline_order.ordered_loop`` offsets its stage indices and hands the last iteration's
+late-read stages back), the grid is static, there is no cluster launch (``cluster_dims``, ``tl.cluster_multicast``), no atomic
 on global memory, no ``while`` loop, the loop's extent reads no block index and block
 indices appear only in binds before the split and inside it. Otherwise the kernel is
 unchanged and ``tl.tma`` says why (:func:`ring_base`, :func:`stage_persistent_tiles`).
@@ -88,8 +89,6 @@ def _why_not(planner, loop, ordered) -> str | None:
     pctx = planner.pctx
     if pctx.arch != "sm_90a":
         return f"needs sm_90a (target {pctx.arch})"
-    if ordered is not None:
-        return "the loop is an ordered T.Pipelined(order=, stage=) loop"
     cluster = tuple(int(d) for d in getattr(pctx, "cluster_dims", (1, 1, 1)))
     if cluster != (1, 1, 1) or int(pctx.options.get("cluster_multicast") or 1) > 1:
         return "a thread-block cluster launch (cluster_dims / tl.cluster_multicast)"

@@ -184,6 +184,9 @@ def ordered_loop(plan, loop, rest, mapping, restage, stages, prove, rings):
     from .pipeline_planning import _with_loop
 
     wait_full, release, per_tile = rings
+    # a persistent kernel's rings run on across tiles (passes/persistent_tiles.py): stage
+    # buffers are indexed by the ring iteration base + rel
+    base = getattr(wait_full, "ring_base", None)
     k, begin, end = loop.var, loop.begin, loop.end
     rel = k - begin
     depth = plan.depth
@@ -225,7 +228,8 @@ def ordered_loop(plan, loop, rest, mapping, restage, stages, prove, rings):
                 if first[h] == g.stage and h not in waited:
                     waited.add(h)
                     out.append(wait_full(rel_of(g), t))
-            out.append(inst(g, k_of(g), rel_of(g) % stages))
+            ring = rel_of(g) if base is None else base + rel_of(g)
+            out.append(inst(g, k_of(g), ring % stages))
         return out
 
     paired = list(zip(plan.groups, group_tiles))
@@ -250,6 +254,8 @@ def ordered_loop(plan, loop, rest, mapping, restage, stages, prove, rings):
     prologue += [release(zero, handles[h]) for h in readers if last[h] == 0]
     late = [(g, t) for g, t in paired if g.stage == 1]
     epilogue = emit(late, lambda g: end - 1, lambda g: end_rel)
+    if base is not None:  # the next tile reuses the stages: the last late-read ones back too
+        epilogue += [release(end_rel, handles[h]) for h in readers if last[h] == 1]
     return [*guarded(prologue), new_loop, *guarded(epilogue)]
 
 

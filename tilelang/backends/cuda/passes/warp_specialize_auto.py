@@ -250,13 +250,19 @@ def ws_loop(
     if ordered is not None:
         ring_of = {t.dst.tensor.__chandle__(): ring for ring in rings for t in ring[2]}
 
+        def shift(r):  # the ring iteration of the tile's iteration begin + r
+            return r if base is None else base + r
+
         def wait_full(r, tile):
-            bar = ring_of[tile.__chandle__()][0]
+            bar, r = ring_of[tile.__chandle__()][0], shift(r)
             return _call("tl::mbarrier_wait", ptr(bar, r % stages), ir.prim.floordiv(r, stages) % 2)
 
         def release(r, tile):
-            return release_stage(ptr(ring_of[tile.__chandle__()][1], r % stages))
+            return release_stage(ptr(ring_of[tile.__chandle__()][1], shift(r) % stages))
 
+        # (persistent: ordered_loop offsets its stage indices too, and hands the last
+        # iteration's late-read stages back)
+        wait_full.ring_base = base
         loop_stmts = ordered(wait_full, release, per_copy)
         loop_stmts, turns_before, turns_after = _ordered_turns(planner, loop_stmts, threads)
     elif in_flight is not None:
