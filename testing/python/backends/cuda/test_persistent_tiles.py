@@ -451,7 +451,8 @@ def test_gpu_tilelang_compile_with_the_pass_config():
 @pytest.mark.parametrize("example", ["example_mha_fwd_bshd.py", "example_gqa_fwd_bshd.py"])
 def test_gpu_attention_persistent(example):
     """FlashAttention forward, not causal (the MHA example's ordered loop with ping-pong
-    turns; GQA's plain loop), persistent: 2 x 16 x 4 = 128 tiles for D=128 vs float64."""
+    turns; GQA's plain loop), persistent: 32 x 4 x 2 = 256 tiles (a tail in the sequence),
+    more than the SMs, D=128, vs float64."""
     import torch
 
     from tilelang.backends.cuda import load_kernel
@@ -460,7 +461,7 @@ def test_gpu_attention_persistent(example):
     from test_pipeline_emulate import _example
 
     fa = _example(f"flash_attention/{example}").flashattn
-    B, H, S, D = 2, 4, 2000, 128
+    B, H, S, D = 2, 4, 4000, 128
     kw = dict(block_M=128, block_N=128, num_stages=2, threads=256)
     if "gqa" in example:
         kw["groups"] = 1
