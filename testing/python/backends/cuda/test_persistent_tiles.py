@@ -335,6 +335,20 @@ def test_nvcc_build_has_the_tile_loop_and_the_sm_query():
     assert "__tl_sm_count()" in host and "blockIdx.y" not in src
 
 
+def test_nvcc_build_of_persistent_attention():
+    """The ordered FlashAttention loop (ping-pong turns) inside the tile loop: ptxas
+    accepts it (setmaxnreg, named barriers and turn barriers in a loop)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from test_pipeline_emulate import _example
+
+    fa = _example("flash_attention/example_mha_fwd_bshd.py").flashattn
+    tir = fa.get_tir(2, 4, 4000, 128, False, block_M=128, block_N=128, num_stages=2, threads=256)
+    src = pipeline.build(tir, SM90A, ON, compiler="nvcc").kernel_source
+    assert "for (int tile_j = 0;" in src and "for (int tile_j_load = 0;" in src
+
+
 def _sm_count_program(tmp_path, body):
     """A C program (or library) with the host helper, built with the C compiler."""
     from tilelang.backends.cuda.host_library import _HOST_TYPES_HEADER, _c_compiler
