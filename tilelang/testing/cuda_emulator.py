@@ -25,6 +25,8 @@ Lockstep execution hides missing barriers; ``race_check=True`` finds them instea
 (``cuda_emulator_race``: two warps touching a shared byte with no barrier between).
 The numpy types, elementwise operation tables and errors live in ``cuda_emulator_values``
 (re-exported here).
+A persistent kernel's grid (``tl.persistent_tiles``) is ``min(tiles, __tl_sm_count())``:
+the emulated device has ``TILELANG_EMULATOR_SM_COUNT`` SMs (default 132).
 A cluster launch runs cluster by cluster, its blocks as cooperative tasks
 (``cuda_emulator_cluster``: TMA multicast, remote mbarrier arrivals, cluster barriers).
 """

@@ -183,6 +183,15 @@ def test_attention_ordered_loop_emulated(monkeypatch):
     np.testing.assert_allclose(arrays[3], _attention(q, k, v, False), rtol=1e-2, atol=2e-3)
 
 
+def test_emulated_sm_count_must_be_positive(monkeypatch):
+    from tilelang.testing.cuda_emulator import EmulationError
+
+    monkeypatch.setenv("TILELANG_EMULATOR_SM_COUNT", "0")
+    lowered = pipeline.lower(gemm(72, 96, 72, bM=64, bN=64), SM90A, ON)
+    with pytest.raises(EmulationError, match="TILELANG_EMULATOR_SM_COUNT='0'"):
+        _emulate(lowered, 72, 96, 72, "float16")
+
+
 def test_lowered_tile_loop_and_rings():
     """The dump: one blockIdx launch over min(tiles, __tl_sm_count()), the tile loop in
     both branches with the block indices (and the swizzle's) recomputed, ring indices

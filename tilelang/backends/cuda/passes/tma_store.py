@@ -30,11 +30,11 @@ warp-specialized kernel, a ``T.copy(fragment -> global)`` after the pipelined lo
 ``T.copy(fragment -> S)`` + ``T.copy(S -> global)`` (a TMA store) through a staging tile
 ``S`` of the global tensor's type, swizzled (128B where the row allows) so that the
 fragment's register pairs land in distinct banks and the store's box reproduces it. ``S``
-reuses the bytes of a pipeline stage buffer when one is large enough (not in a persistent
-kernel, ``tl.persistent_tiles``: the producer refills the stages meanwhile) (every TMA load has
+reuses the bytes of a pipeline stage buffer when one is large enough (every TMA load has
 completed once the consumers' last ``full`` wait returned; a consumer barrier in front of
 the staging writes waits for the other warpgroups' last wgmmas), else it is a new tile
-when the shared memory allows; otherwise the copy stays as it is (and ``tl.tma`` says so).
+when the shared memory allows (always in a persistent kernel, ``tl.persistent_tiles``: the
+producer refills the stages during the epilogue); otherwise the copy stays as it is (and ``tl.tma`` says so).
 The fragment -> ``S`` step is warp-wide ``stmatrix`` for 16-bit types where the fragment's
 register pairs are rows of 8x8 matrices in ``S``'s layout (the wgmma accumulator: one
 ``stmatrix.x4`` per 8 accumulator values, checked as ldmatrix's fit), else one 2-element
