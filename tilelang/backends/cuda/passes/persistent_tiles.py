@@ -231,10 +231,12 @@ def _split_index(stmts):
 def _prefix_len(stmts) -> int:
     """Leading statements that stay outside the tile loop: the consumer marker and
     ``setmaxnreg``."""
+    from .warp_specialize_auto import CONSUMER_MARKER
+
     n = 0
     for s in stmts:
         name = extern_name(s) if isinstance(s, ir.Evaluate) else None
-        if name is None or not (name.startswith("tl::set_max_nreg") or name.startswith("tl::ws_")):
+        if name is None or not (name.startswith("tl::set_max_nreg") or name == CONSUMER_MARKER):
             break
         n += 1
     return n
