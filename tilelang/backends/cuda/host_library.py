@@ -37,10 +37,14 @@ typedef uint16_t half;
 # The grid of a persistent kernel (tl.persistent_tiles, passes/persistent_tiles.py) is
 # min(tiles, __tl_sm_count()): the multiprocessor count of the current context's device
 # (libcuda through dlopen, resolved once; cached per device). Where the driver cannot say,
-# INT32_MAX: one block per tile, which computes the same result.
+# INT32_MAX: one block per tile, which computes the same result. Test hook: a positive
+# TILELANG_CUDA_SM_COUNT (read once per library, at its first persistent launch) replaces
+# the device's count, so a GPU test can run fewer blocks than SMs.
+SM_COUNT_ENV = "TILELANG_CUDA_SM_COUNT"
 SM_COUNT_HELPER = """
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdlib.h>
 #define TL_SM_MAX_DEVICES 64
 #ifdef __cplusplus
 extern "C" { /* TIRx's host code declares the callee with C linkage */
@@ -49,7 +53,13 @@ static int (*__tl_sm_ctx_get_device)(int*);
 static int (*__tl_sm_device_attribute)(int*, int, int);
 static pthread_once_t __tl_sm_once = PTHREAD_ONCE_INIT;
 static int __tl_sm_counts[TL_SM_MAX_DEVICES];
+static int __tl_sm_override;
 static void __tl_sm_resolve(void) {
+  const char* env = getenv("TILELANG_CUDA_SM_COUNT");
+  char* end = NULL;
+  long value = env != NULL ? strtol(env, &end, 10) : 0;
+  if (env != NULL && *env != 0 && *end == 0 && value > 0 && value < INT32_MAX)
+    __tl_sm_override = (int)value;
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return;
   *(void**)(&__tl_sm_ctx_get_device) = dlsym(lib, "cuCtxGetDevice");
@@ -58,6 +68,7 @@ static void __tl_sm_resolve(void) {
 static int32_t __tl_sm_count(void) {
   int device = -1, count = 0;
   pthread_once(&__tl_sm_once, __tl_sm_resolve);
+  if (__tl_sm_override > 0) return __tl_sm_override;
   if (__tl_sm_ctx_get_device == NULL || __tl_sm_device_attribute == NULL ||
       __tl_sm_ctx_get_device(&device) != 0 || device < 0 || device >= TL_SM_MAX_DEVICES)
     return INT32_MAX;

@@ -372,16 +372,38 @@ def _sm_count_program(tmp_path, body):
     return cc, header, src
 
 
-def test_host_sm_count_without_a_context(tmp_path):
-    """``__tl_sm_count()`` with no current CUDA context (or no driver at all) answers
-    INT32_MAX: the grid is then one block per tile, which computes the same result."""
+def _sm_count_exe(tmp_path):
     import subprocess
 
     program = '#include <stdio.h>\nint main(void) { printf("%d", __tl_sm_count()); }\n'
     cc, header, src = _sm_count_program(tmp_path, program)
     exe = tmp_path / "prog"
     subprocess.run([*cc, "-include", str(header), str(src), "-o", str(exe), "-ldl", "-lpthread"], check=True)  # fmt: skip
-    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == str(2**31 - 1)
+    return exe
+
+
+def _run_exe(exe, **env_changes):
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TILELANG_CUDA_SM_COUNT"}
+    env.update(env_changes)
+    return subprocess.run([str(exe)], capture_output=True, text=True, env=env).stdout
+
+
+def test_host_sm_count_without_a_context(tmp_path):
+    """``__tl_sm_count()`` with no current CUDA context (or no driver at all) answers
+    INT32_MAX: the grid is then one block per tile, which computes the same result."""
+    assert _run_exe(_sm_count_exe(tmp_path)) == str(2**31 - 1)
+
+
+def test_host_sm_count_override(tmp_path):
+    """``TILELANG_CUDA_SM_COUNT`` (a positive integer) is what ``__tl_sm_count()`` answers,
+    with or without a driver; anything else is ignored."""
+    exe = _sm_count_exe(tmp_path)
+    assert _run_exe(exe, TILELANG_CUDA_SM_COUNT="3") == "3"
+    for bad in ("0", "-2", "x", "3x", ""):
+        assert _run_exe(exe, TILELANG_CUDA_SM_COUNT=bad) == str(2**31 - 1), bad
 
 
 # ------------------------------------------------------------------------------- the GPU
@@ -496,3 +518,33 @@ def test_gpu_attention_persistent(example):
     qd, kd, vd = (x.double().transpose(1, 2) for x in (q, k, v))
     ref = ((qd @ kd.transpose(-1, -2) / D**0.5).softmax(-1) @ vd).transpose(1, 2)
     torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
+
+
+_FEW_BLOCKS = """
+import sys, torch
+sys.path[:0] = [{root!r}, {here!r}]
+from test_persistent_tiles import _gpu_kernel, _gpu_run
+kernel = _gpu_kernel(2000, 3000, 296, {dtype!r})
+got, want = _gpu_run(kernel, 2000, 3000, 296, {dtype!r})
+assert not got.isnan().any()
+print((got - want).abs().max().item() / want.abs().max().item())
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("blocks", [1, 3, 7])
+def test_gpu_persistent_with_few_blocks(blocks, dtype):
+    """``TILELANG_CUDA_SM_COUNT=1/3/7`` (in a fresh process: the count is read once per
+    library): 192 tiles on 1, 3 or 7 blocks, each walking dozens of tiles with the rings
+    running on, vs float64."""
+    import os
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    code = _FEW_BLOCKS.format(root=str(here.parents[3]), here=str(here), dtype=dtype)
+    env = dict(os.environ, TILELANG_CUDA_SM_COUNT=str(blocks))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tol = 2e-2 if dtype == "bfloat16" else 4e-3
+    assert float(proc.stdout.strip().splitlines()[-1]) < tol, proc.stdout
