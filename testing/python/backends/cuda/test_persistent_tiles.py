@@ -102,6 +102,56 @@ def _gemm_1d(M, N, K, bM=64, bN=128, bK=64, dtype="float16"):
     return main
 
 
+def _two_store_gemm(M, N, K, bM=64, bN=128, bK=64):
+    """C = A @ B and D = 2 A @ B, both stored through the same shared tile C_s."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        C: T.Tensor((M, N), "float16"),
+        D: T.Tensor((M, N), "float16"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), "float16")
+            B_s = T.alloc_shared((bK, bN), "float16")
+            C_s = T.alloc_shared((bM, bN), "float16")
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=3):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[k * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C_s)
+            T.copy(C_s, C[by * bM, bx * bN])
+            for i, j in T.Parallel(bM, bN):
+                C_l[i, j] = C_l[i, j] * 2
+            T.copy(C_l, C_s)
+            T.copy(C_s, D[by * bM, bx * bN])
+
+    return main
+
+
+def test_tile_reused_within_the_epilogue_keeps_its_wait(monkeypatch):
+    """Two TMA stores from one shared tile in the epilogue: the wait between them stays
+    (the tile is rewritten right after), only the last one moves before the next tile's
+    epilogue; emulated on 2 blocks for 12 tiles, C and D right."""
+    monkeypatch.setenv("TILELANG_EMULATOR_SM_COUNT", "2")
+    M, N, K = 200, 328, 136
+    lowered = pipeline.lower(_two_store_gemm(M, N, K), SM90A, ON)
+    consumer = str(lowered).split("for tile_j in range")[1].split("else:")[0]
+    assert consumer.count("tl::tma_store_2d") == 2 and consumer.count("tma_store_commit") == 2
+    assert consumer.count("tl::tma_store_wait_read<0>") == 3  # between, guard, after the loop
+    rng = np.random.default_rng(9)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    c, d = (np.full((M, N), np.nan, np.float16) for _ in range(2))
+    (_, _, c, d), _ = emulate_rs(lowered, a, b, c, d, mode="late_writes", race=True)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    _close(c.astype(np.float64), want, "float16")
+    _close(d.astype(np.float64), 2 * want, "float16")
+
+
 def _shared_epilogue_gemm(M, N, K):
     from test_tma_store import gemm_shared_epilogue
 

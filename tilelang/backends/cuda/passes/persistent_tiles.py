@@ -242,26 +242,50 @@ def _prefix_len(stmts) -> int:
     return n
 
 
-def _drop_store_waits(stmt):
-    """``stmt`` without its ``tma_store_wait_read<0>`` calls (moved before the next reuse)."""
-
-    def seq(s):
-        kept = [x for x in s.seq if extern_name(x) != _WAIT_READ]
-        return kept[0] if len(kept) == 1 else ir.SeqStmt(kept)
-
-    return tvm_ffi.structural_map(stmt, [(ir.SeqStmt, seq)])
+def _without_last_wait(stmt):
+    """``stmt`` without its last ``tma_store_wait_read<0>`` (that store's read is awaited
+    before the next tile's epilogue instead); earlier ones stay (a tile reused within
+    the epilogue). Looks through sequences and ``if``s only; None when there is none."""
+    if isinstance(stmt, ir.SeqStmt):
+        seq = list(stmt.seq)
+        for i in range(len(seq) - 1, -1, -1):
+            if extern_name(seq[i]) == _WAIT_READ:
+                rest = seq[:i] + seq[i + 1 :]
+            elif extern_calls(seq[i], _WAIT_READ):
+                new = _without_last_wait(seq[i])
+                if new is None:
+                    return None
+                rest = [*seq[:i], new, *seq[i + 1 :]]
+            else:
+                continue
+            return None if not rest else rest[0] if len(rest) == 1 else ir.SeqStmt(rest)
+        return None
+    if isinstance(stmt, ir.If) and extern_calls(stmt.then_case, _WAIT_READ):
+        if stmt.else_case is not None and extern_calls(stmt.else_case, _WAIT_READ):
+            return None
+        new = _without_last_wait(stmt.then_case)
+        return None if new is None else ir.If(stmt.condition, new, stmt.else_case)
+    return None
 
 
 def _epilogue_guarded(stmts, tx):
     """(``stmts`` with the epilogue guard, whether it has TMA stores): after the last
     statement using the mbarrier rings, thread 0 waits until its previous tile's TMA
     store has read the epilogue tile, and the consumers meet at a barrier before anyone
-    writes it again (the waits after each commit are dropped)."""
+    writes it again (the wait after the last commit is dropped)."""
     last = max((i for i, s in enumerate(stmts) if extern_calls(s, "tl::mbarrier_")), default=None)
     if last is None or last == len(stmts) - 1:
         return stmts, False
-    post = [_drop_store_waits(s) for s in stmts[last + 1 :]]
+    post = list(stmts[last + 1 :])
     stores = any(extern_calls(s, "tl::tma_store_") for s in post)
+    waits = [i for i, s in enumerate(post) if extern_calls(s, _WAIT_READ)]
+    if waits:  # the last store's wait moves to the guard (the read overlaps the next loop)
+        i = waits[-1]
+        if extern_name(post[i]) == _WAIT_READ:
+            del post[i]
+        else:
+            new = _without_last_wait(post[i])
+            post[i] = post[i] if new is None else new
     guard = [ir.If(tx == 0, _call(_WAIT_READ), None)] if stores else []
     return [*stmts[: last + 1], *guard, sync_threads(), *post], stores
 
