@@ -15,7 +15,8 @@ and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_
 which derives that schedule where the annotations do not apply), and ``serial`` (this
 example without either: each gemm waited for where it is issued, the session-5 schedule,
 for an A/B in the same process), ``nopp`` (this example with ``tl.ws_pingpong = False``: the
-consumer warpgroups do not take turns at the gemms), ``nanmax`` (this
+consumer warpgroups do not take turns at the gemms), ``persist`` (non-causal: this example with ``tl.persistent_tiles``, one block per
+SM walking the tiles), ``nanmax`` (this
 example with ``tl.nan_propagating_max``: float max as a four-instruction select, the form
 before ``transform/float_min_max.py``);
 ``--no-overlap-rows`` leaves them out. More causal rows:
@@ -119,6 +120,9 @@ def main():
             rows.append(((128, 128, 2, 256), "serial", flashattn, serial))
             # without the consumer warpgroups' turns at the gemms (FA-3's scheduler barrier)
             rows.append(((128, 128, 2, 256), "nopp", flashattn, {"tl.ws_pingpong": False}))
+            if not causal:  # one block per SM walking the tiles (not for causal loops)
+                persist = {"tl.persistent_tiles": True}
+                rows.append(((128, 128, 2, 256), "persist", flashattn, persist))
             # the row max as TIRx's NaN-propagating select (the form before float_min_max)
             rows.append(((128, 128, 2, 256), "nanmax", flashattn, {"tl.nan_propagating_max": True}))
         if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order
