@@ -202,8 +202,11 @@ class PassConfigKey(str, Enum):
     Producer and consumers walk the same tiles and the mbarrier rings run on across tiles,
     so the producer loads the next tile's first stages during the current tile's epilogue;
     the epilogue tile gets its own shared memory (not a stage buffer's bytes). Kernels it
-    does not apply to are unchanged, with the reason in ``tl.tma``
-    (``backends/cuda/passes/persistent_tiles.py``). Default: False."""
+    does not apply to are unchanged, with the reason in ``tl.tma`` when the key is True
+    (``backends/cuda/passes/persistent_tiles.py``). Unset: on for GEMMs (a loop with one
+    gemm, not software-pipelined) with 256 or more consumer threads (the README GEMM
+    128x256x64 on the H200 went from 0.99-1.06x torch to 1.03-1.18x); FlashAttention's
+    two-gemm loop measured 0.97x of itself and stays off unless True. False: never."""
 
     TL_ENABLE_BOUNDS_CHECK = "tl.enable_bounds_check"
     """Debug: check every element access the compiler cannot prove in bounds when the kernel
@@ -423,5 +426,10 @@ def build_options(pass_configs) -> dict:
         "cluster_multicast_sync": mc_sync,
         "heavy_blocks_first": flag(PassConfigKey.TL_HEAVY_BLOCKS_FIRST, True),
         "nan_propagating_max": flag(PassConfigKey.TL_NAN_PROPAGATING_MAX, False),
-        "persistent_tiles": flag(PassConfigKey.TL_PERSISTENT_TILES, False),
+        # None (unset): GEMMs (one gemm in the loop) of 256+ consumer threads
+        "persistent_tiles": (
+            None
+            if configs.get(PassConfigKey.TL_PERSISTENT_TILES.value) is None
+            else flag(PassConfigKey.TL_PERSISTENT_TILES, False)
+        ),
     }

@@ -24,6 +24,7 @@ from test_gemm_wgmma_rs import emulate_rs  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 ON = {"tl.persistent_tiles": True}
+OFF = {"tl.persistent_tiles": False}
 
 
 def _notes(func):
@@ -277,7 +278,7 @@ def test_epilogue_tile_apart_from_the_stages():
     for name in ("A_s_mb", "B_s_mb"):
         o, sz = (int(x) for x in plan[name])
         assert lo + size <= o or o + sz <= lo, (name, plan)
-    assert "C_epilogue" not in dict(pipeline.lower(func, SM90A, {}).attrs["tl.shared_memory"])
+    assert "C_epilogue" not in dict(pipeline.lower(func, SM90A, OFF).attrs["tl.shared_memory"])
 
 
 def test_missing_wait_before_the_epilogue_is_caught(monkeypatch):
@@ -296,13 +297,26 @@ def test_missing_wait_before_the_epilogue_is_caught(monkeypatch):
         _emulate(lowered, 200, 328, 136, "float16")
 
 
-def test_flag_off_is_the_default():
-    """Without the key, or with False, the lowering is the one-tile-per-block kernel."""
+def test_default_is_on_for_gemms_only():
+    """Unset, a GEMM with 256 consumer threads is persistent (as with True); FlashAttention's
+    ordered loop and a 128-thread GEMM are not (as with False), and say nothing about it."""
     func = gemm(1000, 1088, 296, bM=128, bN=256, threads=256, swizzle=10)
     default = str(pipeline.lower(func, SM90A, {}))
-    assert default == str(pipeline.lower(func, SM90A, {"tl.persistent_tiles": False}))
-    assert "tile_j" not in default and "__tl_sm_count" not in default
-    assert "persistent" not in default
+    assert default == str(pipeline.lower(func, SM90A, ON)) and "tile_j" in default
+    off = str(pipeline.lower(func, SM90A, OFF))
+    assert "tile_j" not in off and "__tl_sm_count" not in off and "persistent" not in off
+    small = gemm(1000, 1088, 296, bM=128, bN=128, threads=128)
+    assert str(pipeline.lower(small, SM90A, {})) == str(pipeline.lower(small, SM90A, OFF))
+    from test_pipeline_emulate import _example
+
+    fa = _example("flash_attention/example_mha_fwd_bshd.py").flashattn
+    tir = fa.get_tir(2, 2, 1024, 64, False, block_M=128, block_N=128, num_stages=2, threads=256)
+    import tvm_ffi
+
+    plain = pipeline.lower(tir, SM90A, {})
+    off_fa = pipeline.lower(tir, SM90A, OFF)
+    assert tvm_ffi.structural_equal(plain.body, off_fa.body, map_free_vars=True)
+    assert "persistent" not in str(plain)
 
 
 # ------------------------------------------------------------------------------ fallbacks
@@ -347,7 +361,7 @@ def test_not_applied_keeps_the_kernel_and_says_why(func, target, configs, reason
     lowered = pipeline.lower(func, target, {**configs, **ON})
     notes = _persistent_note(lowered)
     assert len(notes) == 1 and "not applied" in notes[0] and reason in notes[0], notes
-    plain = pipeline.lower(func, target, configs)
+    plain = pipeline.lower(func, target, {**configs, **OFF})
     assert "tile_j" not in str(lowered) and "tile_iter_base" not in str(lowered)
     strip = [n for n in _notes(lowered) if not n.startswith("persistent tiles")]
     assert strip == _notes(plain)
@@ -369,7 +383,7 @@ def test_given_up_after_planning_still_computes(monkeypatch):
     assert "not applied (epilogue C_l -> C:" in note and "beside the stages" in note, note
     text = str(lowered)
     assert "tile_iter_base" not in text and "tile_j" not in text
-    plain = str(pipeline.lower(func, SM90A, {"tl.tma_store_epilogue": True}))
+    plain = str(pipeline.lower(func, SM90A, {"tl.tma_store_epilogue": True, **OFF}))
     arrive = '"tl::mbarrier_arrive", '
     assert text.count(arrive) == plain.count(arrive) == 1
     rng = np.random.default_rng(7)
