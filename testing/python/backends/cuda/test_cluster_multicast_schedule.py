@@ -126,7 +126,7 @@ def test_sass_main_loops_have_no_cluster_scope_fences():
     instructions more than the one-block kernel's."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
-    base_art, base = _build_sass({})
+    base_art, base = _build_sass({"tl.persistent_tiles": False})  # one tile per block, as they
     new_art, new = _build_sass(_configs("cta"))
     _, old = _build_sass(_configs("cluster"))
     assert "__cluster_dims__(2, 1, 1)" in new_art.kernel_source
