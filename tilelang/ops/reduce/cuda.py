@@ -105,18 +105,74 @@ def _shfl(value, lane_mask, dtype):
 
 @lower_rule("reduce", "cuda")
 def lower_reduce_cuda(v, ctx):
-    """Warp shuffles (``__shfl_xor_sync`` over 32 lanes), then shared memory across warps."""
-    return lower_reduce_threads(v, ctx, _shfl, 32)
+    """Warp shuffles (``__shfl_xor_sync`` over 32 lanes), then shared memory across warps.
+    ``tl.reduce_merged_exchange`` (default on): one shared exchange for all of a thread's
+    rows (:func:`exchange_slots`). ``tl.reduce_fast_minmax`` (default on): float32 max/min
+    without ``nan_propagate`` combine with ``fmaxf``/``fminf`` (one ``FMNMX``; TIRx prints
+    ``max`` as a NaN-propagating select, four SASS instructions)."""
+    options = getattr(ctx, "options", None) or {}
+    return lower_reduce_threads(v, ctx, _shfl, 32,
+                                merged_exchange=options.get("reduce_merged_exchange", True),
+                                fast_minmax=options.get("reduce_fast_minmax", True))  # fmt: skip
 
 
-def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
+def _fast_combine(kind, acc, value, nan, dtype):
+    """``combine`` with float32 max/min as ``fmaxf``/``fminf`` (a NaN operand is dropped,
+    which ``combine`` allows without ``nan_propagate``)."""
+    merge = {"absmax": "max"}.get(kind, kind)
+    if nan or merge not in ("max", "min") or str(dtype) != "float32":
+        return combine(kind, acc, value, nan)
+    if kind == "absmax":
+        value = _tirx.abs(value)
+    name = "fmaxf" if merge == "max" else "fminf"
+    return _tirx.call_extern(name, acc, value, ty=dtype)
+
+
+def exchange_slots(lanes, warps, threads: int, rows: int, warp: int = 32):
+    """The compact layout of the cross-warp workspace, or None when it would not be smaller
+    than one slot per thread: after the lane butterflies every lane of a group
+    ``t ^ span(lanes)`` holds the same partial, so one of them (lane bits 0) writes it to
+    slot ``row * width + compress(t)`` (``t`` without its lane bits). Returns
+    ``(width, compress)`` where ``compress(expr)`` builds that index expression."""
+    if not warps:
+        return None
+    lane_bits = sorted(g.bit_length() - 1 for g in lanes)
+    width = threads >> len(lane_bits)
+    if rows * width > threads:
+        return None
+    low = warp.bit_length() - 1  # bits of the lane index
+    runs = []  # runs of consecutive kept lane-index bits: (first bit, length, rank)
+    for rank, b in enumerate(b for b in range(low) if b not in lane_bits):
+        if runs and b == runs[-1][0] + runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, runs[-1][2])
+        else:
+            runs.append((b, 1, rank))
+
+    def compress(x):
+        out = (x >> low) << (low - len(lane_bits))
+        for first, length, rank in runs:
+            part = (x >> first) & ((1 << length) - 1)
+            out = out + (part << rank if rank else part)
+        return out
+
+    return width, compress
+
+
+def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exchange=False,
+                         fast_minmax=False):  # fmt: skip
     """The reduction over a block's threads: ``shuffle(value, lane_mask, dtype)`` exchanges
     registers between lanes closer than ``warp`` (the warp/wavefront size); rows spanning
     more lanes go through a shared workspace. Shared by the CUDA, ROCm and Metal rules.
 
     ``whole_warp(kind, value, dtype)``, when given, may return one expression reducing
     ``value`` over all ``warp`` lanes (Metal's ``simd_sum``/``simd_max``); it replaces the
-    butterfly when the lanes sharing a row are exactly the whole warp."""
+    butterfly when the lanes sharing a row are exactly the whole warp.
+
+    ``merged_exchange``: rows spanning warps go through the workspace together (all of a
+    thread's rows written, one barrier, all read: ``insert_sync`` places one barrier per
+    reduce instead of two per row) in the compact layout of :func:`exchange_slots`, when
+    that layout is no larger than one slot per thread. ``fast_minmax``: float32 max/min
+    without ``nan_propagate`` combine with ``fmaxf``/``fminf``."""
     src, dst, dim, pairs = reduce_axes(v)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         raise errors.compile_error(
@@ -140,6 +196,12 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
     kind, dtype = v.reduce_type, dst.dtype
     merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
     nan = bool(v.nan_propagate) and dtype.startswith(("float", "bfloat"))
+
+    def comb(k, acc, value, nan_):
+        if fast_minmax:
+            return _fast_combine(k, acc, value, nan_, dtype)
+        return combine(k, acc, value, nan_)
+
     t = ctx.thread_var
     n_d = d_layout.get_local_size()
     sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
@@ -156,7 +218,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         d_index[b] = x
     slot = inner.simplify(d_layout.map_forward_index(d_index)[0])
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
-    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value, nan))
+    acc = store(red, [slot], comb(kind, ir.TensorLoad(red, [slot]), value, nan))
     partial = for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED)
     if s_layout.get_thread_size() < ctx.threads:  # the other threads hold no src element
         partial = ir.If(t < s_layout.get_thread_size(), partial, None)
@@ -180,14 +242,12 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
         stmts.append(alloc(partner))
         for g in lanes:
             body.append(store(partner, [0], shuffle(cur, g, dtype)))
-            body.append(store(red, [ld2], combine(merge, cur, ir.TensorLoad(partner, [0]), nan)))
+            body.append(store(red, [ld2], comb(merge, cur, ir.TensorLoad(partner, [0]), nan)))
     else:
         for g in lanes:
-            body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype), nan)))
+            body.append(store(red, [ld2], comb(merge, cur, shuffle(cur, g, dtype), nan)))
+    compact = exchange_slots(lanes, warps, ctx.threads, n_d, warp) if merged_exchange else None
     if warps:
-        ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
-        ctx.extra_allocs.append(alloc(ws))
-        body.append(store(ws, [t], cur))
         span = {0}
         for g in warps:
             span |= {s ^ g for s in span}
@@ -198,15 +258,39 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
             group_bits |= g
         base = t - (t & group_bits)
         order = sorted(span)
+    if warps and compact is not None:
+        # all rows written (one lane per lane group), then all read: one RAW barrier
+        width, compress = compact
+        ws = new_tensor(f"{dst.name}_ws", [n_d * width], dtype, "shared.dyn")
+        ctx.extra_allocs.append(alloc(ws))
+        lane_mask = sum(lanes)
+        write = store(ws, [ld2 * width + compress(t)], cur)
+        body.append(ir.If((t & lane_mask) == 0, write, None) if lane_mask else write)
+        stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED))
+        ld4 = ir.Var("rx", "int32")
+        row = ld4 * width + compress(base)
+
+        def part(o):  # the partial of the group member ``base + o`` (o: warp bits only)
+            return ir.TensorLoad(ws, [row + compress(o)])
+
+        total = part(order[0])
+        for o in order[1:]:
+            total = comb(merge, total, part(o), nan)
+        stmts.append(for_(ld4, n_d, store(red, [ld4], total), ir.ForKind.UNROLLED))
+        body = []
+    elif warps:
+        ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
+        ctx.extra_allocs.append(alloc(ws))
+        body.append(store(ws, [t], cur))
         total = ir.TensorLoad(ws, [base + order[0]])
         for o in order[1:]:
-            total = combine(merge, total, ir.TensorLoad(ws, [base + o]), nan)
+            total = comb(merge, total, ir.TensorLoad(ws, [base + o]), nan)
         body.append(store(red, [ld2], total))
     if body:
         stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
     ld3 = ir.Var("ro", "int32")
     out = ir.TensorLoad(red, [ld3])
     if not v.clear:
-        out = combine(merge, ir.TensorLoad(dl, [ld3]), out, nan)
+        out = comb(merge, ir.TensorLoad(dl, [ld3]), out, nan)
     stmts.append(for_(ld3, n_d, store(dl, [ld3], out, loc=v.loc), ir.ForKind.UNROLLED))
     return seq(stmts)
