@@ -147,11 +147,15 @@ def exchange_slots(lanes, warps, threads: int, rows: int, warp: int = 32):
             runs[-1] = (runs[-1][0], runs[-1][1] + 1, runs[-1][2])
         else:
             runs.append((b, 1, rank))
+    # a run reaching the top lane bit continues into the warp index: no mask, no extra term
+    open_top = bool(runs) and runs[-1][0] + runs[-1][1] == low
 
     def compress(x):
-        out = (x >> low) << (low - len(lane_bits))
-        for first, length, rank in runs:
-            part = (x >> first) & ((1 << length) - 1)
+        out = 0 if open_top else (x >> low) << (low - len(lane_bits))
+        for i, (first, length, rank) in enumerate(runs):
+            part = x >> first if first else x
+            if not (open_top and i == len(runs) - 1):
+                part = part & ((1 << length) - 1)
             out = out + (part << rank if rank else part)
         return out
 

@@ -143,7 +143,8 @@ def test_exchange_slots_compress_is_a_bijection():
     """The compact slot of each lane group is distinct and inside the workspace, for lane
     generators that are not the low bits too."""
     for lanes, warps, threads, rows in [([1, 2], [128], 256, 2), ([4, 8], [32, 64], 128, 4),
-                                         ([1, 16], [32], 64, 1), ([2], [64], 128, 2)]:  # fmt: skip
+                                         ([1, 16], [32], 64, 1), ([2], [64], 128, 2),
+                                         ([], [32], 64, 1), ([1, 2, 4, 8, 16], [32, 64], 128, 4)]:  # fmt: skip
         width, compress = exchange_slots(lanes, warps, threads, rows)
         mask = sum(lanes)
         slots = {compress(t) for t in range(threads) if t & mask == 0}
