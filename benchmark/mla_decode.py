@@ -17,8 +17,8 @@ after warm-up; each row checks its output against the float64 reference first (`
 ``--device cpu`` is a smoke run of the script at small shapes (the CPU backend, wall clock).
 ``--variant`` adds rows of both kernels built with more pass configs (on top of the examples'
 fast math), timed in the same run: e.g. ``--variant
-old:tl.reduce_merged_exchange=false,tl.reduce_fast_minmax=false`` (issue 13's A/B of the
-cross-warpgroup reductions, benchmark/SASS_AUDIT.md).
+old:tl.reduce_merged_exchange=false`` (issue 13's A/B of the cross-warpgroup reductions,
+benchmark/SASS_AUDIT.md).
 """
 
 from __future__ import annotations

@@ -73,12 +73,6 @@ class PassConfigKey(str, Enum):
     (MLA decode's two cross-warpgroup reductions: 8 barriers per iteration -> 2).
     Default: True."""
 
-    TL_REDUCE_FAST_MINMAX = "tl.reduce_fast_minmax"
-    """CUDA: float32 ``T.reduce_max``/``min``/``absmax`` without ``nan_propagate`` combine
-    with ``fmaxf``/``fminf`` (one ``FMNMX``) instead of TIRx's NaN-propagating select (four
-    SASS instructions per element); a NaN input may then be dropped, as documented for
-    reductions without ``nan_propagate`` (upstream's ``max``). Default: True."""
-
     TL_WGMMA_IN_FLIGHT = "tl.wgmma_in_flight"
     """CUDA sm_90a: keep one wgmma group in flight across iterations of a pipelined loop
     (needs ``num_stages >= 3``). Default: True."""
@@ -398,7 +392,6 @@ def build_options(pass_configs) -> dict:
         "wgmma_in_flight": flag(PassConfigKey.TL_WGMMA_IN_FLIGHT, True),
         "drop_proxy_fences": flag(PassConfigKey.TL_DROP_PROXY_FENCES, True),
         "reduce_merged_exchange": flag(PassConfigKey.TL_REDUCE_MERGED_EXCHANGE, True),
-        "reduce_fast_minmax": flag(PassConfigKey.TL_REDUCE_FAST_MINMAX, True),
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),

@@ -43,7 +43,7 @@ def test_mla_loop_barriers_in_sass():
     if m.cuobjdump() is None:
         pytest.skip("needs cuobjdump")
     new = m.audit("mla", {})["loop"]
-    old = m.audit("mla", {"tl.reduce_merged_exchange": False, "tl.reduce_fast_minmax": False})[
+    old = m.audit("mla", {"tl.reduce_merged_exchange": False, "tl.nan_propagating_max": True})[
         "loop"
     ]
     assert new["BAR.SYNC"] == 3 and old["BAR.SYNC"] == 10

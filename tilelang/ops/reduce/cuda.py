@@ -107,25 +107,10 @@ def _shfl(value, lane_mask, dtype):
 def lower_reduce_cuda(v, ctx):
     """Warp shuffles (``__shfl_xor_sync`` over 32 lanes), then shared memory across warps.
     ``tl.reduce_merged_exchange`` (default on): one shared exchange for all of a thread's
-    rows (:func:`exchange_slots`). ``tl.reduce_fast_minmax`` (default on): float32 max/min
-    without ``nan_propagate`` combine with ``fmaxf``/``fminf`` (one ``FMNMX``; TIRx prints
-    ``max`` as a NaN-propagating select, four SASS instructions)."""
+    rows (:func:`exchange_slots`)."""
     options = getattr(ctx, "options", None) or {}
-    return lower_reduce_threads(v, ctx, _shfl, 32,
-                                merged_exchange=options.get("reduce_merged_exchange", True),
-                                fast_minmax=options.get("reduce_fast_minmax", True))  # fmt: skip
-
-
-def _fast_combine(kind, acc, value, nan, dtype):
-    """``combine`` with float32 max/min as ``fmaxf``/``fminf`` (a NaN operand is dropped,
-    which ``combine`` allows without ``nan_propagate``)."""
-    merge = {"absmax": "max"}.get(kind, kind)
-    if nan or merge not in ("max", "min") or str(dtype) != "float32":
-        return combine(kind, acc, value, nan)
-    if kind == "absmax":
-        value = _tirx.abs(value)
-    name = "fmaxf" if merge == "max" else "fminf"
-    return _tirx.call_extern(name, acc, value, ty=dtype)
+    merged = options.get("reduce_merged_exchange", True)
+    return lower_reduce_threads(v, ctx, _shfl, 32, merged_exchange=merged)
 
 
 def exchange_slots(lanes, warps, threads: int, rows: int, warp: int = 32):
@@ -162,8 +147,7 @@ def exchange_slots(lanes, warps, threads: int, rows: int, warp: int = 32):
     return width, compress
 
 
-def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exchange=False,
-                         fast_minmax=False):  # fmt: skip
+def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exchange=False):
     """The reduction over a block's threads: ``shuffle(value, lane_mask, dtype)`` exchanges
     registers between lanes closer than ``warp`` (the warp/wavefront size); rows spanning
     more lanes go through a shared workspace. Shared by the CUDA, ROCm and Metal rules.
@@ -175,8 +159,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
     ``merged_exchange``: rows spanning warps go through the workspace together (all of a
     thread's rows written, one barrier, all read: ``insert_sync`` places one barrier per
     reduce instead of two per row) in the compact layout of :func:`exchange_slots`, when
-    that layout is no larger than one slot per thread. ``fast_minmax``: float32 max/min
-    without ``nan_propagate`` combine with ``fmaxf``/``fminf``."""
+    that layout is no larger than one slot per thread."""
     src, dst, dim, pairs = reduce_axes(v)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         raise errors.compile_error(
@@ -201,11 +184,6 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
     merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
     nan = bool(v.nan_propagate) and dtype.startswith(("float", "bfloat"))
 
-    def comb(k, acc, value, nan_):
-        if fast_minmax:
-            return _fast_combine(k, acc, value, nan_, dtype)
-        return combine(k, acc, value, nan_)
-
     t = ctx.thread_var
     n_d = d_layout.get_local_size()
     sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
@@ -222,7 +200,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
         d_index[b] = x
     slot = inner.simplify(d_layout.map_forward_index(d_index)[0])
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
-    acc = store(red, [slot], comb(kind, ir.TensorLoad(red, [slot]), value, nan))
+    acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value, nan))
     partial = for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED)
     if s_layout.get_thread_size() < ctx.threads:  # the other threads hold no src element
         partial = ir.If(t < s_layout.get_thread_size(), partial, None)
@@ -246,10 +224,10 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
         stmts.append(alloc(partner))
         for g in lanes:
             body.append(store(partner, [0], shuffle(cur, g, dtype)))
-            body.append(store(red, [ld2], comb(merge, cur, ir.TensorLoad(partner, [0]), nan)))
+            body.append(store(red, [ld2], combine(merge, cur, ir.TensorLoad(partner, [0]), nan)))
     else:
         for g in lanes:
-            body.append(store(red, [ld2], comb(merge, cur, shuffle(cur, g, dtype), nan)))
+            body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype), nan)))
     compact = exchange_slots(lanes, warps, ctx.threads, n_d, warp) if merged_exchange else None
     if warps:
         span = {0}
@@ -279,7 +257,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
 
         total = part(order[0])
         for o in order[1:]:
-            total = comb(merge, total, part(o), nan)
+            total = combine(merge, total, part(o), nan)
         stmts.append(for_(ld4, n_d, store(red, [ld4], total), ir.ForKind.UNROLLED))
         body = []
     elif warps:
@@ -288,13 +266,13 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
         body.append(store(ws, [t], cur))
         total = ir.TensorLoad(ws, [base + order[0]])
         for o in order[1:]:
-            total = comb(merge, total, ir.TensorLoad(ws, [base + o]), nan)
+            total = combine(merge, total, ir.TensorLoad(ws, [base + o]), nan)
         body.append(store(red, [ld2], total))
     if body:
         stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
     ld3 = ir.Var("ro", "int32")
     out = ir.TensorLoad(red, [ld3])
     if not v.clear:
-        out = comb(merge, ir.TensorLoad(dl, [ld3]), out, nan)
+        out = combine(merge, ir.TensorLoad(dl, [ld3]), out, nan)
     stmts.append(for_(ld3, n_d, store(dl, [ld3], out, loc=v.loc), ir.ForKind.UNROLLED))
     return seq(stmts)

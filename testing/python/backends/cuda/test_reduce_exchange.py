@@ -1,8 +1,8 @@
 """``T.reduce_*`` over rows that span warps (a gemm accumulator split along its columns,
 ``GemmWarpPolicy.FullCol``: MLA decode's scores): with ``tl.reduce_merged_exchange`` every
 row partial of a thread crosses shared memory in one exchange (one lane per shuffle group
-writes; one barrier), and with ``tl.reduce_fast_minmax`` float32 max/min combine with
-``fmaxf``/``fminf``. Emulated (mma.sync on sm_80, wgmma on sm_90a) against float64 numpy
+writes; one barrier), float32 max/min combining with ``fmaxf``/``fminf`` (the float_min_max
+stage; ``tl.nan_propagating_max`` keeps TIRx's select). Emulated (mma.sync on sm_80, wgmma on sm_90a) against float64 numpy
 with each switch on and off; the full-size MLA decode source is checked for the barriers
 and the ``fmaxf`` combines (issue 13: 10 barriers per iteration before, 3 now)."""
 
@@ -75,7 +75,9 @@ def _reference(a, b, kind, clear):
 
 
 def _configs(merged, fast):
-    return {"tl.reduce_merged_exchange": merged, "tl.reduce_fast_minmax": fast}
+    """``merged``: tl.reduce_merged_exchange; ``fast``: float max/min as fmaxf/fminf (the
+    float_min_max stage; off: ``tl.nan_propagating_max``)."""
+    return {"tl.reduce_merged_exchange": merged, "tl.nan_propagating_max": not fast}
 
 
 def _run(target, func, a, b, configs):
