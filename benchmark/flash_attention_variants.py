@@ -1,7 +1,8 @@
 """FlashAttention variants (examples/flash_attention) vs torch SDPA on the same inputs, one process.
 
     python benchmark/flash_attention_variants.py [--only fwd gqa varlen bwd] [--iters 50]
-        [--batch 4] [--heads 16] [--seq 4096] [--sweep]
+        [--batch 4] [--heads 16] [--seq 4096] [--sweep] [--bwd-dims 64 128 256]
+        [--variant NAME:KEY=VALUE,KEY=VALUE ...]
 
 Rows: bhsd forward at head dims 64/128/256; GQA forward (bshd, 32 query heads on 4 K/V heads);
 variable-length forward (``cu_seqlens``, lengths drawn in [seq/2, seq]); backward (dQ, dK, dV
@@ -17,7 +18,12 @@ with the error and the run goes on. Every row checks ours against the first refe
 for other block configs, and backward rows (bhsd) for other backward block configs. Every
 backward row is warp-specialized on sm_90a (TMA Q/dO and 1-d TMA lse/Delta boxes); the
 ``ws`` row reads lse/Delta from global memory instead (``stats_from_global`` of
-``example_mha_bwd_bhsd.flashattn_bwd``), for comparison.
+``example_mha_bwd_bhsd.flashattn_bwd``), for comparison. At head dim 256 a second row runs
+64 x 64 blocks (``BWD_D256_N64``: every gemm on wgmma, the score gemms 64 x 32 per
+warpgroup instead of 64 x 16, dS K on wgmma instead of mma.sync; benchmark/SASS_AUDIT.md).
+``--bwd-dims`` limits the bhsd backward rows to those head dims. ``--variant`` adds, for
+every bhsd backward row, one built with more pass configs (e.g. ``--variant
+fences:tl.drop_proxy_fences=false``), timed in the same process.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ BWD_SWEEP = (  # (block_M, block_N, num_stages, threads, stats_from_global) of t
 BWD_WS = (128, 64, 2, 256, True)
 #: the default backward with dQ accumulated row-major (float2 atomics), head dim 128
 BWD_DQ_ROWS = (128, 64, 2, 256, False, False)
+#: head dim 256 with 64 x 64 blocks (the default is 64 x 32), issue 13's candidate
+BWD_D256_N64 = (64, 64, 2, 256, False)
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -259,15 +267,79 @@ def _grad_fn(out_fn, leaves, do):
     return run
 
 
+def config_value(text: str):
+    """A pass-config value from the command line: int, float, true/false or the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_variants(specs) -> list:
+    """``NAME:KEY=VALUE,...`` -> [(name, {key: value})]."""
+    out = []
+    for spec in specs:
+        name, _, pairs = spec.partition(":")
+        extra = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
+        out.append((name, {k: config_value(v) for k, v in extra.items()}))
+    return out
+
+
+_REJITTED: dict = {}  # pass configs -> the bhsd backward kernel's jit built with them
+
+
+@contextlib.contextmanager
+def bwd_pass_configs(configs):
+    """The bhsd example's backward kernel compiled with ``configs`` added to its pass configs
+    while the block runs (the autograd Function looks ``flashattn_bwd`` up at each call)."""
+    if not configs:
+        yield
+        return
+    import tilelang
+
+    original = bwd_bhsd.flashattn_bwd
+    key = tuple(sorted(configs.items()))
+    if key not in _REJITTED:
+        options = dict(original.options)
+        options["pass_configs"] = {**(options.get("pass_configs") or {}), **configs}
+        options = {k: v for k, v in options.items() if v is not None}
+        _REJITTED[key] = tilelang.jit(**options)(original.fn)
+    bwd_bhsd.flashattn_bwd = _REJITTED[key]
+    try:
+        yield
+    finally:
+        bwd_bhsd.flashattn_bwd = original
+
+
+def with_bwd_pass_configs(fn, configs):
+    """``fn`` run under :func:`bwd_pass_configs` (each call: timing runs it many times)."""
+    if not configs:
+        return fn
+
+    def run():
+        with bwd_pass_configs(configs):
+            return fn()
+
+    return run
+
+
 def bwd_rows(table, args):
     dev = args.device
     b, h, s = args.batch, args.heads, args.seq
-    cases = [("bhsd", dim, 1, None) for dim in (64, 128, 256)] + [("gqa", 128, 4, None)]
-    cases += [("bhsd", 128, 1, BWD_WS), ("bhsd", 128, 1, BWD_DQ_ROWS)]
+    dims = [d for d in (64, 128, 256) if d in args.bwd_dims]
+    cases = [("bhsd", dim, 1, None) for dim in dims]
+    cases += [("bhsd", 256, 1, BWD_D256_N64)] if 256 in dims else []
+    cases += [("gqa", 128, 4, None)] if 128 in dims else []
+    if 128 in dims:
+        cases += [("bhsd", 128, 1, BWD_WS), ("bhsd", 128, 1, BWD_DQ_ROWS)]
     if args.sweep:
-        cases += [("bhsd", dim, 1, c) for dim in (64, 128, 256) for c in BWD_SWEEP]
+        cases += [("bhsd", dim, 1, c) for dim in dims for c in BWD_SWEEP]
+    variants = [("", None), *parse_variants(args.variant)]
+    cases = [(*c, v) for c in cases for v in (variants if c[0] == "bhsd" else variants[:1])]
     default_bwd_config = bwd_bhsd.bwd_config
-    for layout, dim, groups, sweep in cases:
+    for layout, dim, groups, sweep, (vname, vconfigs) in cases:
         for causal in (False, True):
             flops = 5 * 2.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
             label = f"bwd {layout} d={dim} groups={groups} causal={causal}"
@@ -281,6 +353,7 @@ def bwd_rows(table, args):
                 config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
                               stats_from_global=from_global, dq_layout=dq_layout)  # fmt: skip
                 bwd_bhsd.bwd_config = lambda dim, config=config: config
+            label += f" [{vname}]" if vname else ""
             try:
                 if layout == "bhsd":
                     shapes = [(b, h, s, dim)] * 3
@@ -299,7 +372,8 @@ def bwd_rows(table, args):
                     do = torch.randn(b, s, h, dim, device=dev, dtype=torch.float16)
                 leaves = [torch.randn(*shape, device=dev, dtype=torch.float16).requires_grad_()
                           for shape in shapes]  # fmt: skip
-                ours = _grad_fn(ours_fn, leaves, do)
+                with bwd_pass_configs(vconfigs):
+                    ours = with_bwd_pass_configs(_grad_fn(ours_fn, leaves, do), vconfigs)
             except Exception as err:  # noqa: BLE001
                 print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
                 continue
@@ -322,7 +396,8 @@ def bwd_rows(table, args):
 
             table.row(label, flops, ours, refs, check, tol=2e-2)
     bwd_bhsd.bwd_config = default_bwd_config
-    bshd_bwd_rows(table, args)
+    if 128 in dims:
+        bshd_bwd_rows(table, args)
 
 
 def _bshd_backward(q, k, v, do, causal, dq_layout, device):
@@ -397,6 +472,10 @@ def main():
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--sweep", action="store_true", help="forward: also other block configs")
+    parser.add_argument("--bwd-dims", type=int, nargs="+", default=[64, 128, 256],
+                        help="head dims of the backward rows (64 128 256)")  # fmt: skip
+    parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="bhsd backward: rows built with these pass configs added")  # fmt: skip
     parser.add_argument(
         "--device", default="cuda", help="cpu: a smoke run of the script (tiny shapes)"
     )

@@ -2,6 +2,7 @@
 
     python benchmark/mla_decode.py [--batch 64] [--heads 128] [--kv_ctx 8192] [--dim 512]
         [--pe_dim 64] [--splits 1 2 4] [--no-paged] [--block_size 64] [--device cpu]
+        [--variant NAME:KEY=VALUE,KEY=VALUE ...]
 
 Decoding reads the whole KV cache once (``batch * kv_ctx * (dim + pe_dim)`` fp16 values) and
 does little arithmetic per byte, so the bound is memory bandwidth. The script measures the
@@ -14,6 +15,10 @@ bytes) per KV split count. Upstream TileLang reports 0.326 ms on an H800/H100-cl
 batch 64, 128 heads, 8192 keys, 512 + 64 (no split). CUDA events, median of ``--iters`` runs
 after warm-up; each row checks its output against the float64 reference first (``max err``).
 ``--device cpu`` is a smoke run of the script at small shapes (the CPU backend, wall clock).
+``--variant`` adds rows of both kernels built with more pass configs (on top of the examples'
+fast math), timed in the same run: e.g. ``--variant
+old:tl.reduce_merged_exchange=false`` (issue 13's A/B of the cross-warpgroup reductions,
+benchmark/SASS_AUDIT.md).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import os
 import sys
 
 import torch
+
+import tilelang
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -69,6 +76,33 @@ def format_rows(rows, kv_bytes, roof_ms, t_torch) -> list[str]:
     return out
 
 
+def config_value(text: str):
+    """A pass-config value from the command line: int, float, true/false or the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_variants(specs) -> list:
+    """``NAME:KEY=VALUE,...`` -> [(name, {key: value})]."""
+    out = []
+    for spec in specs:
+        name, _, pairs = spec.partition(":")
+        extra = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
+        out.append((name, {k: config_value(v) for k, v in extra.items()}))
+    return out
+
+
+def variant_kernel(jitted, out_idx, configs, *args):
+    """``jitted``'s kernel for ``args`` compiled with its own pass configs plus ``configs``."""
+    base = dict(jitted.pass_configs or {})
+    return tilelang.compile(jitted.get_tir(*args), out_idx=out_idx,
+                            pass_configs={**base, **configs})  # fmt: skip
+
+
 def _max_err(out, ref) -> float:
     return (out.double().cpu() - ref.double().cpu()).abs().max().item()
 
@@ -96,21 +130,33 @@ def run(args) -> list[str]:
     ref = dense.ref_program(*inputs)
     t_torch = timed(lambda: torch_mla(*inputs, scale))
     rows = [("torch", t_torch, _max_err(torch_mla(*inputs, scale), ref))]
+    variants = [("", None), *parse_variants(args.variant)]
     for split in args.splits:
-        kernel = dense.flashattn(b, h, 1, s, d, p, args.block_N, args.block_H, split)
-        err = _max_err(kernel(*inputs), ref)
-        rows.append((f"tilelang split={split}", timed(lambda k=kernel: k(*inputs)), err))
+        for vname, configs in variants:
+            dims = (b, h, 1, s, d, p, args.block_N, args.block_H, split)
+            if configs is None:
+                kernel = dense.flashattn(*dims)
+            else:
+                kernel = variant_kernel(dense.flashattn, [4], configs, *dims)
+            err = _max_err(kernel(*inputs), ref)
+            tag = f" {vname}" if vname else ""
+            rows.append((f"tilelang split={split}{tag}", timed(lambda k=kernel: k(*inputs)), err))
     if args.paged:
         bs = args.block_size
         pad = -(-s // bs) * bs
         pinputs = paged.make_inputs(b, h, pad, d, p, bs, [s] * b, dev, seed=0)
         pref = paged.ref_program(*pinputs, bs)
         for split in args.splits:
-            kernel = paged.mla_decode_paged(b, h, 1, pad, d, p, args.block_N, args.block_H,
-                                            split, bs)  # fmt: skip
-            err = _max_err(kernel(*pinputs), pref)
-            rows.append((f"tilelang paged{bs} split={split}",
-                         timed(lambda k=kernel: k(*pinputs)), err))  # fmt: skip
+            for vname, configs in variants:
+                dims = (b, h, 1, pad, d, p, args.block_N, args.block_H, split, bs)
+                if configs is None:
+                    kernel = paged.mla_decode_paged(*dims)
+                else:
+                    kernel = variant_kernel(paged.mla_decode_paged, [6], configs, *dims)
+                err = _max_err(kernel(*pinputs), pref)
+                tag = f" {vname}" if vname else ""
+                rows.append((f"tilelang paged{bs} split={split}{tag}",
+                             timed(lambda k=kernel: k(*pinputs)), err))  # fmt: skip
     table = format_rows(rows, kv_bytes, roof_ms, t_torch)
     for line in table:
         print(line, flush=True)
@@ -132,6 +178,8 @@ def parse_args(argv=None):
     parser.add_argument("--block_size", type=int, default=64, help="rows per KV page")
     parser.add_argument("--iters", type=int, default=None, help="default 50 (cpu: 3)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="more rows, built with these pass configs added")  # fmt: skip
     args = parser.parse_args(argv)
     gpu = dict(batch=64, heads=128, kv_ctx=8192, dim=512, pe_dim=64, block_H=64, iters=50)
     defaults = gpu if args.device == "cuda" else {**CPU_SHAPES, "iters": 3}

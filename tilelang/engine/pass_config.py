@@ -59,6 +59,20 @@ class PassConfigKey(str, Enum):
     CUDA lowering in the CUDA emulator (``tilelang.testing.cuda_emulator``), which has no
     tensor-core model for mma.sync. Default: False."""
 
+    TL_DROP_PROXY_FENCES = "tl.drop_proxy_fences"
+    """CUDA sm_90a: drop each ``fence.proxy.async`` (SASS ``MEMBAR.ALL.CTA;
+    FENCE.VIEW.ASYNC.S``) that orders no generic shared-memory access before an async-proxy
+    one (wgmma operand reads, TMA); the wgmma lowering puts one before every gemm
+    (``backends/cuda/passes/proxy_fences.py``). FlashAttention backward: 4 per iteration ->
+    1. Default: True."""
+
+    TL_REDUCE_MERGED_EXCHANGE = "tl.reduce_merged_exchange"
+    """CUDA: a ``T.reduce_*`` whose rows span warps exchanges all of a thread's rows through
+    shared memory at once (one lane per shuffle group writes, one barrier, all read), in a
+    workspace no larger than one slot per thread; off: one write + barrier + read per row
+    (MLA decode's two cross-warpgroup reductions: 8 barriers per iteration -> 2).
+    Default: True."""
+
     TL_WGMMA_IN_FLIGHT = "tl.wgmma_in_flight"
     """CUDA sm_90a: keep one wgmma group in flight across iterations of a pipelined loop
     (needs ``num_stages >= 3``). Default: True."""
@@ -393,6 +407,8 @@ def build_options(pass_configs) -> dict:
         "ldmatrix": not flag(PassConfigKey.TL_DISABLE_LDMATRIX, False),
         "gemm_scalar": flag(PassConfigKey.TL_GEMM_SCALAR, False),
         "wgmma_in_flight": flag(PassConfigKey.TL_WGMMA_IN_FLIGHT, True),
+        "drop_proxy_fences": flag(PassConfigKey.TL_DROP_PROXY_FENCES, True),
+        "reduce_merged_exchange": flag(PassConfigKey.TL_REDUCE_MERGED_EXCHANGE, True),
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),

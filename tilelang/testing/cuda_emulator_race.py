@@ -19,6 +19,8 @@ marks its bytes as *unfenced* for its warp until the warp runs ``fence.proxy.asy
 (:meth:`RaceChecker.async_write`): mbarriers and ``__syncthreads`` order the generic proxy
 only, so on a GPU the TMA write may land before that warp's read returned (the H200 lost the
 rows of an mma.sync GEMM's last ldmatrix calls this way, benchmark/RESULTS.md session 5).
+Likewise an async-proxy read reported by a wgmma harness (``generic=False``) of a byte some
+warp wrote through the generic proxy with no fence since raises (read after write).
 Not modelled: loads whose values feed a wgmma, released after the wgmma's wait without a
 fence (``backends/cuda/passes/ws_stage_reads.py``: the wgmma is issued only once they
 returned); the wgmma harnesses of the tests run without ``race_check``.
@@ -71,6 +73,7 @@ class RaceChecker:
                 "reader": np.full(n, -1, np.int32),  # -2: several warps
                 "repoch": np.full(n, -1, np.int64),
                 "unfenced": np.zeros(n, np.uint64),  # warps' generic accesses, one bit each
+                "unfenced_w": np.zeros(n, np.uint64),  # warps' generic writes, one bit each
             }
             self.shadows[key] = entry
         return entry
@@ -90,6 +93,10 @@ class RaceChecker:
         if generic:
             bits = np.left_shift(np.uint64(1), warp.astype(np.uint64))
             np.bitwise_or.at(sh["unfenced"], addr, bits)
+            if kind == "write":
+                np.bitwise_or.at(sh["unfenced_w"], addr, bits)
+        elif kind == "read":
+            self._unfenced_writes(sh, addr, buf, what)
         if kind == "read":
             hit = (sh["wepoch"][addr] == self.epoch) & (sh["writer"][addr] >= 0)
             hit &= sh["writer"][addr] != warp
@@ -120,6 +127,22 @@ class RaceChecker:
         bits = np.bitwise_or.reduce(np.left_shift(np.uint64(1), warps.astype(np.uint64)))
         for sh in self.shadows.values():
             sh["unfenced"] &= ~bits
+            sh["unfenced_w"] &= ~bits
+
+    def _unfenced_writes(self, sh, addr, buf, what):
+        """An async-proxy read (a wgmma operand) of bytes a warp wrote through the generic
+        proxy with no ``fence.proxy.async`` since: the wgmma may read the old bytes."""
+        pending = sh["unfenced_w"][addr]
+        if not pending.any():
+            return
+        k = int(np.argmax(pending != 0))
+        warps = [w for w in range(64) if int(pending[k]) >> w & 1]
+        raise self.error(
+            f"cross-proxy race (read after write) on {buf.name}: {what} reads byte "
+            f"{int(addr[k])} that warp(s) {warps} wrote through the generic proxy with no "
+            f"fence.proxy.async since (block {self.block}); the async proxy may read the "
+            "old value"
+        )
 
     def async_write(self, buf, elements, what):
         """A TMA write of ``buf``'s ``elements`` (flat indices): raise when a warp accessed

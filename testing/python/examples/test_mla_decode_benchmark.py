@@ -52,3 +52,21 @@ def test_cpu_smoke_run_has_split_and_paged_rows():
     for ln in lines:
         if ln.startswith(("torch", "tilelang")):
             assert float(ln.split()[-1]) < 1e-2, ln  # max error vs the float64 reference
+
+
+def test_variants_parse_and_add_rows():
+    """``--variant NAME:KEY=VALUE,...``: one more dense and paged row per variant, built
+    with the pass configs added to the examples' own (fast math kept)."""
+    m = _load()
+    assert m.parse_variants(["old:tl.reduce_merged_exchange=false,tl.wgmma_overlap=1", "x:"]) == [
+        ("old", {"tl.reduce_merged_exchange": False, "tl.wgmma_overlap": 1}),
+        ("x", {}),
+    ]
+    lines = m.main(["--device", "cpu", "--splits", "1", "--iters", "1",
+                    "--variant", "old:tl.reduce_merged_exchange=false"])  # fmt: skip
+    names = [ln[:30].strip() for ln in lines if ln.startswith("tilelang")]
+    assert names == ["tilelang split=1", "tilelang split=1 old", "tilelang paged64 split=1",
+                     "tilelang paged64 split=1 old"], names  # fmt: skip
+    for ln in lines:
+        if ln.startswith("tilelang"):
+            assert float(ln.split()[-1]) < 1e-2, ln

@@ -41,6 +41,7 @@ from .passes.lower_parallel import lower_parallel
 from .passes.persistent_tiles import stage_persistent_tiles
 from .passes.pipeline_planning import plan_pipelines
 from .passes.plan_shared_memory import plan_shared_memory
+from .passes.proxy_fences import drop_proxy_fences
 from .passes.rasterize_blocks import rasterize_blocks
 from .passes.tma_lowering import tma_supported
 from .passes.tma_store import stage_tma_store
@@ -229,6 +230,14 @@ def stage_wgmma_wait_sinking(func, state):
     return func.with_body(sink_wgmma_waits(func.body))
 
 
+def stage_drop_proxy_fences(func, state):
+    """``fence.proxy.async`` calls that order no generic shared access before an async one
+    go (``passes/proxy_fences.py``; ``tl.drop_proxy_fences``)."""
+    if not state.options.get("drop_proxy_fences", True):
+        return func
+    return func.with_body(drop_proxy_fences(func.body))
+
+
 def stage_bounds_check(func, state):
     """``tl.enable_bounds_check``: ``printf`` + ``__trap()`` before every element access not
     proven in bounds (``tilelang/transform/check_bounds.py``)."""
@@ -330,6 +339,7 @@ STAGES = [
     ("hoist_allocs", stage_hoist_allocs),
     ("insert_sync", stage_insert_sync),
     ("wgmma_wait_sinking", stage_wgmma_wait_sinking),
+    ("drop_proxy_fences", stage_drop_proxy_fences),
     ("bounds_check", stage_bounds_check),
     ("plan_shared_memory", stage_plan_shared_memory),
     ("strip_schedule_hints", stage_strip_schedule_hints),

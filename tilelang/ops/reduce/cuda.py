@@ -105,18 +105,61 @@ def _shfl(value, lane_mask, dtype):
 
 @lower_rule("reduce", "cuda")
 def lower_reduce_cuda(v, ctx):
-    """Warp shuffles (``__shfl_xor_sync`` over 32 lanes), then shared memory across warps."""
-    return lower_reduce_threads(v, ctx, _shfl, 32)
+    """Warp shuffles (``__shfl_xor_sync`` over 32 lanes), then shared memory across warps.
+    ``tl.reduce_merged_exchange`` (default on): one shared exchange for all of a thread's
+    rows (:func:`exchange_slots`)."""
+    options = getattr(ctx, "options", None) or {}
+    merged = options.get("reduce_merged_exchange", True)
+    return lower_reduce_threads(v, ctx, _shfl, 32, merged_exchange=merged)
 
 
-def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
+def exchange_slots(lanes, warps, threads: int, rows: int, warp: int = 32):
+    """The compact layout of the cross-warp workspace, or None when it would not be smaller
+    than one slot per thread: after the lane butterflies every lane of a group
+    ``t ^ span(lanes)`` holds the same partial, so one of them (lane bits 0) writes it to
+    slot ``row * width + compress(t)`` (``t`` without its lane bits). Returns
+    ``(width, compress)`` where ``compress(expr)`` builds that index expression."""
+    if not warps:
+        return None
+    lane_bits = sorted(g.bit_length() - 1 for g in lanes)
+    width = threads >> len(lane_bits)
+    if rows * width > threads:
+        return None
+    low = warp.bit_length() - 1  # bits of the lane index
+    runs = []  # runs of consecutive kept lane-index bits: (first bit, length, rank)
+    for rank, b in enumerate(b for b in range(low) if b not in lane_bits):
+        if runs and b == runs[-1][0] + runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, runs[-1][2])
+        else:
+            runs.append((b, 1, rank))
+    # a run reaching the top lane bit continues into the warp index: no mask, no extra term
+    open_top = bool(runs) and runs[-1][0] + runs[-1][1] == low
+
+    def compress(x):
+        out = 0 if open_top else (x >> low) << (low - len(lane_bits))
+        for i, (first, length, rank) in enumerate(runs):
+            part = x >> first if first else x
+            if not (open_top and i == len(runs) - 1):
+                part = part & ((1 << length) - 1)
+            out = out + (part << rank if rank else part)
+        return out
+
+    return width, compress
+
+
+def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exchange=False):
     """The reduction over a block's threads: ``shuffle(value, lane_mask, dtype)`` exchanges
     registers between lanes closer than ``warp`` (the warp/wavefront size); rows spanning
     more lanes go through a shared workspace. Shared by the CUDA, ROCm and Metal rules.
 
     ``whole_warp(kind, value, dtype)``, when given, may return one expression reducing
     ``value`` over all ``warp`` lanes (Metal's ``simd_sum``/``simd_max``); it replaces the
-    butterfly when the lanes sharing a row are exactly the whole warp."""
+    butterfly when the lanes sharing a row are exactly the whole warp.
+
+    ``merged_exchange``: rows spanning warps go through the workspace together (all of a
+    thread's rows written, one barrier, all read: ``insert_sync`` places one barrier per
+    reduce instead of two per row) in the compact layout of :func:`exchange_slots`, when
+    that layout is no larger than one slot per thread."""
     src, dst, dim, pairs = reduce_axes(v)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         raise errors.compile_error(
@@ -140,6 +183,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
     kind, dtype = v.reduce_type, dst.dtype
     merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
     nan = bool(v.nan_propagate) and dtype.startswith(("float", "bfloat"))
+
     t = ctx.thread_var
     n_d = d_layout.get_local_size()
     sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
@@ -184,10 +228,8 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
     else:
         for g in lanes:
             body.append(store(red, [ld2], combine(merge, cur, shuffle(cur, g, dtype), nan)))
+    compact = exchange_slots(lanes, warps, ctx.threads, n_d, warp) if merged_exchange else None
     if warps:
-        ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
-        ctx.extra_allocs.append(alloc(ws))
-        body.append(store(ws, [t], cur))
         span = {0}
         for g in warps:
             span |= {s ^ g for s in span}
@@ -198,6 +240,30 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None):
             group_bits |= g
         base = t - (t & group_bits)
         order = sorted(span)
+    if warps and compact is not None:
+        # all rows written (one lane per lane group), then all read: one RAW barrier
+        width, compress = compact
+        ws = new_tensor(f"{dst.name}_ws", [n_d * width], dtype, "shared.dyn")
+        ctx.extra_allocs.append(alloc(ws))
+        lane_mask = sum(lanes)
+        write = store(ws, [ld2 * width + compress(t)], cur)
+        body.append(ir.If((t & lane_mask) == 0, write, None) if lane_mask else write)
+        stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED))
+        ld4 = ir.Var("rx", "int32")
+        row = ld4 * width + compress(base)
+
+        def part(o):  # the partial of the group member ``base + o`` (o: warp bits only)
+            return ir.TensorLoad(ws, [row + compress(o)])
+
+        total = part(order[0])
+        for o in order[1:]:
+            total = combine(merge, total, part(o), nan)
+        stmts.append(for_(ld4, n_d, store(red, [ld4], total), ir.ForKind.UNROLLED))
+        body = []
+    elif warps:
+        ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
+        ctx.extra_allocs.append(alloc(ws))
+        body.append(store(ws, [t], cur))
         total = ir.TensorLoad(ws, [base + order[0]])
         for o in order[1:]:
             total = combine(merge, total, ir.TensorLoad(ws, [base + o]), nan)
