@@ -50,6 +50,7 @@ from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
 from ....lowering.target_info import backend_of
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
+from .loop_fragment_access import accumulating_layout, accumulations, check_nest, first_loc
 
 
 @dataclass
@@ -64,7 +65,11 @@ class ParallelNest:
 
     @property
     def loc(self):
-        return self.root.loc
+        """The loop's source location, else its first statement's (a traced ``For`` has
+        none)."""
+        if errors.where(self.root.loc):
+            return self.root.loc
+        return first_loc(self.body) or self.root.loc
 
     @property
     def key(self):
@@ -246,9 +251,25 @@ class _Inference:
         changed = False
         loop = self.loop_layouts.get(key)
         if loop is None:
+            # an accumulation (acc[d] += X[j, d]) runs its left-out axes on acc's threads
+            for tensor, _, keep in accumulations(nest):
+                if self.get(tensor) is not None:
+                    loop = accumulating_layout(self.get(tensor), keep, nest.extents)
+                    self.loop_layouts[key] = loop
+                    changed = True
+                    break
+        if loop is None:
             for tensor, idx, _ in nest.accesses:
                 if is_fragment(tensor) and self._exact(idx, nest) and self.get(tensor):
                     loop = self.get(tensor)
+                    self.loop_layouts[key] = loop
+                    changed = True
+                    break
+        if loop is None:  # a fragment read in another axis order (g[i, j] = f[j, i])
+            for tensor, idx, _ in nest.accesses:
+                perm = self._axes_any_order(idx, nest)
+                if is_fragment(tensor) and perm is not None and self.get(tensor):
+                    loop = accumulating_layout(self.get(tensor), perm, nest.extents)
                     self.loop_layouts[key] = loop
                     changed = True
                     break
@@ -259,6 +280,13 @@ class _Inference:
                 continue
             keep = self._axes(idx, nest)
             if keep is None:
+                perm = self._axes_any_order(idx, nest)
+                if perm is not None and self.get(tensor) is None:  # f[j, i]: permuted axes
+                    inverse = [perm.index(a) for a in range(len(perm))]
+                    shape = [int(d) for d in tensor.ty.shape]
+                    self.layout_map[tensor] = accumulating_layout(loop, inverse, shape)
+                    self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
+                    changed = True
                 continue
             want = loop if keep == list(range(len(nest.vars))) else project_fragment(loop, keep)
             if len(keep) != len(tensor.ty.shape):
@@ -279,6 +307,12 @@ class _Inference:
         return changed
 
     def free_loop(self, nest: ParallelNest) -> None:
+        acc = accumulations(nest)
+        if acc:  # the kept axes spread over the threads, the accumulated ones in registers
+            keep = acc[0][2]
+            base = default_fragment([nest.extents[a] for a in keep], self.threads, 1)
+            self.loop_layouts[nest.key] = accumulating_layout(base, keep, nest.extents)
+            return
         total = int(E.prod(nest.extents))
         inner = nest.vars[-1]
         bytes_, frag_bytes = [], []
@@ -303,6 +337,20 @@ class _Inference:
         return len(idx) == len(nest.vars) and all(
             isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(idx, nest.vars)
         )
+
+    @staticmethod
+    def _axes_any_order(idx, nest):
+        """The nest axis of each index when ``idx`` is all the nest's variables in some
+        order, else None."""
+        if len(idx) != len(nest.vars):
+            return None
+        pos = []
+        for i in idx:
+            hit = [k for k, v in enumerate(nest.vars) if isinstance(i, ir.Var) and i.same_as(v)]
+            if not hit or hit[0] in pos:
+                return None
+            pos.append(hit[0])
+        return pos
 
     @staticmethod
     def _axes(idx, nest):
@@ -340,6 +388,8 @@ class _Inference:
             )
             self.layout_map[var] = layout
         check_annotated_gemm_operands(self)
+        for nest in self.nests:
+            check_nest(nest, self.loop_layouts[nest.key], self.get)
         return InferResult(self.layout_map, self.loop_layouts, self.nests)
 
 
