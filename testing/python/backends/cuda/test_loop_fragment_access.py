@@ -187,6 +187,144 @@ def test_accumulation_spread_over_threads_is_an_error():
     assert "test_loop_fragment_access.py:" in str(info.value)
 
 
+def rows_by_inner_serial_loop(M, N, scan):
+    """A T.Parallel loop over rows with a T.serial loop over columns inside: row sums
+    (``scan=False``, f filled by a copy) or an in-place prefix sum (``scan=True``)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), O: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((M, N), "float32")
+            acc = T.alloc_fragment((M,), "float32")
+            T.copy(X, f)
+            if scan:
+                for i in T.Parallel(M):
+                    for k in T.serial(N - 1):
+                        f[i, k + 1] = f[i, k + 1] + f[i, k]
+                T.copy(f, O)
+            else:
+                T.clear(acc)
+                for i in T.Parallel(M):
+                    for k in T.serial(N):
+                        acc[i] += f[i, k]
+                for i in T.Parallel(M):
+                    O[i, 0] = acc[i]
+
+    return main
+
+
+@TARGETS
+@pytest.mark.parametrize("scan", [False, True])
+def test_fragment_indexed_by_an_inner_serial_loop(target, scan):
+    """f[i, k] with k an inner T.serial loop's variable: f keeps each row in the registers
+    of the thread running it (it was spread over threads by columns: wrong sums)."""
+    M, N = 16, 30
+    x = np.random.default_rng(8).standard_normal((M, N)).astype(np.float32)
+    out = _run(rows_by_inner_serial_loop(M, N, scan), target, x, np.zeros((M, N), np.float32))[1]
+    x64 = x.astype(np.float64)
+    if scan:
+        np.testing.assert_allclose(out, x64.cumsum(1), rtol=1e-5, atol=1e-4)
+    else:
+        np.testing.assert_allclose(out[:, 0], x64.sum(1), rtol=1e-5, atol=1e-4)
+
+
+def inner_loop_over_gemm_rows(M, N, K):
+    """Row sums of a gemm accumulator by an inner T.serial loop: its rows are spread over
+    threads by the gemm, so no thread holds a whole row."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), O: T.Tensor((M,), "float32")
+    ):
+        with T.Kernel(1, threads=128):
+            As = T.alloc_shared((M, K), "float16")
+            Bs = T.alloc_shared((K, N), "float16")
+            C = T.alloc_fragment((M, N), "float32")
+            s = T.alloc_fragment((M,), "float32")
+            T.copy(A, As)
+            T.copy(B, Bs)
+            T.gemm(As, Bs, C, clear_accum=True)
+            T.clear(s)
+            for i in T.Parallel(M):
+                for k in T.serial(N):
+                    s[i] += C[i, k]
+            T.copy(s, O)
+
+    return main
+
+
+def test_inner_loop_over_a_spread_row_is_an_error():
+    with pytest.raises(errors.CompileError) as info:
+        pipeline.lower(inner_loop_over_gemm_rows(32, 32, 32), SM80)
+    assert "reads C[i, k] on threads that do not hold it" in str(info.value)
+    assert "test_loop_fragment_access.py:" in str(info.value)
+
+
+def serial_read_of_row_result(M, N, fixed):
+    """O[k] = r[k] outside any T.Parallel loop, r a reduce result whose rows live on
+    different threads (``fixed=False``), or read inside T.Parallel loops (``fixed=True``)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), O: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            T.copy(X, f)
+            T.reduce_sum(f, r, dim=1)
+            if fixed:
+                for i in T.Parallel(M):
+                    O[i] = r[i]
+            else:
+                O[0] = r[0]  # the line the error names
+                O[1] = r[1]
+
+    return main
+
+
+def test_serial_read_of_a_partitioned_fragment_is_an_error():
+    """Every thread ran O[0] = r[0] with its own register: threads holding row 1 stored
+    row 1's sum into O[0] (a write race the emulator reports; on a GPU, a wrong value)."""
+    with pytest.raises(errors.CompileError) as info:
+        pipeline.lower(serial_read_of_row_result(2, 64, False), SM80)
+    msg = str(info.value)
+    assert "test_loop_fragment_access.py:" in msg and "r[0] is read outside a T.Parallel" in msg
+    assert "threads 0..63 only" in msg
+
+
+@TARGETS
+def test_parallel_read_of_a_partitioned_fragment(target):
+    x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
+    out = _run(serial_read_of_row_result(2, 64, True), target, x, np.zeros(2, np.float32))[1]
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def serial_scalar_from_whole_reduce(N):
+    """The flash-decoding pattern: a running max kept in a T.alloc_var, updated from a
+    reduce over the whole tile (its result is on every thread)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((4, N), "float32"), O: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((N,), "float32")
+            mx = T.alloc_fragment((1,), "float32")
+            m = T.alloc_var("float32")
+            m = -T.infinity("float32")
+            for k in T.serial(4):
+                T.copy(X[k, :], f)
+                T.reduce_max(f, mx, dim=0)
+                m = T.max(m, mx[0])
+            O[0] = m
+
+    return main
+
+
+@TARGETS
+def test_serial_read_of_a_fragment_every_thread_holds(target):
+    x = np.random.default_rng(6).standard_normal((4, 64)).astype(np.float32)
+    out = _run(serial_scalar_from_whole_reduce(64), target, x, np.zeros(1, np.float32))[1]
+    np.testing.assert_array_equal(out, [x.max()])
+
+
 # ------------------------------------------------------------------------------ GPU twins
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", ["column_sums", "transpose", "transpose_accumulator"])

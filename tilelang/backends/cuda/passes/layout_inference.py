@@ -50,7 +50,15 @@ from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
 from ....lowering.target_info import backend_of
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
-from .loop_fragment_access import accumulating_layout, accumulations, check_nest, first_loc
+from .loop_fragment_access import (
+    accumulating_layout,
+    accumulations,
+    check_nest,
+    check_serial_accesses,
+    first_loc,
+    inner_loops,
+    spread_positions,
+)
 
 
 @dataclass
@@ -158,6 +166,7 @@ class _Inference:
         self.ops, self.nests, self.fragments, self.serial_frags = [], [], [], []
         self.annotated: list = []  # (Var, Layout, loc) of T.annotate_layout statements
         self.loop_layouts: dict = {}
+        self.body = func.body
         self._collect(func.body, in_nest=False)
         for var, layout in (annotations or {}).items():
             self._set(var, layout, None, "T.annotate_layout")
@@ -280,11 +289,12 @@ class _Inference:
                 continue
             keep = self._axes(idx, nest)
             if keep is None:
-                perm = self._axes_any_order(idx, nest)
-                if perm is not None and self.get(tensor) is None:  # f[j, i]: permuted axes
-                    inverse = [perm.index(a) for a in range(len(perm))]
+                # f[j, i] (permuted axes) or f[i, k] (k an inner T.serial loop's variable):
+                # the loop's threads, the inner loops' axes in each thread's registers
+                pos = spread_positions(idx, nest, inner_loops(nest))
+                if pos is not None and self.get(tensor) is None:
                     shape = [int(d) for d in tensor.ty.shape]
-                    self.layout_map[tensor] = accumulating_layout(loop, inverse, shape)
+                    self.layout_map[tensor] = accumulating_layout(loop, pos, shape)
                     self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
                     changed = True
                 continue
@@ -390,6 +400,9 @@ class _Inference:
         check_annotated_gemm_operands(self)
         for nest in self.nests:
             check_nest(nest, self.loop_layouts[nest.key], self.get)
+        check_serial_accesses(
+            self.body, self.nests, self.get, self.threads, lambda s: tile_op_of(s) is not None
+        )
         return InferResult(self.layout_map, self.loop_layouts, self.nests)
 
 

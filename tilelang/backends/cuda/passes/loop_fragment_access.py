@@ -42,6 +42,37 @@ def _axes_of(idx, nest):
     return out
 
 
+def inner_loops(nest) -> dict:
+    """``key(var) -> (var, begin, extent)`` of the loops with constant bounds nested in
+    ``nest``'s body (``for k in T.serial(N)`` inside a ``T.Parallel`` loop)."""
+    found = {}
+
+    def visit(loop):
+        begin, end = E.as_const_int(loop.begin), E.as_const_int(loop.end)
+        if begin is not None and end is not None and end > begin:
+            found[E.key(loop.var)] = (loop.var, begin, end - begin)
+
+    tvm_ffi.structural_walk(nest.body, [(ir.For, visit)])
+    return found
+
+
+def spread_positions(idx, nest, inner):
+    """For ``F[idx]`` whose indices are each a distinct nest variable or a variable of an
+    inner loop (``inner``, :func:`inner_loops`), naming every nest variable once: the
+    position in ``idx`` of each nest axis; else None (``f[j, i]``, ``f[i, k]``)."""
+    pos, seen = [None] * len(nest.vars), set()
+    for n, i in enumerate(idx):
+        if not isinstance(i, ir.Var) or E.key(i) in seen:
+            return None
+        seen.add(E.key(i))
+        hit = [a for a, v in enumerate(nest.vars) if i.same_as(v)]
+        if hit:
+            pos[hit[0]] = n
+        elif E.key(i) not in inner:
+            return None
+    return pos if all(p is not None for p in pos) else None
+
+
 def accumulations(nest) -> list:
     """``(tensor, indices, kept axes)`` of each fragment store ``F[idx] = f(F[idx], ...)``
     in ``nest`` whose plain-variable index leaves out a loop axis of extent > 1."""
@@ -107,10 +138,9 @@ def check_nest(nest, loop: Fragment, layout_of) -> None:
     total = int(np.prod(nest.extents, dtype=np.int64)) * loop.get_replicate()
     if total > _CHECK_LIMIT:
         return
-    ltab = loop.thread_table().reshape(loop.get_replicate(), -1)  # (rep, points)
-    points = E.grid(nest.extents)
-    env = {E.key(v): p for v, p in zip(nest.vars, points)}
+    ltab_nest = loop.thread_table().reshape(loop.get_replicate(), -1)  # (rep, nest points)
     nest_keys = {E.key(v) for v in nest.vars}
+    inner = inner_loops(nest)
     loc = nest.loc
     for tensor, idx, keep in accumulations(nest):
         dropped = [a for a in range(len(nest.vars)) if a not in keep]
@@ -134,11 +164,22 @@ def check_nest(nest, loop: Fragment, layout_of) -> None:
         if keep is not None and keep == sorted(keep):
             continue  # checked by layout inference (same_threads of the projection)
         used = {E.key(v) for e in idx for v in E.free_vars(E.as_expr(e))}
-        if not used <= nest_keys:
+        if not used <= nest_keys | set(inner):
             continue
         frag = layout_of(tensor)
         if frag is None:
             continue
+        # the nest's points, times the values of the inner loop variables the index uses
+        loops = [inner[k] for k in sorted(used - nest_keys)]
+        extents = list(nest.extents) + [ext for _, _, ext in loops]
+        if int(np.prod(extents, dtype=np.int64)) * loop.get_replicate() > _CHECK_LIMIT:
+            continue
+        points = E.grid(extents)
+        env = {E.key(v): p for v, p in zip(nest.vars, points)}
+        for (var, begin, _), p in zip(loops, points[len(nest.vars) :]):
+            env[E.key(var)] = p + begin
+        flat = np.ravel_multi_index(points[: len(nest.vars)], nest.extents)
+        ltab = ltab_nest[:, flat]
         try:
             coords = [np.broadcast_to(E.evaluate(e, env), points[0].shape) for e in idx]
         except (TypeError, ValueError):
@@ -160,7 +201,8 @@ def check_nest(nest, loop: Fragment, layout_of) -> None:
             bad = np.flatnonzero(~covered.all(axis=0))
         if bad.size:
             p = int(bad[0])
-            at = ", ".join(f"{v.name}={int(c[p])}" for v, c in zip(nest.vars, points))
+            names = list(nest.vars) + [var for var, _, _ in loops]
+            at = ", ".join(f"{v.name}={int(env[E.key(v)][p])}" for v in names)
             elem = ", ".join(str(int(c[p])) for c in coords)
             raise errors.compile_error(
                 f"T.Parallel loop {'writes' if is_store else 'reads'} "
@@ -172,3 +214,92 @@ def check_nest(nest, loop: Fragment, layout_of) -> None:
                 f"buffer (T.copy the fragment to T.alloc_shared, then index that)",
                 loc,
             )
+
+
+def check_serial_accesses(body, nests, layout_of, threads: int, is_tile_op) -> None:
+    """Raise a CompileError when code outside the ``T.Parallel`` nests and tile ops (which
+    every thread of the block runs) reads or writes a fragment element that not every
+    thread holds: each thread would use whatever its register at that slot holds (another
+    element's value, or nothing), a silently wrong result (e.g. ``O[0] = r[0]`` after a
+    reduce whose rows live on different threads). Statements under an ``if`` on the thread
+    index are left alone; an index that is not constant stands for the whole fragment."""
+    roots = {n.root.__chandle__() for n in nests}
+    launches = []
+
+    def walk(stmt, guarded):
+        if isinstance(stmt, ir.SeqStmt):
+            for s in stmt.seq:
+                walk(s, guarded)
+            return
+        if isinstance(stmt, ir.For):
+            if stmt.__chandle__() in roots:
+                return
+            walk(stmt.body, guarded)
+            return
+        if isinstance(stmt, ir.RegionStmt):
+            if stmt.body_params is not None:
+                launches.extend(stmt.body_params)
+            walk(stmt.body, guarded)
+            return
+        if isinstance(stmt, ir.If):
+            if not guarded:
+                _check(stmt.condition, stmt, False)
+            inner = guarded or any(
+                E.key(v) in {E.key(x) for x in launches} for v in E.free_vars(stmt.condition)
+            )
+            walk(stmt.then_case, inner)
+            if stmt.else_case is not None:
+                walk(stmt.else_case, inner)
+            return
+        if isinstance(stmt, ir.While):
+            if not guarded:
+                _check(stmt.condition, stmt, False)
+            walk(stmt.body, guarded)
+            return
+        if guarded or (isinstance(stmt, ir.Evaluate) and is_tile_op(stmt)):
+            return
+        if isinstance(stmt, ir.TensorStore | ir.Bind | ir.Evaluate):
+            _check(stmt, stmt, True)
+
+    def _check(node, stmt, is_stmt):
+        accesses = []
+
+        def load(x):
+            if is_fragment(x.source):
+                accesses.append((x.source, list(x.indices), "read"))
+
+        def store(x):
+            if is_fragment(x.dest):
+                accesses.append((x.dest, list(x.indices), "written"))
+
+        tvm_ffi.structural_walk(node, [(ir.TensorLoad, load), (ir.TensorStore, store)])
+        for tensor, idx, verb in accesses:
+            frag = layout_of(tensor)
+            if not isinstance(frag, Fragment):
+                continue
+            table = frag.thread_table()  # (rep, *shape)
+            consts = [E.as_const_int(i) for i in idx]
+            if all(c is not None for c in consts):
+                shape = [int(s) for s in tensor.ty.shape]
+                if any(c < 0 or c >= s for c, s in zip(consts, shape)):
+                    continue  # out of bounds: the bounds checks report it
+                holders = table[(slice(None), *consts)].reshape(-1)
+            else:
+                holders = table.reshape(table.shape[0], -1)
+                # every element must be on every thread
+                held = all(len(set(col.tolist())) >= threads for col in holders.T)
+                holders = None if held else holders[:, 0]
+            if holders is None or len(set(holders.tolist())) >= threads:
+                continue
+            owned = sorted(set(holders.tolist()))
+            span = f"{owned[0]}..{owned[-1]}" if len(owned) > 4 else str(owned)
+            raise errors.compile_error(
+                f"{tensor.name}[{', '.join(str(i) for i in idx)}] is {verb} outside a "
+                f"T.Parallel loop, so all {threads} threads run it, but the layout of "
+                f"{tensor.name} {frag!r} puts that element on threads {span} only; the "
+                f"others would use another element's register. Access it inside "
+                f"`for i in T.Parallel(...)` (or T.copy the fragment to shared/global memory)",
+                getattr(stmt, "loc", None),
+            )
+
+    walk(body, False)
