@@ -106,7 +106,10 @@ def parallel_nest(stmt) -> ParallelNest | None:
     while _is_parallel(s):
         if _int(s.begin) != 0 or _int(s.end) is None:
             raise errors.compile_error(
-                "T.Parallel on CUDA needs static extents starting at 0", s.loc
+                f"T.Parallel on CUDA needs static extents starting at 0 (got {s.begin}.."
+                f"{s.end}); bound a run-time extent by a constant, e.g. T.Parallel(T.min(n, "
+                "256)), which runs 256 iterations with the body guarded",
+                s.loc if errors.where(s.loc) else first_loc(s.body),
             )
         vars_.append(s.var)
         extents.append(_int(s.end))
