@@ -325,6 +325,32 @@ def test_serial_read_of_a_fragment_every_thread_holds(target):
     np.testing.assert_array_equal(out, [x.max()])
 
 
+def tile_op_in_parallel(op):
+    @T.prim_func
+    def main(A: T.Tensor((32, 40), "float32"), B: T.Tensor((32, 40), "float32")):
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((32, 40), "float32")
+            for i in T.Parallel(32):
+                if op == "copy":
+                    T.copy(A[i, :], s[i, :])  # the line the error names
+                else:
+                    T.fill(s[i, :], 1.0)  # the line the error names
+            T.copy(s, B)
+
+    return main
+
+
+@pytest.mark.parametrize("op", ["copy", "fill"])
+def test_tile_op_inside_parallel_is_an_error(op):
+    """A row copy per T.Parallel iteration ran the block-wide copy inside a loop already
+    spread over the threads (NaN rows on the emulator, barriers under a thread-dependent
+    branch on a GPU)."""
+    with pytest.raises(errors.CompileError) as info:
+        pipeline.lower(tile_op_in_parallel(op), SM80)
+    assert f"T.{op} inside a T.Parallel loop" in str(info.value)
+    assert "test_loop_fragment_access.py:" in str(info.value)
+
+
 # ------------------------------------------------------------------------------ GPU twins
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", ["column_sums", "transpose", "transpose_accumulator"])

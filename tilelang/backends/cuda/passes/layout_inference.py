@@ -157,6 +157,10 @@ class InferResult:
         ]
 
 
+#: Tile ops every thread of the block takes part in: not inside a T.Parallel loop.
+_BLOCK_WIDE_OPS = ("copy", "fill", "gemm", "reduce", "cumsum", "sync_threads")
+
+
 # --------------------------------------------------------------------------- the pass
 class _Inference:
     def __init__(
@@ -199,6 +203,14 @@ class _Inference:
             if not is_global(var):  # a global tensor's storage layout: apply_global_layouts
                 self.annotated.append((var, layout, found[1].loc))
             return
+        if found is not None and in_nest and found[0].name in _BLOCK_WIDE_OPS:
+            raise errors.compile_error(
+                f"T.{found[0].name} inside a T.Parallel loop: tile ops are block-wide (all "
+                "threads of the block share the work), but each iteration of the loop runs on "
+                "its own thread(s). Call it outside the T.Parallel loop (a T.serial loop for "
+                "one call per row), or write the element accesses in the loop itself",
+                found[1].loc,
+            )
         if found is not None:
             self.ops.append(found)
             return
