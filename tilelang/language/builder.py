@@ -214,6 +214,24 @@ def _ceildiv_py_or_ir(a, b: int):
     return _tirx.ceildiv(a, ir.const(b, a.ty))
 
 
+_PARALLEL_BOUND_LIMIT = 1 << 24
+
+
+def _parallel_bound(end):
+    """For a ``T.Parallel`` extent only known when the kernel runs but bounded by a constant
+    (``T.min(n, 256)``), that constant: the loop runs to it and guards its body with
+    ``i < extent`` (upstream accepts such extents; a backend partitions a static one)."""
+    end = unwrap(end)
+    if not is_expr(end) or static_value(end) is not None:
+        return None
+    from tvm_tirx import sym
+
+    bound = sym.Analyzer().const_int_bound(end)
+    if not 1 <= bound.max_value < _PARALLEL_BOUND_LIMIT:  # a bare int32 n: its type's max
+        return None
+    return int(bound.max_value)
+
+
 def _frame_for(begin, end, step, spec: LoopSpec):
     ann = dict(spec.annotations)
     kwargs = {}
@@ -261,12 +279,24 @@ def for_(iterable, names: str, probe: LoopProbe | None = None):
         try:
             with contextlib.ExitStack() as stack:
                 name_list = [n.strip() for n in names.strip("()").split(",") if n.strip()]
+                guards = []
                 for level, (begin, end, step) in enumerate(iterable.dims):
                     name = name_list[level] if level < len(name_list) else None
+                    bound = _parallel_bound(end) if iterable.kind == "parallel" else None
+                    if bound is not None:
+                        guards.append((level, end))
+                        end = bound
                     var = _enter_level(stack, begin, end, step, iterable, name)
                     if name is not None:
                         name_value(name, var)
                     vars_.append(var)
+                if guards:  # inside the innermost level: the nest stays perfectly nested
+                    cond = None
+                    for level, end in guards:
+                        c = vars_[level] < end
+                        cond = c if cond is None else unwrap(_T.And(cond, c))
+                    stack.enter_context(_IRIf(unwrap(cond)))
+                    stack.enter_context(_T.then_())
                 yield vars_[0] if len(vars_) == 1 else tuple(vars_)
         finally:
             st.loops.pop()

@@ -142,7 +142,9 @@ def trace(func, name: str | None = None, outer_locals: dict | None = None) -> ir
     traced = ib.get()
     check_scopes(traced)
     from ..transform.check_bounds import check_static_bounds
+    from ..transform.negative_index import legalize_negative_indices
 
+    traced = legalize_negative_indices(traced)
     check_static_bounds(traced)
     return traced
 

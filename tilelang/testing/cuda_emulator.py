@@ -148,11 +148,14 @@ class _Machine:
         offset; its floating views start as NaN, except in a cluster launch) or of a kernel parameter (a reshape of the
         caller's data, e.g. ``T.Tensor(shape, dtype, X.data)``)."""
         ptr = call.args[0]
+        fresh = True  # a tile placed in a scratch buffer: nothing written there yet
         if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset":
             data_ptr, offset = ptr.args
             base_var, offset = data_ptr.args[0], int(self.scalar(offset))
         elif isinstance(ptr, ir.Call) and ptr.op.name == "tirx.tensor_data_ptr":
             base_var, offset = ptr.args[0], 0
+            # T.reshape/T.view of a tile: the same bytes, already written
+            fresh = str(self.bufs[base_var.__chandle__()].data.dtype) == "uint8"
         else:
             raise EmulationError(f"decl_tensor of {var.name}: unsupported pointer {ptr}")
         base = self.bufs[base_var.__chandle__()]
@@ -167,6 +170,7 @@ class _Machine:
         peers_write = base.shared and self.cluster is not None
         if (
             _floating(dtype)
+            and fresh
             and base_var.__chandle__() not in self.param_handles
             and not peers_write
         ):

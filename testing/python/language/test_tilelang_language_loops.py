@@ -3,6 +3,7 @@ and Python loops over lists (unrolled while tracing)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -253,3 +254,64 @@ def test_stepped_loops(randn, N):
         idx = list(rng_)
         ref[idx] = a[idx]
         assert torch.equal(out[row], ref), (row, rng_)
+
+
+# ------------------------------------------------------------- run-time T.Parallel extents
+def _bounded_parallel(max_len, two_d):
+    @T.prim_func
+    def main(
+        A: T.Tensor((max_len, 3), "float32"), B: T.Tensor((max_len, 3), "float32"), n: T.int32
+    ):
+        with T.Kernel(1, threads=128):
+            for i, j in T.Parallel(max_len, 3):
+                B[i, j] = 0.0
+            if two_d:
+                for i, j in T.Parallel(T.min(n, max_len), T.min(n, 2)):
+                    B[i, j] = A[i, j] - 1.0
+            else:
+                for i in T.Parallel(T.min(n, max_len)):
+                    B[i, 0] = A[i, 0] * 2.0
+
+    return main
+
+
+def _bounded_parallel_ref(a, n, two_d):
+    ref = np.zeros_like(a, dtype=np.float64)
+    c = min(n, a.shape[0])
+    if two_d:
+        ref[:c, : min(n, 2)] = a[:c, : min(n, 2)] - 1.0
+    else:
+        ref[:c, 0] = a[:c, 0] * 2.0
+    return ref
+
+
+@pytest.mark.parametrize("two_d", [False, True])
+@pytest.mark.parametrize("n", [0, 1, 13, 200, 600])
+def test_parallel_extent_bounded_by_a_constant(n, two_d):
+    """T.Parallel(T.min(n, 300)) (upstream's dynamic extent) runs 300 iterations with the
+    body guarded; on CUDA it was 'needs static extents' (emulated sm_80 here, and CPU)."""
+    from tilelang.backends.cuda import pipeline
+    from tilelang.testing.cuda_emulator import emulate
+
+    a = np.random.default_rng(n).standard_normal((300, 3)).astype(np.float32)
+    want = _bounded_parallel_ref(a, n, two_d)
+    kernel = tilelang.compile(_bounded_parallel(300, two_d), out_idx=[1], target="cpu")
+    np.testing.assert_allclose(kernel(torch.from_numpy(a), n).numpy(), want, rtol=1e-6)
+    lowered = pipeline.lower(_bounded_parallel(300, two_d), {"kind": "cuda", "arch": "sm_80"})
+    out = emulate(lowered, a, np.zeros_like(a), np.int32(n))[1]
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def test_unbounded_parallel_extent_on_cuda_names_the_line():
+    from tilelang.backends.cuda import pipeline
+
+    @T.prim_func
+    def main(A: T.Tensor((300,), "float32"), n: T.int32):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(n):
+                A[i] = 0.0  # the line the error names
+
+    with pytest.raises(tilelang.errors.CompileError) as info:
+        pipeline.lower(main, {"kind": "cuda", "arch": "sm_80"})
+    assert "test_tilelang_language_loops.py:" in str(info.value)
+    assert "T.min(n, 256)" in str(info.value)

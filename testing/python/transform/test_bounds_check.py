@@ -54,15 +54,18 @@ def test_constant_index_far_outside():
 
 
 def test_negative_constant_index():
+    """B[-1] is B[7] (Python's and upstream's meaning: test_tilelang_language_negative_index);
+    B[-9] is before B's start."""
+
     def make():
         @T.prim_func
         def main(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
             with T.Kernel(1, threads=1):
-                B[-1] = A[0]  # oob
+                B[-9] = A[0]  # oob
 
         return main
 
-    _compile_error(make, "# oob", "B[-1]", "index 0 is -1")
+    _compile_error(make, "# oob", "B[-9]", "index 0 is -9")
 
 
 def test_shared_tile_overrun_in_serial_and_parallel_loops():

@@ -78,24 +78,43 @@ def _whole(view) -> bool:
     return all(_const(b) == 0 for b in view.begins) and [_const(e) for e in view.extents] == shape
 
 
-def xor_group(frag, dim):
-    """Generator bits g such that the threads sharing a reduced row are ``t ^ span(g)``."""
-    table = frag.thread_table()  # (rep, *shape)
-    moved = np.moveaxis(table, dim + 1, -1).reshape(-1, table.shape[dim + 1])
-    group = None
-    for row in moved:
-        owners = sorted(set(int(x) for x in row))
-        base = owners[0]
-        offs = frozenset(o ^ base for o in owners)
-        if group is None:
-            group = offs
-        elif offs != group:
-            return None
-    gens = [g for g in sorted(group) if g and g & (g - 1) == 0]
+def _span(gens) -> set:
     span = {0}
     for g in gens:
         span |= {s ^ g for s in span}
-    return gens if span == set(group) else None
+    return span
+
+
+def xor_group(frag, dim, idle_from=None, threads=None):
+    """Generator bits g such that the threads sharing a reduced row are ``t ^ span(g)``.
+
+    With ``idle_from``/``threads``: a row's threads may also be completed to such a group
+    by threads in ``[idle_from, threads)``, which hold no element of ``frag`` and so add
+    the reduction's identity (a 1-d fragment of 100 elements on 128 threads: the row's
+    threads 0..99 are completed by 100..127)."""
+    table = frag.thread_table()  # (rep, *shape)
+    moved = np.moveaxis(table, dim + 1, -1).reshape(-1, table.shape[dim + 1])
+    rows = [sorted(set(int(x) for x in row)) for row in moved]
+    groups = {frozenset(o ^ owners[0] for o in owners) for owners in rows}
+    if len(groups) == 1:
+        group = set(next(iter(groups)))
+        gens = [g for g in sorted(group) if g and g & (g - 1) == 0]
+        if _span(gens) == group:
+            return gens
+    if idle_from is None or threads is None:
+        return None
+    bits = 0
+    for owners in rows:
+        for o in owners:
+            bits |= o ^ owners[0]
+    gens = [1 << b for b in range(bits.bit_length()) if bits >> b & 1]
+    span = _span(gens)
+    for owners in rows:
+        coset = {(owners[0] & ~bits) | s for s in span}
+        extra = coset - set(owners)
+        if not set(owners) <= coset or any(t < idle_from or t >= threads for t in extra):
+            return None
+    return gens
 
 
 def _shfl(value, lane_mask, dtype):
@@ -175,7 +194,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
             )
     s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
     check_layouts(v, s_layout, d_layout, pairs)
-    gens = xor_group(s_layout, dim)
+    gens = xor_group(s_layout, dim, s_layout.get_thread_size(), ctx.threads)
     if gens is None:
         raise errors.compile_error(
             f"T.reduce: the threads sharing a row of {src.name} do not form a xor group", v.loc
@@ -240,6 +259,12 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
             group_bits |= g
         base = t - (t & group_bits)
         order = sorted(span)
+        # threads past the last whole group (idle ones, when the block size is no multiple
+        # of the group's) read slots past the block: the workspace covers them too, and the
+        # compact slots (which assume whole groups) are not used
+        ws_size = ((ctx.threads - 1) | group_bits) + 1
+        if ws_size != ctx.threads:
+            compact = None
     if warps and compact is not None:
         # all rows written (one lane per lane group), then all read: one RAW barrier
         width, compress = compact
@@ -261,7 +286,7 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
         stmts.append(for_(ld4, n_d, store(red, [ld4], total), ir.ForKind.UNROLLED))
         body = []
     elif warps:
-        ws = new_tensor(f"{dst.name}_ws", [ctx.threads], dtype, "shared.dyn")
+        ws = new_tensor(f"{dst.name}_ws", [ws_size], dtype, "shared.dyn")
         ctx.extra_allocs.append(alloc(ws))
         body.append(store(ws, [t], cur))
         total = ir.TensorLoad(ws, [base + order[0]])

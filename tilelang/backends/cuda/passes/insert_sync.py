@@ -265,11 +265,41 @@ class _Uniformity:
         return bad
 
 
+def _view_roots(body) -> dict:
+    """Handle of each shared view (``T.reshape``/``T.view``: a ``decl_tensor`` over another
+    shared tensor's data) -> handle of the tensor whose memory it is."""
+    roots = {}
+
+    def base_of(ptr):
+        while isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset":
+            ptr = ptr.args[0]
+        if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.tensor_data_ptr" and ptr.args:
+            return ptr.args[0]
+        return ptr if isinstance(ptr, ir.Var) and is_shared(ptr) else None
+
+    def visit(stmt):
+        value = stmt.value
+        if not (isinstance(value, ir.Call) and value.op.name == "tirx.decl_tensor"):
+            return
+        base = base_of(value.args[0]) if value.args else None
+        if base is not None and is_shared(stmt.var):
+            key = base.__chandle__()
+            roots[stmt.var.__chandle__()] = roots.get(key, key)
+
+    tvm_ffi.structural_walk(body, [(ir.Bind, visit)])
+    return roots
+
+
 class _Inserter(_Uniformity):
-    def __init__(self, thread_var, uniform_locals=frozenset()):
+    def __init__(self, thread_var, uniform_locals=frozenset(), views=None):
         super().__init__({thread_var.__chandle__()}, uniform_locals)
         self.count = 0
         self.trusted = 0  # inside loops annotated ATTR_ASYNC_STAGES
+        self.views = views or {}
+
+    def _accesses(self, stmt):
+        """``_accesses`` with views counted as the tensors whose memory they are."""
+        return tuple({self.views.get(h, h) for h in part} for part in _accesses(stmt))
 
     def _checked(self, r, w, aw):
         """The (reads, writes, async writes) to check for conflicts."""
@@ -280,7 +310,7 @@ class _Inserter(_Uniformity):
     def leaf(self, stmt, state):
         if isinstance(stmt, ir.Bind) and not self.uniform(stmt.value):
             self.varying.add(stmt.var.__chandle__())
-        r, w, aw = _accesses(stmt)
+        r, w, aw = self._accesses(stmt)
         me = stmt.__chandle__()
         cr, cw, caw = self._checked(r, w, aw)
         if _conflict(cr, cw, state, me, caw):
@@ -333,7 +363,7 @@ class _Inserter(_Uniformity):
         trusted = ATTR_ASYNC_STAGES in (getattr(stmt, "annotations", None) or {})
         self.trusted += trusted
         saved = self.count
-        r, w, aw = self._checked(*_accesses(stmt.body))
+        r, w, aw = self._checked(*self._accesses(stmt.body))
         pre = []
         # The loop's own statements, left in ``state`` by an earlier run of the loop
         # (an enclosing loop's previous iteration), are checked against ``end`` below.
@@ -368,5 +398,6 @@ def _seq(stmts):
 
 def insert_sync(body, thread_var):
     """Insert the barriers (see the module docstring); returns the new body."""
-    out, _ = _Inserter(thread_var, _uniform_locals(body, thread_var)).visit(body, _State())
+    inserter = _Inserter(thread_var, _uniform_locals(body, thread_var), _view_roots(body))
+    out, _ = inserter.visit(body, _State())
     return _seq(out)

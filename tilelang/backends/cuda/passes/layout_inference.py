@@ -50,6 +50,15 @@ from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
 from ....lowering.target_info import backend_of
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
+from .loop_fragment_access import (
+    accumulating_layout,
+    accumulations,
+    check_nest,
+    check_serial_accesses,
+    first_loc,
+    inner_loops,
+    spread_positions,
+)
 
 
 @dataclass
@@ -64,7 +73,11 @@ class ParallelNest:
 
     @property
     def loc(self):
-        return self.root.loc
+        """The loop's source location, else its first statement's (a traced ``For`` has
+        none)."""
+        if errors.where(self.root.loc):
+            return self.root.loc
+        return first_loc(self.body) or self.root.loc
 
     @property
     def key(self):
@@ -93,7 +106,10 @@ def parallel_nest(stmt) -> ParallelNest | None:
     while _is_parallel(s):
         if _int(s.begin) != 0 or _int(s.end) is None:
             raise errors.compile_error(
-                "T.Parallel on CUDA needs static extents starting at 0", s.loc
+                f"T.Parallel on CUDA needs static extents starting at 0 (got {s.begin}.."
+                f"{s.end}); bound a run-time extent by a constant, e.g. T.Parallel(T.min(n, "
+                "256)), which runs 256 iterations with the body guarded",
+                s.loc if errors.where(s.loc) else first_loc(s.body),
             )
         vars_.append(s.var)
         extents.append(_int(s.end))
@@ -141,6 +157,10 @@ class InferResult:
         ]
 
 
+#: Tile ops every thread of the block takes part in: not inside a T.Parallel loop.
+_BLOCK_WIDE_OPS = ("copy", "fill", "gemm", "reduce", "cumsum", "sync_threads")
+
+
 # --------------------------------------------------------------------------- the pass
 class _Inference:
     def __init__(
@@ -153,6 +173,7 @@ class _Inference:
         self.ops, self.nests, self.fragments, self.serial_frags = [], [], [], []
         self.annotated: list = []  # (Var, Layout, loc) of T.annotate_layout statements
         self.loop_layouts: dict = {}
+        self.body = func.body
         self._collect(func.body, in_nest=False)
         for var, layout in (annotations or {}).items():
             self._set(var, layout, None, "T.annotate_layout")
@@ -182,6 +203,14 @@ class _Inference:
             if not is_global(var):  # a global tensor's storage layout: apply_global_layouts
                 self.annotated.append((var, layout, found[1].loc))
             return
+        if found is not None and in_nest and found[0].name in _BLOCK_WIDE_OPS:
+            raise errors.compile_error(
+                f"T.{found[0].name} inside a T.Parallel loop: tile ops are block-wide (all "
+                "threads of the block share the work), but each iteration of the loop runs on "
+                "its own thread(s). Call it outside the T.Parallel loop (a T.serial loop for "
+                "one call per row), or write the element accesses in the loop itself",
+                found[1].loc,
+            )
         if found is not None:
             self.ops.append(found)
             return
@@ -246,9 +275,25 @@ class _Inference:
         changed = False
         loop = self.loop_layouts.get(key)
         if loop is None:
+            # an accumulation (acc[d] += X[j, d]) runs its left-out axes on acc's threads
+            for tensor, _, keep in accumulations(nest):
+                if self.get(tensor) is not None:
+                    loop = accumulating_layout(self.get(tensor), keep, nest.extents)
+                    self.loop_layouts[key] = loop
+                    changed = True
+                    break
+        if loop is None:
             for tensor, idx, _ in nest.accesses:
                 if is_fragment(tensor) and self._exact(idx, nest) and self.get(tensor):
                     loop = self.get(tensor)
+                    self.loop_layouts[key] = loop
+                    changed = True
+                    break
+        if loop is None:  # a fragment read in another axis order (g[i, j] = f[j, i])
+            for tensor, idx, _ in nest.accesses:
+                perm = self._axes_any_order(idx, nest)
+                if is_fragment(tensor) and perm is not None and self.get(tensor):
+                    loop = accumulating_layout(self.get(tensor), perm, nest.extents)
                     self.loop_layouts[key] = loop
                     changed = True
                     break
@@ -259,6 +304,14 @@ class _Inference:
                 continue
             keep = self._axes(idx, nest)
             if keep is None:
+                # f[j, i] (permuted axes) or f[i, k] (k an inner T.serial loop's variable):
+                # the loop's threads, the inner loops' axes in each thread's registers
+                pos = spread_positions(idx, nest, inner_loops(nest))
+                if pos is not None and self.get(tensor) is None:
+                    shape = [int(d) for d in tensor.ty.shape]
+                    self.layout_map[tensor] = accumulating_layout(loop, pos, shape)
+                    self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
+                    changed = True
                 continue
             want = loop if keep == list(range(len(nest.vars))) else project_fragment(loop, keep)
             if len(keep) != len(tensor.ty.shape):
@@ -279,6 +332,12 @@ class _Inference:
         return changed
 
     def free_loop(self, nest: ParallelNest) -> None:
+        acc = accumulations(nest)
+        if acc:  # the kept axes spread over the threads, the accumulated ones in registers
+            keep = acc[0][2]
+            base = default_fragment([nest.extents[a] for a in keep], self.threads, 1)
+            self.loop_layouts[nest.key] = accumulating_layout(base, keep, nest.extents)
+            return
         total = int(E.prod(nest.extents))
         inner = nest.vars[-1]
         bytes_, frag_bytes = [], []
@@ -303,6 +362,20 @@ class _Inference:
         return len(idx) == len(nest.vars) and all(
             isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(idx, nest.vars)
         )
+
+    @staticmethod
+    def _axes_any_order(idx, nest):
+        """The nest axis of each index when ``idx`` is all the nest's variables in some
+        order, else None."""
+        if len(idx) != len(nest.vars):
+            return None
+        pos = []
+        for i in idx:
+            hit = [k for k, v in enumerate(nest.vars) if isinstance(i, ir.Var) and i.same_as(v)]
+            if not hit or hit[0] in pos:
+                return None
+            pos.append(hit[0])
+        return pos
 
     @staticmethod
     def _axes(idx, nest):
@@ -340,6 +413,11 @@ class _Inference:
             )
             self.layout_map[var] = layout
         check_annotated_gemm_operands(self)
+        for nest in self.nests:
+            check_nest(nest, self.loop_layouts[nest.key], self.get)
+        check_serial_accesses(
+            self.body, self.nests, self.get, self.threads, lambda s: tile_op_of(s) is not None
+        )
         return InferResult(self.layout_map, self.loop_layouts, self.nests)
 
 
