@@ -65,3 +65,41 @@ def test_read_through_dtype_view_after_copy(target):
     lowered = pipeline.lower(bytes_through_view(N), target)
     out = emulate(lowered, x, np.zeros(N * 4, np.int8), race_check=True)[1]
     np.testing.assert_array_equal(out, np.roll(x.view(np.int8), -5))
+
+
+def view_then_other_tile(M, N):
+    """``s`` is read only through its view after ``t`` is allocated and filled."""
+
+    @T.prim_func
+    def main(
+        X: T.Tensor((M * N,), "float32"),
+        Y: T.Tensor((M, N), "float32"),
+        O: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((M * N,), "float32")
+            T.copy(X, s)
+            s2 = T.reshape(s, [M, N])
+            t = T.alloc_shared((M, N), "float32")
+            T.copy(Y, t)
+            for i, j in T.Parallel(M, N):
+                O[i, j] = s2[i, j] + t[i, j]
+
+    return main
+
+
+@TARGETS
+def test_tile_read_through_a_view_keeps_its_bytes(target):
+    """The shared-memory planner counts a view's uses as the tile's: ``t`` may not take
+    ``s``'s bytes while ``s2`` (a view of ``s``) is still read (it did: both at offset 0,
+    a silent wrong sum)."""
+    M, N = 8, 32
+    lowered = pipeline.lower(view_then_other_tile(M, N), target)
+    plan = dict(lowered.attrs["tl.shared_memory"])
+    (so, ssz), (to, tsz) = (tuple(int(v) for v in plan[k]) for k in ("s", "t"))
+    assert so + ssz <= to or to + tsz <= so, plan
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(M * N).astype(np.float32)
+    y = rng.standard_normal((M, N)).astype(np.float32)
+    out = emulate(lowered, x, y, np.zeros((M, N), np.float32), race_check=True)[2]
+    np.testing.assert_allclose(out, x.reshape(M, N).astype(np.float64) + y, rtol=1e-6, atol=1e-6)

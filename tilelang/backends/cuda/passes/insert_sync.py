@@ -265,6 +265,22 @@ class _Uniformity:
         return bad
 
 
+def shared_views(body) -> dict:
+    """Handle of each shared tensor viewed through ``T.reshape``/``T.view`` -> the view
+    Vars over its memory (``plan_shared_memory``: a tile read only through a view is live
+    until the view's last use)."""
+    roots = _view_roots(body)
+    views = {}
+
+    def visit(stmt):
+        root = roots.get(stmt.var.__chandle__())
+        if root is not None:
+            views.setdefault(root, []).append(stmt.var)
+
+    tvm_ffi.structural_walk(body, [(ir.Bind, visit)])
+    return views
+
+
 def _view_roots(body) -> dict:
     """Handle of each shared view (``T.reshape``/``T.view``: a ``decl_tensor`` over another
     shared tensor's data) -> handle of the tensor whose memory it is."""

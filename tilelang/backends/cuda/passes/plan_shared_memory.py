@@ -41,6 +41,7 @@ from ....lowering.thread_utils import (
     scope_of,
     sync_threads,
 )
+from .insert_sync import shared_views
 from .warp_specialize_auto import consumer_barrier
 
 ALIGN = 16
@@ -154,7 +155,7 @@ def plan_shared_memory(
     plan = {} if plan is None else plan
     if not tiles:
         return body
-    timeline = _Timeline(stmts, ws_split)
+    timeline = _Timeline(stmts, ws_split, shared_views(inner))
     uses = {var.__chandle__(): timeline.live_range(var) for var in tiles}
     placed = []  # (var, offset, size, first, last)
     syncs_before = set()
@@ -225,8 +226,9 @@ class _Timeline:
     it). Cluster launches keep the whole split as one unit: peers multicast into and
     arrive on this block's tiles on their own schedule."""
 
-    def __init__(self, stmts, ws_split):
+    def __init__(self, stmts, ws_split, views=None):
         self.stmts = stmts
+        self.views = views or {}  # tile handle -> its T.reshape / T.view Vars
         self.split_at = None
         self.consumer = []
         if ws_split is not None and not _cluster_launch(stmts):
@@ -256,13 +258,14 @@ class _Timeline:
         return self._top_unit.get(k, -1)
 
     def live_range(self, var):
-        """(first, last) unit mentioning ``var`` ((0, -1): none)."""
+        """(first, last) unit mentioning ``var`` or a view of it ((0, -1): none)."""
+        names = [var, *self.views.get(var.__chandle__(), [])]
         idx = [
             i
             for i in range(len(self.units))
-            if alloc_of(self._stmt(i)) is None and uses_any(self._stmt(i), [var])
+            if alloc_of(self._stmt(i)) is None and uses_any(self._stmt(i), names)
         ]
-        if self.split_at is not None and uses_any(self.producer, [var]):
+        if self.split_at is not None and uses_any(self.producer, names):
             if str(var.ty.dtype) == "uint64":  # mbarriers: their bytes are never reused
                 return (0, len(self.units) - 1)
             idx += [self._consumer_unit0, self._last_producer_wait()]
