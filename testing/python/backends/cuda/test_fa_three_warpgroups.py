@@ -45,6 +45,7 @@ PIPELINED = "flash_attention/example_mha_fwd_bshd_wgmma_pipelined.py"
 BHSD = "flash_attention/example_mha_fwd_bhsd.py"
 GQA = "flash_attention/example_gqa_fwd_bshd.py"
 PINGPONG = {"tl.ws_pingpong": True}
+PER_WARP = {"tl.ws_release_per_warp": True}
 
 
 def _fa(causal, seq, bn=128, dim=64, batch=1, heads=1, bm=192, threads=384, path=PLAIN):
@@ -91,9 +92,9 @@ class TracingMachine(StrictMachine):
         return super()._extern(fname, args, e, mask)
 
 
-def emulate_traced(func, *arrays):
+def emulate_traced(func, *arrays, race=None):
     arrays = [np.ascontiguousarray(a) for a in arrays]
-    m = TracingMachine(func, arrays)
+    m = TracingMachine(func, arrays, race=race)
     m.run(func.body, True)
     m.finish()
     return arrays, m
@@ -353,6 +354,57 @@ def test_turns_around_the_first_gemm_emulated(threads, rng):
     replay_blocks(m, threads // 128)
 
 
+# ------------------------------------------------------------------------- per-warp release
+def test_per_warp_release_structure():
+    """``tl.ws_release_per_warp``: the empty barriers count the 12 consumer warps, each warp
+    hands a stage back with one arrival; off by default."""
+    lowered = pipeline.lower(_fa(True, 4096, batch=4, heads=16), SM90A, PER_WARP)
+    text = str(lowered)
+    assert any("one release per consumer warp" in n for n in _notes(lowered))
+    empties = re.findall(
+        r'"tl::mbarrier_init", T.address_of\(tma_empty\w+\[\d\]\), T.uint32\((\d+)\)', text
+    )
+    assert empties and set(empties) == {"12"}
+    assert '"tl::mbarrier_arrive_warp"' in text and '"tl::mbarrier_arrive",' not in text
+    plain = str(pipeline.lower(_fa(True, 4096, batch=4, heads=16), SM90A))
+    assert "mbarrier_arrive_warp" not in plain and "T.uint32(384)" in plain
+
+
+@pytest.mark.parametrize(
+    "causal,seq,configs",
+    [(False, 300, PER_WARP), (True, 400, PER_WARP), (True, 300, {**PER_WARP, **PINGPONG})],
+)
+def test_per_warp_release_emulated(causal, seq, configs, rng):
+    """Against float64 with the race check on (a stage handed back before a warp's last
+    read of it would be overwritten by the producer's next TMA load)."""
+    lowered = pipeline.lower(_fa(causal, seq, batch=1, heads=2), SM90A, configs)
+    q, k, v = (rng.standard_normal((1, seq, 2, 64)).astype(np.float16) for _ in range(3))
+    (_, _, _, o), m = emulate_traced(lowered, q, k, v, np.full_like(q, np.nan), race=True)
+    np.testing.assert_allclose(o, _attention(q, k, v, causal), rtol=1e-2, atol=2e-3)
+    replay_blocks(m, 3)
+
+
+def test_per_warp_release_after_generic_reads_emulated(rng):
+    """A stage also read by element loads (generic proxy): every thread's fence, then its
+    warp's one arrival (``test_warp_specialize.py``'s kernel), against float64."""
+    from test_warp_specialize import _gemm_reading_a_tile
+
+    lowered = pipeline.lower(_gemm_reading_a_tile("parallel"), SM90A, PER_WARP)
+    text = str(lowered)
+    assert "generic-proxy stage reads" in text and "one release per consumer warp" in text
+    lines = [x.strip() for x in text.splitlines()]
+    arrives = [i for i, x in enumerate(lines) if '"tl::mbarrier_arrive_warp"' in x]
+    assert arrives and all("tl::fence_proxy_async_shared" in lines[i - 1] for i in arrives)
+    a = _round(rng.standard_normal((256, 256)), "float16")
+    b = _round(rng.standard_normal((256, 256)), "float16")
+    c = np.full((256, 256), np.nan, np.float32)
+    s = np.zeros((256, 64), np.float32)
+    (_, _, c, s), _ = emulate_traced(lowered, a, b, c, s, race=True)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(c, a64 @ b64, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(s, a64.reshape(256, 4, 64).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------- benchmark
 def _benchmark():
     import importlib.util
@@ -390,6 +442,7 @@ def test_benchmark_configs_parse():
         (64, 64, False, None),
         (64, 128, False, None),
         (64, 128, True, PINGPONG),
+        (128, 64, True, {**PINGPONG, **PER_WARP}),
     ],
 )
 def test_192_row_blocks_compile_without_spills(bn, dim, causal, configs, tmp_path):
@@ -428,6 +481,8 @@ def _gpu():
         (176, 64, None),
         (128, 128, None),
         (64, 128, PINGPONG),
+        (128, 64, PER_WARP),
+        (128, 64, {**PER_WARP, **PINGPONG}),
     ],
 )
 @pytest.mark.parametrize("seq", [1000, 4096])
@@ -455,3 +510,26 @@ def test_replay_catches_turns_without_the_opening(monkeypatch, rng):
     (_, _, _, o), m = emulate_traced(lowered, q, k, v, np.full_like(q, np.nan))
     with pytest.raises(AssertionError, match="deadlock"):
         replay_blocks(m, 3)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["plain", "parallel"])
+def test_per_warp_release_gemm_gpu(mode):
+    """``tl.ws_release_per_warp`` on a wgmma GEMM whose stage is also read by element loads
+    (fenced release), repeated launches, against float64."""
+    from test_warp_specialize import _gemm_reading_a_tile
+
+    import tilelang
+
+    torch = _gpu()
+    kern = tilelang.compile(_gemm_reading_a_tile(mode), target="cuda", pass_configs=PER_WARP)
+    a, b = (torch.randn(256, 256, dtype=torch.float16, device="cuda") for _ in range(2))
+    c = torch.full((256, 256), float("nan"), device="cuda")
+    s = torch.zeros(256, 64, device="cuda")
+    for _ in range(3):
+        kern(a, b, c, s)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-3, atol=1e-3)
+        if mode == "parallel":
+            want = a.double().reshape(256, 4, 64).sum(1)
+            torch.testing.assert_close(s.double(), want, rtol=1e-4, atol=1e-4)

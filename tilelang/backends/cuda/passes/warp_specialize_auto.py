@@ -174,12 +174,16 @@ def ws_loop(
     notes_before = len(pctx.tma_notes)
     mc = cm.plan_multicast(planner, loop, tma)  # TMA multicast in a cluster, or None
     rank, rank_bind = cm.rank_bind() if mc is not None else (None, None)
-    # consumer releases of a stage: every thread, or with multicast one per warp of every
-    # block of the cluster (the peers' TMA writes into this block's stage too)
-    releases = threads if mc is None else threads // 32 * mc.size
+    # consumer releases of a stage: every thread (one per warp with
+    # tl.ws_release_per_warp), or with multicast one per warp of every block of the cluster
+    # (the peers' TMA writes into this block's stage too)
+    per_warp = mc is None and pctx.options.get("ws_release_per_warp", False)
+    releases = threads if mc is None and not per_warp else threads // 32 * (mc.size if mc else 1)
 
     def release_stage(bar_ptr):
-        if mc is None:
+        if per_warp:  # (a __syncwarp orders every lane's fence before the warp's arrival)
+            arrive = _call("tl::mbarrier_arrive_warp", bar_ptr)
+        elif mc is None:
             arrive = _call("tl::mbarrier_arrive", bar_ptr)
         else:  # (a __syncwarp orders every lane's fence before the warp's arrivals)
             arrive = _call(cm.release_call(mc), bar_ptr)
@@ -294,6 +298,7 @@ def ws_loop(
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings"
+        + ("; one release per consumer warp" if per_warp else "")
         + (
             "; generic-proxy stage reads: fence.proxy.async before each release)"
             if fenced_release
