@@ -20,7 +20,9 @@ example without either: each gemm waited for where it is issued, the session-5 s
 for an A/B in the same process), ``nopp`` (this example with ``tl.ws_pingpong = False``: the
 consumer warpgroups do not take turns at the gemms; at ``--dim 64`` also 192x128/384t, whose
 three warpgroups take turns round robin by default), ``persist`` (non-causal: this example
-with ``tl.persistent_tiles``, one block per SM walking the tiles), ``nanmax`` (this
+with ``tl.persistent_tiles``, one block per SM walking the tiles), ``perwarp``
+(``tl.ws_release_per_warp``: one stage release per consumer warp, not per thread; at
+``--dim 64`` also 192x128/384t), ``nanmax`` (this
 example with ``tl.nan_propagating_max``: float max as a four-instruction select, the form
 before ``transform/float_min_max.py``);
 ``--no-overlap-rows`` leaves them out. More causal rows:
@@ -146,8 +148,12 @@ def main():
                 rows.append(((128, 128, 2, 256), "persist", flashattn, persist))
             # the row max as TIRx's NaN-propagating select (the form before float_min_max)
             rows.append(((128, 128, 2, 256), "nanmax", flashattn, {"tl.nan_propagating_max": True}))
+            # one stage release per consumer warp instead of per thread
+            per_warp = {"tl.ws_release_per_warp": True}
+            rows.append(((128, 128, 2, 256), "perwarp", flashattn, per_warp))
             if d <= 64:  # three warpgroups without their turns (round robin by default)
                 rows.append(((192, 128, 2, 384), "nopp", flashattn, {"tl.ws_pingpong": False}))
+                rows.append(((192, 128, 2, 384), "perwarp", flashattn, per_warp))
         if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order
             inorder = {"tl.heavy_blocks_first": False}
             rows.append(((128, 128, 2, 256), "inorder", flashattn, inorder))
