@@ -337,6 +337,19 @@ def test_three_warpgroup_turns_emulated(path, causal, seq, bn, rng):
     replay_blocks(m, 3, seed=seq)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_four_warpgroup_turns_emulated(causal, rng):
+    """The round robin is not special to three: 256-row blocks on four warpgroups (512
+    consumer threads, barriers 2..5) match float64 and replay without deadlock."""
+    lowered = pipeline.lower(_fa(causal, 300, bm=256, threads=512), SM90A, PINGPONG)
+    assert any("4 warpgroups round robin" in n for n in _notes(lowered))
+    assert '"tl::ws_turn_arrive", 2 + (tx // 128 + 1) % 4' in str(lowered)
+    q, k, v = (rng.standard_normal((1, 300, 1, 64)).astype(np.float16) for _ in range(3))
+    (_, _, _, o), m = emulate_traced(lowered, q, k, v, np.full_like(q, np.nan))
+    np.testing.assert_allclose(o, _attention(q, k, v, causal), rtol=1e-2, atol=2e-3)
+    replay_blocks(m, 4)
+
+
 @pytest.mark.parametrize("threads", [256, 384])
 def test_turns_around_the_first_gemm_emulated(threads, rng):
     """The unordered loop's turns (the first gemm only) with two and three warpgroups."""
