@@ -173,7 +173,11 @@ def test_192_row_blocks_are_specialized_and_ordered(bn, causal):
     assert "tl::set_max_nreg<160, 1>" in text and "tl::set_max_nreg<24, 0>" in text
     assert any("warp-specialized (producer warpgroup: threads 384..511" in n for n in notes)
     assert any("consumer software-pipelined" in n for n in notes), notes
-    assert any("TMA store, 1 box(es) of 192x64" in n for n in notes), notes
+    # the epilogue acc_o -> O_shared -> Output: staged in a swizzled tile (stmatrix) in a
+    # stage buffer's bytes instead of the row-major O_shared, then one TMA store
+    assert any("TMA store, 1 box(es) of 192x64, swizzle SWIZZLE_128B" in n for n in notes)
+    assert any("stmatrix" in n and "in place of O_shared" in n for n in notes), notes
+    assert "O_shared" not in text.split("tl.layouts")[-1].split("T.launch_thread")[-1]
     # one m64 instruction per warpgroup and k16 step: Q @ K^T from shared memory, P @ V
     # with P in registers (the accumulator's rows are the register-A rows)
     assert set(re.findall(r"tl::wgmma_m64n\d+k16_[rs]s", text)) == {
@@ -365,6 +369,68 @@ def test_turns_around_the_first_gemm_emulated(threads, rng):
     want = s.astype(np.float16).astype(np.float64) @ v.astype(np.float64)
     np.testing.assert_allclose(o, want, rtol=4e-3, atol=4e-3 * np.abs(want).max())
     replay_blocks(m, threads // 128)
+
+
+# ------------------------------------------------------------------------- epilogue
+def _staged_through_user_tile(second_reader):
+    """O = cast(Q @ K^T) @ V written as ``T.copy(acc, O_s); T.copy(O_s, O)`` (the FA
+    examples' epilogue); ``second_reader``: O_s is also copied to O2."""
+    import tilelang.language as T
+
+    M, N1, N2, K, bM, bN = 300, 256, 64, 64, 192, 64
+
+    @T.prim_func
+    def main(Q: T.Tensor((M, K), "float16"), Kt: T.Tensor((N1, K), "float16"),
+             V: T.Tensor((N1, N2), "float16"), O: T.Tensor((M, N2), "float16"),
+             O2: T.Tensor((M, N2), "float16")):  # fmt: skip
+        with T.Kernel(T.ceildiv(M, bM), threads=384) as bx:
+            Q_s = T.alloc_shared((bM, K), "float16")
+            K_s = T.alloc_shared((bN, K), "float16")
+            V_s = T.alloc_shared((bN, N2), "float16")
+            O_s = T.alloc_shared((bM, N2), "float16")
+            S = T.alloc_fragment((bM, bN), "float32")
+            P = T.alloc_fragment((bM, bN), "float16")
+            acc = T.alloc_fragment((bM, N2), "float32")
+            T.copy(Q[bx * bM, 0], Q_s)
+            T.clear(acc)
+            for k in T.Pipelined(N1 // bN, num_stages=2):
+                T.copy(Kt[k * bN, 0], K_s)
+                T.copy(V[k * bN, 0], V_s)
+                T.clear(S)
+                T.gemm(Q_s, K_s, S, transpose_B=True)
+                T.copy(S, P)
+                T.gemm(P, V_s, acc)
+            T.copy(acc, O_s)
+            T.copy(O_s, O[bx * bM, 0])
+            if second_reader:
+                T.copy(O_s, O2[bx * bM, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("second_reader", [False, True])
+@pytest.mark.parametrize("configs", [None, {"tl.tma_store_epilogue": False}])
+def test_user_tile_epilogue_staged_emulated(second_reader, configs, rng):
+    """``T.copy(fragment -> O_s); T.copy(O_s -> global)`` with a row-major ``O_s`` named
+    nowhere else is staged like ``T.copy(fragment -> global)`` (swizzled, stmatrix, one TMA
+    store; ``O_s`` dropped); kept as written when ``O_s`` has another reader or with
+    ``tl.tma_store_epilogue = False``. Both against float64, race check on."""
+    lowered = pipeline.lower(_staged_through_user_tile(second_reader), SM90A, configs)
+    notes = _notes(lowered)
+    staged = not second_reader and configs is None
+    assert any("in place of O_s" in n for n in notes) == staged, notes
+    assert ("O_s = " in str(lowered)) != staged
+    M, N1, N2, K = 300, 256, 64, 64
+    q = _round(rng.standard_normal((M, K)) / 4, "float16")
+    kt = _round(rng.standard_normal((N1, K)) / 4, "float16")
+    v = _round(rng.standard_normal((N1, N2)) / 4, "float16")
+    o, o2 = np.full((M, N2), np.nan, np.float16), np.full((M, N2), np.nan, np.float16)
+    (_, _, _, o, o2), _ = emulate_traced(lowered, q, kt, v, o, o2, race=True)
+    s = q.astype(np.float64) @ kt.astype(np.float64).T
+    want = s.astype(np.float16).astype(np.float64) @ v.astype(np.float64)
+    np.testing.assert_allclose(o, want, rtol=1e-2, atol=1e-2)
+    if second_reader:
+        np.testing.assert_array_equal(o2, o)
 
 
 # ------------------------------------------------------------------------- per-warp release
