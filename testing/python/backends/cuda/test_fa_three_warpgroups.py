@@ -44,7 +44,8 @@ PLAIN = "flash_attention/example_mha_fwd_bshd.py"
 PIPELINED = "flash_attention/example_mha_fwd_bshd_wgmma_pipelined.py"
 BHSD = "flash_attention/example_mha_fwd_bhsd.py"
 GQA = "flash_attention/example_gqa_fwd_bshd.py"
-PINGPONG = {"tl.ws_pingpong": True}
+PINGPONG = {"tl.ws_pingpong": True}  # ordered loops take turns by default; True: others too
+NOPP = {"tl.ws_pingpong": False}
 PER_WARP = {"tl.ws_release_per_warp": True}
 
 
@@ -260,9 +261,12 @@ def test_three_warpgroup_turns_in_the_ordered_loop():
     """Round robin: w waits on 2 + w before Q @ K^T of k, hands over on 2 + (w + 1) % 3
     after issuing P @ V of k-1; warpgroup 2 opens (warpgroup 0 goes first), warpgroup 0
     closes; none of the ids is the consumers' barrier 1."""
-    lowered = pipeline.lower(_fa(True, 4096, batch=4, heads=16), SM90A, PINGPONG)
+    lowered = pipeline.lower(_fa(True, 4096, batch=4, heads=16), SM90A)  # on by default
     text = str(lowered)
     assert any("take turns" in n and "3 warpgroups round robin" in n for n in _notes(lowered))
+    assert str(pipeline.lower(_fa(True, 4096, batch=4, heads=16), SM90A, PINGPONG)) == text
+    off = str(pipeline.lower(_fa(True, 4096, batch=4, heads=16), SM90A, NOPP))
+    assert "ws_turn" not in off
     loop = _steady_loop(text)
     turn = loop.index('"tl::ws_turn_wait", 2 + tx // 128, T.uint32(256)')
     give = loop.index('"tl::ws_turn_arrive", 2 + (tx // 128 + 1) % 3, T.uint32(256)')
@@ -323,7 +327,7 @@ def test_turns_skip_barrier_ids_the_kernel_uses(own_id, turns):
 )
 def test_three_warpgroup_turns_emulated(path, causal, seq, bn, rng):
     B, H, D = 1, 1, 64
-    lowered = pipeline.lower(_fa(causal, seq, bn, D, B, H, path=path), SM90A, PINGPONG)
+    lowered = pipeline.lower(_fa(causal, seq, bn, D, B, H, path=path), SM90A)
     assert "ws_turn_wait" in str(lowered)
     q, k, v = (rng.standard_normal((B, seq, H, D)).astype(np.float16) for _ in range(3))
     (_, _, _, o), m = emulate_traced(lowered, q, k, v, np.full_like(q, np.nan))
@@ -345,7 +349,7 @@ def test_three_warpgroup_turns_emulated(path, causal, seq, bn, rng):
 def test_four_warpgroup_turns_emulated(causal, rng):
     """The round robin is not special to three: 256-row blocks on four warpgroups (512
     consumer threads, barriers 2..5) match float64 and replay without deadlock."""
-    lowered = pipeline.lower(_fa(causal, 300, bm=256, threads=512), SM90A, PINGPONG)
+    lowered = pipeline.lower(_fa(causal, 300, bm=256, threads=512), SM90A)
     assert any("4 warpgroups round robin" in n for n in _notes(lowered))
     assert '"tl::ws_turn_arrive", 2 + (tx // 128 + 1) % 4' in str(lowered)
     q, k, v = (rng.standard_normal((1, 300, 1, 64)).astype(np.float16) for _ in range(3))
@@ -451,7 +455,7 @@ def test_per_warp_release_structure():
 
 @pytest.mark.parametrize(
     "causal,seq,configs",
-    [(False, 300, PER_WARP), (True, 400, PER_WARP), (True, 300, {**PER_WARP, **PINGPONG})],
+    [(False, 300, PER_WARP), (True, 400, PER_WARP), (True, 300, {**PER_WARP, **NOPP})],
 )
 def test_per_warp_release_emulated(causal, seq, configs, rng):
     """Against float64 with the race check on (a stage handed back before a warp's last
@@ -516,12 +520,12 @@ def test_benchmark_configs_parse():
     [
         (128, 64, False, None),
         (128, 64, True, None),
-        (128, 64, False, PINGPONG),
-        (128, 64, True, PINGPONG),
+        (128, 64, False, NOPP),
+        (128, 64, True, NOPP),
         (64, 64, False, None),
         (64, 128, False, None),
-        (64, 128, True, PINGPONG),
-        (128, 64, True, {**PINGPONG, **PER_WARP}),
+        (64, 128, True, NOPP),
+        (128, 64, True, PER_WARP),
     ],
 )
 def test_192_row_blocks_compile_without_spills(bn, dim, causal, configs, tmp_path):
@@ -555,13 +559,13 @@ def _gpu():
     "bn,dim,configs",
     [
         (128, 64, None),
-        (128, 64, PINGPONG),
+        (128, 64, NOPP),
         (64, 64, None),
         (176, 64, None),
         (128, 128, None),
-        (64, 128, PINGPONG),
+        (64, 128, NOPP),
         (128, 64, PER_WARP),
-        (128, 64, {**PER_WARP, **PINGPONG}),
+        (128, 64, {**PER_WARP, **NOPP}),
     ],
 )
 @pytest.mark.parametrize("seq", [1000, 4096])
@@ -584,7 +588,7 @@ def test_192_row_blocks_gpu(bn, dim, configs, causal, seq):
 def test_replay_catches_turns_without_the_opening(monkeypatch, rng):
     """Without warpgroup 2's opening arrival every warpgroup waits for its turn forever."""
     monkeypatch.setattr(ws._Turns, "open", lambda self, arrive: [])
-    lowered = pipeline.lower(_fa(False, 300, batch=1, heads=1), SM90A, PINGPONG)
+    lowered = pipeline.lower(_fa(False, 300, batch=1, heads=1), SM90A)
     q, k, v = (rng.standard_normal((1, 300, 1, 64)).astype(np.float16) for _ in range(3))
     (_, _, _, o), m = emulate_traced(lowered, q, k, v, np.full_like(q, np.nan))
     with pytest.raises(AssertionError, match="deadlock"):
