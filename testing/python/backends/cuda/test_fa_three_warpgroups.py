@@ -488,6 +488,22 @@ def test_per_warp_release_after_generic_reads_emulated(rng):
     np.testing.assert_allclose(s, a64.reshape(256, 4, 64).sum(axis=1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("configs", [{}, PER_WARP])
+def test_192_row_blocks_persistent_emulated(configs, monkeypatch, rng):
+    """``tl.persistent_tiles``: one block walks every 192-row tile (rings, turns and the
+    staged epilogue running on across tiles), against float64 with the race check."""
+    monkeypatch.setenv("TILELANG_EMULATOR_SM_COUNT", "1")
+    cfg = {"tl.persistent_tiles": True, **configs}
+    lowered = pipeline.lower(_fa(False, 400, batch=2, heads=1), SM90A, cfg)
+    notes = _notes(lowered)
+    assert any("tiles = 3 x 1 x 2 = 6" in n for n in notes), notes
+    assert any("in place of O_shared" in n for n in notes), notes
+    q, k, v = (rng.standard_normal((2, 400, 1, 64)).astype(np.float16) for _ in range(3))
+    (_, _, _, o), m = emulate_traced(lowered, q, k, v, np.full_like(q, np.nan), race=True)
+    np.testing.assert_allclose(o, _attention(q, k, v, False), rtol=1e-2, atol=2e-3)
+    replay_blocks(m, 3)
+
+
 # ------------------------------------------------------------------------- benchmark
 def _benchmark():
     import importlib.util
@@ -566,6 +582,7 @@ def _gpu():
         (64, 128, NOPP),
         (128, 64, PER_WARP),
         (128, 64, {**PER_WARP, **NOPP}),
+        (128, 64, {"tl.persistent_tiles": True}),
     ],
 )
 @pytest.mark.parametrize("seq", [1000, 4096])

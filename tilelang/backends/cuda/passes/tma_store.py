@@ -313,12 +313,14 @@ def stage_epilogues(body, ctx):
             )
             out.append(stmt)
             continue
+        # a staged user pair frees its tile U
+        room = budget - (tile_bytes(dead[-1]) + 1024 if skip else 0)
         if persistent(ctx):  # the producer refills the stages during the epilogue
-            staged = _stage_one(view, frag, dst, ctx, [], used, budget, limit)
-            if isinstance(staged, str) and "do not fit" in staged:
+            staged = _stage_one(view, frag, dst, ctx, [], used, room, limit)
+            if isinstance(staged, str) and "do not fit" in staged and not skip:
                 cancel(ctx, f"epilogue {frag.name} -> {dst.name}: {staged} beside the stages")
         if not persistent(ctx):
-            staged = _stage_one(view, frag, dst, ctx, free, used, budget, limit)
+            staged = _stage_one(view, frag, dst, ctx, free, used, room, limit)
         if isinstance(staged, str):
             ctx.tma_notes.append(f"epilogue {frag.name} -> {dst.name}: not staged ({staged})")
             if skip:  # the user's pair stays as written
@@ -331,6 +333,7 @@ def stage_epilogues(body, ctx):
             ctx.tma_notes[-1] += f" (in place of {dead[-1].name}: a row-major tile)"
         bind, tile, aliased, stmts_new = staged
         new_allocs.append(bind)
+        budget = room
         if not aliased:
             budget += tile_bytes(tile) + 1024
         out += stmts_new
