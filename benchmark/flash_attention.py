@@ -1,22 +1,28 @@
 """FlashAttention forward: the upstream-style example kernel vs torch SDPA on the same inputs.
 
     python benchmark/flash_attention.py [--batch 4] [--heads 16] [--seq 4096] [--dim 128]
-        [--variants leading hoist split auto] [--pass-configs KEY=VALUE ...]
+        [--variants leading hoist split auto] [--configs 192x128/384/2 ...]
+        [--pass-configs KEY=VALUE ...]
 
 CUDA events, median of ``--iters`` runs after warm-up; TFLOP/s counts 4*b*h*s*s*d (half of it
 for causal) and the ratio is ours over torch's time inverted (higher is better).
 ``--variants`` runs every config once per value of the pass config
 ``tl.pipeline_copy_schedule`` (``leading``: only K's copy pipelined, the schedule before;
 ``hoist``/``split``/``auto``: every copy, see ``backends/cuda/passes/pipeline_copies.py``);
-default: ``auto``. More rows per causal setting, 128x128 blocks, 256 threads, 2 stages:
+default: ``auto``. ``--configs`` takes ``bMxbN/threads/stages`` (default 128x128/256/2,
+128x64/128/2, 64x64/128/1; at ``--dim 64`` first FlashAttention-3's 192x128/384/2: three
+consumer warpgroups of 64 query rows each). More rows per causal setting, 128x128 blocks, 256 threads, 2 stages:
 ``pipelined`` (``example_mha_fwd_bshd_wgmma_pipelined.py``: upstream's program whose
 ``T.Pipelined(order=, stage=, group=)`` issues Q @ K^T of block k before the softmax of k
 and P @ V of k-1) and ``overlap`` (this example with the pass config ``tl.wgmma_overlap``,
 which derives that schedule where the annotations do not apply), and ``serial`` (this
 example without either: each gemm waited for where it is issued, the session-5 schedule,
 for an A/B in the same process), ``nopp`` (this example with ``tl.ws_pingpong = False``: the
-consumer warpgroups do not take turns at the gemms), ``persist`` (non-causal: this example with ``tl.persistent_tiles``, one block per
-SM walking the tiles), ``nanmax`` (this
+consumer warpgroups do not take turns at the gemms; at ``--dim 64`` also 192x128/384t, whose
+three warpgroups take turns round robin by default), ``persist`` (non-causal: this example
+with ``tl.persistent_tiles``, one block per SM walking the tiles), ``perwarp``
+(``tl.ws_release_per_warp``: one stage release per consumer warp, not per thread; at
+``--dim 64`` also 192x128/384t), ``nanmax`` (this
 example with ``tl.nan_propagating_max``: float max as a four-instruction select, the form
 before ``transform/float_min_max.py``);
 ``--no-overlap-rows`` leaves them out. More causal rows:
@@ -51,6 +57,27 @@ import tilelang  # noqa: E402
 from tilelang.profiler import bench  # noqa: E402
 
 CONFIGS = ((128, 128, 2, 256), (128, 64, 2, 128), (64, 64, 1, 128))
+#: Head dim 64 also runs FlashAttention-3's tile: 192 query rows on three consumer
+#: warpgroups (384 threads + the producer warpgroup, registers 160 / 24).
+CONFIGS_D64 = ((192, 128, 2, 384),)
+
+
+def parse_config(text):
+    """``bMxbN/threads/stages`` (e.g. ``192x128/384/2``) as ``(bM, bN, stages, threads)``;
+    argparse reports a malformed one with the option's name."""
+    try:
+        tile, threads, stages = text.split("/")
+        bm, bn = tile.split("x")
+        config = (int(bm), int(bn), int(stages), int(threads))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected bMxbN/threads/stages, e.g. 192x128/384/2"
+        ) from None
+    if min(config) <= 0 or config[3] % 32:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: sizes must be positive and threads a multiple of 32"
+        )
+    return config
 
 
 def main():
@@ -70,8 +97,10 @@ def main():
     parser.add_argument(
         "--configs",
         nargs="+",
+        type=parse_config,
         default=None,
-        help="bMxbN/threads/stages configs, e.g. 128x128/256/2 (default: 128x128/256/2 128x64/128/2 64x64/128/1)",
+        help="bMxbN/threads/stages configs, e.g. 192x128/384/2 (default: 128x128/256/2 "
+        "128x64/128/2 64x64/128/1, and 192x128/384/2 at --dim 64)",
     )
     parser.add_argument(
         "--pass-configs",
@@ -93,14 +122,8 @@ def main():
         extra[key] = {"true": True, "false": False}.get(value.lower(), value)
     plotting.check(args.plot)
     plot_rows = []
-    configs = CONFIGS
-    if args.configs:
-        configs = []
-        for c in args.configs:
-            tile, threads, stages = c.split("/")
-            bm, bn = tile.split("x")
-            configs.append((int(bm), int(bn), int(stages), int(threads)))
     b, h, s, d = args.batch, args.heads, args.seq, args.dim
+    configs = args.configs or (CONFIGS_D64 + CONFIGS if d <= 64 else CONFIGS)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(
         f"{'causal':>7} {'schedule':>8} {'config':>22} {'ms':>9} {'TFLOP/s':>9} {'torch ms':>9} {'ratio':>6}"
@@ -125,6 +148,12 @@ def main():
                 rows.append(((128, 128, 2, 256), "persist", flashattn, persist))
             # the row max as TIRx's NaN-propagating select (the form before float_min_max)
             rows.append(((128, 128, 2, 256), "nanmax", flashattn, {"tl.nan_propagating_max": True}))
+            # one stage release per consumer warp instead of per thread
+            per_warp = {"tl.ws_release_per_warp": True}
+            rows.append(((128, 128, 2, 256), "perwarp", flashattn, per_warp))
+            if d <= 64:  # three warpgroups without their turns (round robin by default)
+                rows.append(((192, 128, 2, 384), "nopp", flashattn, {"tl.ws_pingpong": False}))
+                rows.append(((192, 128, 2, 384), "perwarp", flashattn, per_warp))
         if causal:  # the work of block bx grows with bx: heaviest first (default) vs launch order
             inorder = {"tl.heavy_blocks_first": False}
             rows.append(((128, 128, 2, 256), "inorder", flashattn, inorder))

@@ -156,15 +156,26 @@ class PassConfigKey(str, Enum):
     unrolled source. Default: True."""
 
     TL_WS_PINGPONG = "tl.ws_pingpong"
-    """CUDA sm_90a, warp-specialized loops with two consumer warpgroups (256 threads) and
-    two gemms (FlashAttention's Q @ K^T and P @ V): the warpgroups take turns issuing the
-    gemms (named barriers 2 and 3), so one warpgroup's softmax runs while the other's gemms
-    keep the tensor cores busy (FlashAttention-3's scheduler barrier). In a consumer loop
-    ordered by ``T.Pipelined(order=, stage=)`` or ``tl.wgmma_overlap`` the turn spans Q @ K^T
-    of block k and P @ V of k-1 and the waits sink past its hand-over: on unless this key is
-    False (H200, session 8: FA forward D64 0.93 -> 1.03x cuDNN, D128 0.98 -> 1.01x, causal
-    unchanged). In a loop without that order the turn spans the first gemm, only when this
-    key is True (session 5: no gain)."""
+    """CUDA sm_90a, warp-specialized loops with two or more consumer warpgroups (256, 384,
+    ... threads) and two gemms (FlashAttention's Q @ K^T and P @ V): the warpgroups take
+    turns issuing the gemms, round robin (warpgroup w waits on named barrier 2 + w and hands
+    over on 2 + (w + 1) % W; skipped with a note when the kernel's own named barriers use
+    those ids), so one warpgroup's softmax runs while another's gemms keep the tensor cores
+    busy (FlashAttention-3's scheduler barrier; three warpgroups: its 192-row blocks at head
+    dim 64). In a consumer loop ordered by ``T.Pipelined(order=, stage=)`` or
+    ``tl.wgmma_overlap`` the turn spans Q @ K^T of block k and P @ V of k-1 and the waits
+    sink past its hand-over: on unless this key is False (H200, session 8, two warpgroups:
+    FA forward D64 0.93 -> 1.03x cuDNN, D128 0.98 -> 1.01x, causal unchanged; three not
+    measured yet). In a loop without that order the turn spans the first gemm, only when
+    this key is True (session 5: no gain)."""
+
+    TL_WS_RELEASE_PER_WARP = "tl.ws_release_per_warp"
+    """CUDA sm_90a, warp-specialized loops without cluster multicast: each consumer warp
+    hands a stage back with one mbarrier arrival (lane 0, after ``__syncwarp``; the empty
+    barriers count ``T / 32`` arrivals) instead of one arrival per consumer thread (CUTLASS
+    and FlashAttention-3 arrive once per consumer warpgroup). Generic-proxy stage reads keep
+    each thread's ``fence.proxy.async`` before the warp's arrival. Default: False (not yet
+    measured on the GPU; 384 consumer threads make 384 arrivals per stage and ring)."""
 
     TL_NAN_PROPAGATING_MAX = "tl.nan_propagating_max"
     """CUDA: scalar float ``max``/``min`` (``T.max``, ``T.reduce_max``'s combiner, ...) as
@@ -430,6 +441,7 @@ def build_options(pass_configs) -> dict:
             if configs.get(PassConfigKey.TL_WS_PINGPONG.value) is None
             else flag(PassConfigKey.TL_WS_PINGPONG, False)
         ),
+        "ws_release_per_warp": flag(PassConfigKey.TL_WS_RELEASE_PER_WARP, False),
         # None (unset): staged for 16-bit outputs only; True / False: always / never
         "tma_store_epilogue": (
             None

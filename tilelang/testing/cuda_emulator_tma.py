@@ -164,6 +164,22 @@ class Barriers:
             s["arrived"] += 1
             self._maybe_complete(s)
 
+    def arrive_warp(self, machine, args, mask):
+        """``tl::mbarrier_arrive_warp(bar)`` (hopper.h): one arrival per warp, whose lanes
+        must all be active (``__syncwarp``)."""
+        active = np.broadcast_to(mask, (machine.lanes,))
+        keys = self._key(machine, args[0], mask)
+        idx = np.nonzero(active)[0]
+        for w in range(0, machine.lanes, 32):
+            lanes = active[w : w + 32]
+            if not lanes.any():
+                continue
+            if not lanes.all():
+                raise self.error(f"mbarrier_arrive_warp: warp {w // 32} is not wholly active")
+            s = self._get(keys[int(np.searchsorted(idx, w))])
+            s["arrived"] += 1
+            self._maybe_complete(s)
+
     def expect_tx(self, machine, args, mask):
         """``tl::mbarrier_expect_tx(bar, n)`` (hopper.h): n more pending bytes, no arrival."""
         nbytes = int(machine.scalar(args[1]))

@@ -146,6 +146,7 @@ SWITCHES = [
     (PassConfigKey.TL_WGMMA_IN_FLIGHT, False, "sm_90a"),
     (PassConfigKey.TL_WGMMA_COPIES_AFTER, True, "sm_90a"),
     (PassConfigKey.TL_PIPELINE_COPY_SCHEDULE, "leading", "sm_90a"),
+    (PassConfigKey.TL_WS_RELEASE_PER_WARP, True, "sm_90a"),
 ]
 
 

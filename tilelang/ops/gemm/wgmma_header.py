@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: Instruction widths N of ``wgmma.m64nNk16`` with a wrapper, widest first.
-WGMMA_N = (256, 192, 128, 96, 64, 48, 32, 24, 16, 8)
+WGMMA_N = (256, 192, 176, 128, 96, 64, 48, 32, 24, 16, 8)
 
 _PROLOGUE = r"""// Copyright (c) tilelang contributors. Licensed under the MIT license.
 //

@@ -186,14 +186,21 @@ def test_attention_epilogue_rank4_emulated():
 
 
 # --------------------------------------------------------------- user's shared stores
-@pytest.mark.parametrize("configs", [None, TMA])
+@pytest.mark.parametrize("configs", [NO_EPILOGUE, {**TMA, **NO_EPILOGUE}, None])
 def test_user_shared_epilogue_becomes_a_tma_store(configs):
     """``T.copy(C_s, C[...])`` in a warp-specialized kernel (TMA on by default there) or
-    with TMA forced: a TMA store, no pass config needed; emulated with tails."""
+    with TMA forced: a TMA store, no pass config needed; emulated with tails. By default
+    the pair ``T.copy(C_f, C_s); T.copy(C_s, C[...])`` (row-major ``C_s``) is staged like
+    ``T.copy(C_f, C[...])`` instead (swizzled tile, stmatrix, TMA store)."""
     M, N, K = 200, 328, 136
     func = gemm_shared_epilogue(M, N, K)
     lowered, got, want = _emulated(func, M, N, K, "float16", configs)
-    assert any("store C_s -> C: TMA store" in n for n in _notes(lowered)), _notes(lowered)
+    notes = _notes(lowered)
+    if configs is None:
+        assert any("stmatrix" in n and "in place of C_s" in n for n in notes), notes
+        assert any("store C_epilogue -> C: TMA store" in n for n in notes), notes
+    else:
+        assert any("store C_s -> C: TMA store" in n for n in notes), notes
     _close(got, want, "float16")
 
 

@@ -39,6 +39,11 @@ The fragment -> ``S`` step is warp-wide ``stmatrix`` for 16-bit types where the 
 register pairs are rows of 8x8 matrices in ``S``'s layout (the wgmma accumulator: one
 ``stmatrix.x4`` per 8 accumulator values, checked as ldmatrix's fit), else one 2-element
 vector store per register pair (``tl::st_shared_pair``), else the copy's own lowering.
+The same epilogue written through a tile of the program's own, ``T.copy(fragment -> U)``
+then ``T.copy(U -> global)`` (FlashAttention's ``O_shared``), is staged in ``U``'s place
+when ``U`` is row-major (no layout: each register pair of a row of 8 lanes lands in the
+same banks, 8-way conflicts), of the global's type, copied whole and named by no other
+statement; ``U``'s allocation is dropped.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from ....lowering.thread_utils import (
     is_shared,
     new_tensor,
     sync_threads,
+    tensor_handles,
 )
 from ....lowering.thread_utils import (
     extern_stmt as _call,
@@ -213,6 +219,45 @@ def _candidate(stmt):
     return view, src, dst
 
 
+def _user_pair(tail, n, split, others, ctx):
+    """((view, fragment view, global view), U) when ``tail[n]`` is a whole-tile
+    ``T.copy(fragment -> U)`` and ``tail[n + 1]`` the whole-tile ``T.copy(U -> global)`` of a
+    2-d shared tile ``U`` (FlashAttention's ``O_shared``) of the global's type, row-major (no
+    layout: the fragment's register pairs hit 8 rows of the same banks), that no other
+    statement of the kernel names: the pair is the epilogue ``T.copy(fragment -> global)``
+    through ``U``, staged like one (swizzled, ``stmatrix``); else None."""
+    if n + 1 >= len(tail):
+        return None
+    first, second = tile_op_of(tail[n]), tile_op_of(tail[n + 1])
+    if first is None or second is None or first[0].name != "copy" or second[0].name != "copy":
+        return None
+    into, out_of = COPY.view(first[1]), COPY.view(second[1])
+    src, mid = RegionView.of(into.src), RegionView.of(into.dst)
+    mid2, dst = RegionView.of(out_of.src), RegionView.of(out_of.dst)
+    user = mid.tensor
+    if not (is_fragment(src.tensor) and is_shared(user) and is_global(dst.tensor)):
+        return None
+    if not mid2.tensor.same_as(user) or into.disable_tma or out_of.disable_tma:
+        return None
+    if user in ctx.layout_map or str(user.ty.dtype) != str(dst.tensor.ty.dtype):
+        return None
+    shape = [_const(x) for x in user.ty.shape]
+    for region in (mid, mid2):
+        if (
+            any(_const(b) != 0 for b in region.begins)
+            or [_const(e) for e in region.extents] != shape
+        ):
+            return None
+    h = user.__chandle__()
+    rest = [x for i, x in enumerate(tail) if i not in (n, n + 1)]
+    if any(h in tensor_handles(x) for x in rest) or h in tensor_handles(split.else_case):
+        return None
+    if any(h in tensor_handles(x) for x in others if not user.same_as(alloc_of(x))):
+        return None
+    view = SimpleNamespace(src=into.src, dst=out_of.dst, loc=into.loc, disable_tma=False)
+    return (view, src, dst), user
+
+
 def stage_epilogues(body, ctx):
     """``body`` with the epilogue copies of a warp-specialized kernel staged through shared
     memory (module doc); unchanged without ``tl.tma_store_epilogue`` or the split."""
@@ -243,11 +288,22 @@ def stage_epilogues(body, ctx):
     limit = smem_limit(ctx.arch)
     new_allocs = []
     out = consumer[: waits[-1] + 1]
-    for stmt in consumer[waits[-1] + 1 :]:
+    tail = consumer[waits[-1] + 1 :]
+    dead = []  # user tiles whose fragment -> tile -> global pair is staged instead
+    skip = False
+    for n, stmt in enumerate(tail):
+        if skip:
+            skip = False
+            continue
         cand = _candidate(stmt)
         if cand is None:
-            out.append(stmt)
-            continue
+            pair = _user_pair(tail, n, stmts[at], [*stmts[:at], *stmts[at + 1 :]], ctx)
+            if pair is None:
+                out.append(stmt)
+                continue
+            cand, user = pair
+            dead.append(user)
+            skip = True
         view, frag, dst = cand
         if option is None and str(dst.tensor.ty.dtype) not in _STMATRIX_DTYPES:
             ctx.tma_notes.append(
@@ -257,18 +313,27 @@ def stage_epilogues(body, ctx):
             )
             out.append(stmt)
             continue
+        # a staged user pair frees its tile U
+        room = budget - (tile_bytes(dead[-1]) + 1024 if skip else 0)
         if persistent(ctx):  # the producer refills the stages during the epilogue
-            staged = _stage_one(view, frag, dst, ctx, [], used, budget, limit)
-            if isinstance(staged, str) and "do not fit" in staged:
+            staged = _stage_one(view, frag, dst, ctx, [], used, room, limit)
+            if isinstance(staged, str) and "do not fit" in staged and not skip:
                 cancel(ctx, f"epilogue {frag.name} -> {dst.name}: {staged} beside the stages")
         if not persistent(ctx):
-            staged = _stage_one(view, frag, dst, ctx, free, used, budget, limit)
+            staged = _stage_one(view, frag, dst, ctx, free, used, room, limit)
         if isinstance(staged, str):
             ctx.tma_notes.append(f"epilogue {frag.name} -> {dst.name}: not staged ({staged})")
-            out.append(stmt)
+            if skip:  # the user's pair stays as written
+                out += tail[n : n + 2]
+                dead.pop()
+            else:
+                out.append(stmt)
             continue
+        if skip:
+            ctx.tma_notes[-1] += f" (in place of {dead[-1].name}: a row-major tile)"
         bind, tile, aliased, stmts_new = staged
         new_allocs.append(bind)
+        budget = room
         if not aliased:
             budget += tile_bytes(tile) + 1024
         out += stmts_new
@@ -276,6 +341,7 @@ def stage_epilogues(body, ctx):
         return body
     new_split = ir.If(split.condition, ir.SeqStmt(out), split.else_case, split.loc)
     stmts = stmts[:at] + new_allocs + [new_split] + stmts[at + 1 :]
+    stmts = [x for x in stmts if not any(v.same_as(alloc_of(x)) for v in dead)]
     return with_launch_body(body, ir.SeqStmt(stmts))
 
 

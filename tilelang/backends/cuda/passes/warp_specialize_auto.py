@@ -174,12 +174,16 @@ def ws_loop(
     notes_before = len(pctx.tma_notes)
     mc = cm.plan_multicast(planner, loop, tma)  # TMA multicast in a cluster, or None
     rank, rank_bind = cm.rank_bind() if mc is not None else (None, None)
-    # consumer releases of a stage: every thread, or with multicast one per warp of every
-    # block of the cluster (the peers' TMA writes into this block's stage too)
-    releases = threads if mc is None else threads // 32 * mc.size
+    # consumer releases of a stage: every thread (one per warp with
+    # tl.ws_release_per_warp), or with multicast one per warp of every block of the cluster
+    # (the peers' TMA writes into this block's stage too)
+    per_warp = mc is None and pctx.options.get("ws_release_per_warp", False)
+    releases = threads if mc is None and not per_warp else threads // 32 * (mc.size if mc else 1)
 
     def release_stage(bar_ptr):
-        if mc is None:
+        if per_warp:  # (a __syncwarp orders every lane's fence before the warp's arrival)
+            arrive = _call("tl::mbarrier_arrive_warp", bar_ptr)
+        elif mc is None:
             arrive = _call("tl::mbarrier_arrive", bar_ptr)
         else:  # (a __syncwarp orders every lane's fence before the warp's arrivals)
             arrive = _call(cm.release_call(mc), bar_ptr)
@@ -294,6 +298,7 @@ def ws_loop(
     pctx.tma_notes.append(
         f"loop {name}: warp-specialized (producer warpgroup: threads {threads}.."
         f"{threads + PRODUCER_THREADS - 1}, {stages}-stage full/empty mbarrier rings"
+        + ("; one release per consumer warp" if per_warp else "")
         + (
             "; generic-proxy stage reads: fence.proxy.async before each release)"
             if fenced_release
@@ -310,21 +315,113 @@ def ws_loop(
     )
 
 
-#: Named barriers of the ping-pong turns (warpgroup w waits on 2 + w).
-PINGPONG_BARRIERS = (2, 3)
+#: Named barrier of the first ping-pong turn: warpgroup ``w`` waits on ``FIRST + w`` (id 1
+#: is the consumers' barrier, :data:`CONSUMER_BARRIER_ID`; hardware ids end at 15).
+PINGPONG_FIRST_BARRIER = 2
+#: Turn barriers of the ping-pong inside an ordered loop: ``bar.sync`` / ``bar.arrive`` that
+#: order only when the warpgroups issue their gemms (no data), so a wgmma wait may sink past
+#: them (``wgmma_wait_sinking``).
+TURN_WAIT, TURN_ARRIVE = "tl::ws_turn_wait", "tl::ws_turn_arrive"
+
+
+@dataclass
+class _Turns:
+    """The round robin of the consumer warpgroups' turns: warpgroup ``w`` waits on ``mine``
+    (named barrier ``2 + w``) and hands over with ``bar.arrive`` on ``nxt`` (``2 + (w + 1) %
+    W``; ``3 - w`` for two); each barrier counts the two warpgroups that meet on it. Warpgroup
+    0 takes the first turn: warpgroup ``W - 1`` arrives on its barrier before the loop
+    (``opener``) and warpgroup 0 takes the last arrival after it (``closer``)."""
+
+    warpgroups: int
+    mine: ir.PrimExpr
+    nxt: ir.PrimExpr
+    count: ir.PrimExpr
+    opener: ir.PrimExpr  # the condition of the first hand-over (warpgroup W - 1)
+    closer: ir.PrimExpr  # the condition of the last wait (warpgroup 0)
+    first: ir.PrimExpr  # warpgroup 0's barrier id
+
+    @property
+    def note(self):
+        more = "" if self.warpgroups == 2 else f", {self.warpgroups} warpgroups round robin"
+        return f"tl.ws_pingpong{more}"
+
+    def open(self, arrive):
+        return [ir.If(self.opener, _call(arrive, self.first, self.count), None)]
+
+    def close(self, wait):
+        return [ir.If(self.closer, _call(wait, self.first, self.count), None)]
+
+
+def _turns(planner, threads):
+    """The :class:`_Turns` of ``threads`` consumer threads when they form 2 or more whole
+    warpgroups whose barrier ids clash with no named barrier the kernel uses; else None
+    (with a note when the ids clash). The callers check ``tl.ws_pingpong``."""
+    pctx = planner.pctx
+    if threads % 128 or threads < 256:
+        return None
+    w = threads // 128
+    first = PINGPONG_FIRST_BARRIER
+    ids = set(range(first, first + w))
+    used = _named_barrier_ids(planner.root)
+    if max(ids) > 15 or used is None or used & ids:
+        pctx.tma_notes.append(
+            f"no ping-pong turns (tl.ws_pingpong): {w} consumer warpgroups need named barriers "
+            f"{sorted(ids)}, "
+            + (
+                "past the hardware's 16"
+                if max(ids) > 15
+                else "which the kernel's own barriers may use"
+            )
+        )
+        return None
+    wg = ir.prim.floordiv(planner.tx, 128)
+    mine = ir.prim.Add(ir.const(first, "int32"), wg)
+    if w == 2:
+        nxt = ir.prim.Sub(ir.const(first + 1, "int32"), wg)
+    else:
+        nxt = ir.prim.Add(
+            ir.const(first, "int32"),
+            ir.prim.floormod(ir.prim.Add(wg, ir.const(1, "int32")), ir.const(w, "int32")),
+        )
+    return _Turns(w, mine, nxt, _u32(2 * 128), wg == w - 1, wg == 0, ir.const(first, "int32"))
+
+
+def _named_barrier_ids(root):
+    """The constant ids of the named barriers ``root`` uses (``T.named_barrier_*`` or their
+    lowered calls), or None when one is not a constant."""
+    ids = set()
+    unknown = []
+
+    def visit(call):
+        name = extern_name(call)
+        if name in ("tl::named_barrier_sync", "tl::named_barrier_arrive"):
+            arg = call.args[1] if len(call.args) > 1 else None
+        elif getattr(call.op, "name", "") in ("tl.named_barrier_sync", "tl.named_barrier_arrive"):
+            arg = call.args[0] if call.args else None
+        else:
+            return
+        if isinstance(arg, ir.IntImm):
+            ids.add(int(arg.value))
+        else:
+            unknown.append(call)
+
+    if root is not None:
+        tvm_ffi.structural_walk(root, [(ir.Call, visit)])
+    return None if unknown else ids
 
 
 def _pingpong(planner, body, threads):
-    """(body, before the loop, after the loop) with the two consumer warpgroups taking
-    turns at issuing the body's first gemm (pass config ``tl.ws_pingpong``): warpgroup
-    ``w`` waits on named barrier ``2 + w``, issues the gemm, lets the other warpgroup go
-    (``bar.arrive`` on its barrier), then waits for its own gemm. Warpgroup 1 gives
-    warpgroup 0 the first turn before the loop; warpgroup 0 takes the last arrival after it,
-    so every barrier ends balanced. Applies when ``tl.ws_pingpong`` is True, to 256 consumer
-    threads and a body with exactly two wgmma gemms whose first reads both operands from
-    shared memory; else unchanged."""
+    """(body, before the loop, after the loop) with the consumer warpgroups taking turns at
+    issuing the body's first gemm (pass config ``tl.ws_pingpong``), round robin
+    (:class:`_Turns`): warpgroup ``w`` waits on named barrier ``2 + w``, issues the gemm, lets
+    the next warpgroup go (``bar.arrive`` on its barrier), then waits for its own gemm.
+    Warpgroup ``W - 1`` gives warpgroup 0 the first turn before the loop; warpgroup 0 takes
+    the last arrival after it, so every barrier ends balanced. Applies when
+    ``tl.ws_pingpong`` is True, to 256 or more consumer threads (whole warpgroups) and a
+    body with exactly two wgmma gemms whose first reads both operands from shared memory;
+    else unchanged."""
     pctx = planner.pctx
-    if threads != 256 or not pctx.options.get("ws_pingpong", False):
+    if pctx.options.get("ws_pingpong") is not True:
         return body, [], []
     stmts = list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
     readers = [(i, planner._reader_of(s)) for i, s in enumerate(stmts)]
@@ -334,43 +431,36 @@ def _pingpong(planner, body, threads):
     at, (rule, reader) = readers[0]
     if getattr(reader, "a_in_regs", True):
         return body, [], []
-    n = _u32(2 * 128)
-    wg = ir.prim.floordiv(planner.tx, 128)
-    mine = ir.prim.Add(ir.const(PINGPONG_BARRIERS[0], "int32"), wg)
-    other = ir.prim.Sub(ir.const(PINGPONG_BARRIERS[1], "int32"), wg)
+    turns = _turns(planner, threads)
+    if turns is None:
+        return body, [], []
     turn = [
-        _call("tl::named_barrier_sync", mine, n),
+        _call("tl::named_barrier_sync", turns.mine, turns.count),
         rule.mark(stmts[at], defer_wait=True),
-        _call("tl::named_barrier_arrive", other, n),
+        _call("tl::named_barrier_arrive", turns.nxt, turns.count),
         *rule.wait(pctx, reader, 0),
     ]
-    first = ir.const(PINGPONG_BARRIERS[0], "int32")
-    before = [ir.If(wg == 1, _call("tl::named_barrier_arrive", first, n), None)]
-    after = [ir.If(wg == 0, _call("tl::named_barrier_sync", first, n), None)]
-    pctx.tma_notes.append("consumer warpgroups take turns at the first gemm (tl.ws_pingpong)")
+    before = turns.open("tl::named_barrier_arrive")
+    after = turns.close("tl::named_barrier_sync")
+    pctx.tma_notes.append(f"consumer warpgroups take turns at the first gemm ({turns.note})")
     return ir.SeqStmt(stmts[:at] + turn + stmts[at + 1 :]), before, after
 
 
-#: Turn barriers of the ping-pong inside an ordered loop: ``bar.sync`` / ``bar.arrive`` that
-#: order only when the warpgroups issue their gemms (no data), so a wgmma wait may sink past
-#: them (``wgmma_wait_sinking``).
-TURN_WAIT, TURN_ARRIVE = "tl::ws_turn_wait", "tl::ws_turn_arrive"
-
-
 def _ordered_turns(planner, loop_stmts, threads):
-    """(loop statements, before, after) with the two consumer warpgroups taking turns at
+    """(loop statements, before, after) with the consumer warpgroups taking turns at
     issuing the steady-state loop's gemms (pass config ``tl.ws_pingpong``, FlashAttention-3's
-    scheduler barrier in its intra-warpgroup overlapped loop): warpgroup ``w`` waits for its
-    turn (named barrier ``2 + w``) right before the body's first gemm and hands the turn over
-    (``bar.arrive`` on the other's barrier) right after its last, so one warpgroup's softmax
-    runs while the other's Q @ K^T and P @ V keep the tensor cores busy. The gemms' waits sink
-    past the turn barriers (they carry no data). Warpgroup 1 gives warpgroup 0 the first
-    turn before the consumer loop; warpgroup 0 takes the last arrival after it, so each
-    barrier ends balanced (both warpgroups run the same iterations: the loop bounds are
-    block-uniform). Applies to 256 consumer threads and a loop body with two or more gemms
-    at its top level, unless ``tl.ws_pingpong`` is False; else unchanged."""
+    scheduler barrier in its intra-warpgroup overlapped loop), round robin
+    (:class:`_Turns`): warpgroup ``w`` waits for its turn (named barrier ``2 + w``) right
+    before the body's first gemm and hands the turn over (``bar.arrive`` on the next one's
+    barrier) right after its last, so one warpgroup's softmax runs while another's Q @ K^T
+    and P @ V keep the tensor cores busy. The gemms' waits sink past the turn barriers
+    (they carry no data). Warpgroup ``W - 1`` gives warpgroup 0 the first turn before the
+    consumer loop; warpgroup 0 takes the last arrival after it, so each barrier ends
+    balanced (every warpgroup runs the same iterations: the loop bounds are block-uniform).
+    Applies to 256 or more consumer threads (whole warpgroups) and a loop body with two or
+    more gemms at its top level, unless ``tl.ws_pingpong`` is False; else unchanged."""
     pctx = planner.pctx
-    if threads != 256 or pctx.options.get("ws_pingpong") is False:  # on unless turned off
+    if pctx.options.get("ws_pingpong") is False:  # on unless turned off
         return loop_stmts, [], []
     at = [i for i, s in enumerate(loop_stmts) if isinstance(s, ir.For)]
     if len(at) != 1:
@@ -380,16 +470,15 @@ def _ordered_turns(planner, loop_stmts, threads):
     gemms = [i for i, s in enumerate(stmts) if planner._reader_of(s) is not None]
     if len(gemms) < 2:
         return loop_stmts, [], []
-    n = _u32(2 * 128)
-    wg = ir.prim.floordiv(planner.tx, 128)
-    mine = ir.prim.Add(ir.const(PINGPONG_BARRIERS[0], "int32"), wg)
-    other = ir.prim.Sub(ir.const(PINGPONG_BARRIERS[1], "int32"), wg)
+    turns = _turns(planner, threads)
+    if turns is None:
+        return loop_stmts, [], []
     first, last = gemms[0], gemms[-1]
     body = [
         *stmts[:first],
-        _call(TURN_WAIT, mine, n),
+        _call(TURN_WAIT, turns.mine, turns.count),
         *stmts[first : last + 1],
-        _call(TURN_ARRIVE, other, n),
+        _call(TURN_ARRIVE, turns.nxt, turns.count),
         *stmts[last + 1 :],
     ]
     new_loop = ir.For(
@@ -402,15 +491,12 @@ def _ordered_turns(planner, loop_stmts, threads):
         loop.annotations,
         loop.loc,
     )
-    zero = ir.const(PINGPONG_BARRIERS[0], "int32")
-    before = [ir.If(wg == 1, _call(TURN_ARRIVE, zero, n), None)]
-    after = [ir.If(wg == 0, _call(TURN_WAIT, zero, n), None)]
     pctx.tma_notes.append(
-        "consumer warpgroups take turns at the ordered loop's gemms (tl.ws_pingpong)"
+        f"consumer warpgroups take turns at the ordered loop's gemms ({turns.note})"
     )
     out = list(loop_stmts)
     out[at[0]] = new_loop
-    return out, before, after
+    return out, turns.open(TURN_ARRIVE), turns.close(TURN_WAIT)
 
 
 def _bound_vars(node) -> set:

@@ -6,6 +6,10 @@
 // tma.h; this header adds:
 //
 //   tl::mbarrier_arrive(bar)              mbarrier.arrive: one arrival of this thread
+//   tl::mbarrier_arrive_warp(bar)         one arrival of this warp (lane 0 after __syncwarp:
+//                                         every lane's earlier work is done; the warp-
+//                                         specialized consumers' stage release with
+//                                         tl.ws_release_per_warp)
 //   tl::mbarrier_expect_tx(bar, n)        mbarrier.expect_tx: n more transaction bytes in the
 //                                         current phase (no arrival)
 //   tl::fence_proxy_async()               fence.proxy.async.shared::cta
@@ -29,6 +33,13 @@ namespace tl {
 
 TL_DEVICE void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(tma_smem_addr(bar)) : "memory");
+}
+
+TL_DEVICE void mbarrier_arrive_warp(uint64_t* bar) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(tma_smem_addr(bar)) : "memory");
+  }
 }
 
 TL_DEVICE void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
