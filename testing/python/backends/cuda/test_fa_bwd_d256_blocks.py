@@ -41,9 +41,10 @@ def test_all_gemms_on_wgmma():
     shapes = set(re.findall(r"tl::wgmma_m64n(\d+)k16", text))
     assert "mma_m16n8k16" not in text and "ldmatrix" not in text
     assert shapes == {"32", "128"}, shapes  # scores 64 x 32, dV / dK / dQ 64 x 128
-    default = pipeline.lower(m.flashattn_bwd.get_tir(2, 4, 1000, 256, True, **m.bwd_config(256)),
-                             SM90A).script()  # fmt: skip
-    assert "tl::wgmma_m64n16k16" in default  # the default's scores: 64 x 16 per warpgroup
+    assert m.bwd_config(256) == CONFIG  # the example's default at 256 since session 8
+    old = {**CONFIG, "block_N": 32}
+    before = pipeline.lower(m.flashattn_bwd.get_tir(2, 4, 1000, 256, True, **old), SM90A).script()
+    assert "tl::wgmma_m64n16k16" in before  # 64 x 32 blocks: scores 64 x 16 per warpgroup
 
 
 @pytest.mark.parametrize("causal", [True])
