@@ -52,6 +52,9 @@ from varlen_utils import make_varlen_inputs, random_seqlens  # noqa: E402
 
 from tilelang.profiler import bench  # noqa: E402
 
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+from config_args import config_value, parse_pass_configs, parse_variants  # noqa: E402, F401
+
 BWD_SWEEP = (  # (block_M, block_N, num_stages, threads, stats_from_global) of the bhsd backward
     (128, 32, 2, 256, False),
     (128, 64, 2, 256, False),
@@ -267,26 +270,6 @@ def _grad_fn(out_fn, leaves, do):
     return run
 
 
-def config_value(text: str):
-    """A pass-config value from the command line: int, float, true/false or the text."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def parse_variants(specs) -> list:
-    """``NAME:KEY=VALUE,...`` -> [(name, {key: value})]."""
-    out = []
-    for spec in specs:
-        name, _, pairs = spec.partition(":")
-        extra = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
-        out.append((name, {k: config_value(v) for k, v in extra.items()}))
-    return out
-
-
 _REJITTED: dict = {}  # pass configs -> the bhsd backward kernel's jit built with them
 
 
@@ -486,11 +469,7 @@ def main():
     )  # fmt: skip
     args = parser.parse_args()
     if args.pass_configs:
-        configs = {}
-        for kv in args.pass_configs:
-            key, _, value = kv.partition("=")
-            low = value.lower()
-            configs[key] = low == "true" if low in ("true", "false") else value
+        configs = parse_pass_configs(args.pass_configs)
         for module in (gqa_bwd, gqa_fwd, gqa_varlen, bwd_bhsd, bwd_bshd, fwd_bhsd):
             for name in dir(module):
                 fn = getattr(module, name)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from config_args import parse_pass_configs, parse_variants  # --pass-configs / --variant
 from matmul import time_ms  # CUDA events around each call, median (benchmark/matmul.py)
 
 import tilelang
@@ -59,15 +60,6 @@ def matmul(M, N, K, block_M, block_N, block_K, threads, num_stages, dtype, pass_
     return tilelang.compile(main, out_idx=[-1], target="cuda", pass_configs=pass_configs)
 
 
-def _config_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
@@ -83,13 +75,9 @@ def main():
         help="only these configurations (names as in the table)",
     )
     args = parser.parse_args()
-    configs = dict(kv.split("=", 1) for kv in args.pass_configs)
-    configs = {k: _config_value(v) for k, v in configs.items()}
+    configs = parse_pass_configs(args.pass_configs)
     variants = [("", configs)]
-    for spec in args.variant:
-        name, _, pairs = spec.partition(":")
-        extra = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
-        variants.append((name, {**configs, **{k: _config_value(v) for k, v in extra.items()}}))
+    variants += [(name, {**configs, **extra}) for name, extra in parse_variants(args.variant)]
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, configs {configs}")
     rows = []
     for size in args.sizes:

@@ -40,6 +40,9 @@ import example_mla_decode_paged as paged  # noqa: E402
 
 from tilelang.profiler import bench  # noqa: E402
 
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+from config_args import config_value, parse_pass_configs, parse_variants  # noqa: E402, F401
+
 #: shapes of a ``--device cpu`` smoke run (batch, heads, kv_ctx, dim, pe_dim, block_H)
 CPU_SHAPES = dict(batch=2, heads=16, kv_ctx=256, dim=64, pe_dim=32, block_H=16)
 
@@ -73,26 +76,6 @@ def format_rows(rows, kv_bytes, roof_ms, t_torch) -> list[str]:
     for name, t, err in rows:
         out.append(f"{name:<30}{t:9.3f}{kv_bytes / t / 1e6:9.0f}{roof_ms / t:9.2f}"
                    f"{t_torch / t:10.2f}{err:10.1e}")  # fmt: skip
-    return out
-
-
-def config_value(text: str):
-    """A pass-config value from the command line: int, float, true/false or the text."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def parse_variants(specs) -> list:
-    """``NAME:KEY=VALUE,...`` -> [(name, {key: value})]."""
-    out = []
-    for spec in specs:
-        name, _, pairs = spec.partition(":")
-        extra = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
-        out.append((name, {k: config_value(v) for k, v in extra.items()}))
     return out
 
 
