@@ -17,7 +17,9 @@ kernel as lowered satisfies these rules (otherwise it changes nothing: the model
 cover something in it), puts one candidate fence before each loop that contains fences,
 then tries the fences innermost/last first and drops each one whose removal keeps every
 rule satisfied. Dropping a fence never adds a hazard the rules would not see: a path's
-accesses are ordered by the fence that remains after them.
+accesses are ordered by the fence that remains after them. Only the compiler's fences
+(``tl::fence_proxy_async_shared``) are candidates: a ``T.fence_proxy_async`` the user wrote
+(``tl::fence_proxy_async``) stays.
 
 Cross-thread hand-offs are covered because the analysis is over paths, not threads: a
 thread's write that another thread's wgmma reads after a barrier lies on a path reaching
@@ -295,6 +297,8 @@ def drop_proxy_fences(body):
     effects = {}
     dropped = set()
     for f in reversed(fences):  # innermost/last first: the loop candidates are tried last
+        if _name(f.value) != FENCES[0]:  # a user's T.fence_proxy_async stays as written
+            continue
         trial = dropped | {f.__chandle__()}
         if _violations(body, trial, effects) == 0:
             dropped = trial
