@@ -156,8 +156,8 @@ def two_nests(n=100, block=64):
             T.copy(A[bx * block, 0], frag)
             for i, j in T.Parallel(block, 8):
                 frag[i, j] = frag[i, j] * 2.0
-            for r in T.Parallel(block):
-                row[r] = frag[r, 0]
+            for r in T.Parallel(block):  # (row is replicated over frag's two threads a row)
+                row[r] = T.cast(r, "float32") * 0.5
             for i, j in T.Parallel(block, 8):
                 frag[i, j] = frag[i, j] + row[i]
             T.copy(frag, B[bx * block, 0])
