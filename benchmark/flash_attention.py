@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
 import plotting  # noqa: E402
+from config_args import parse_pass_configs  # noqa: E402
 from example_mha_fwd_bshd import flashattn  # noqa: E402
 from example_mha_fwd_bshd_wgmma_pipelined import flashattn as flashattn_pipelined  # noqa: E402
 
@@ -116,10 +117,7 @@ def main():
     )
     plotting.add_plot_argument(parser)
     args = parser.parse_args()
-    extra = {}
-    for kv in args.pass_configs:
-        key, value = kv.split("=", 1)
-        extra[key] = {"true": True, "false": False}.get(value.lower(), value)
+    extra = parse_pass_configs(args.pass_configs)
     plotting.check(args.plot)
     plot_rows = []
     b, h, s, d = args.batch, args.heads, args.seq, args.dim

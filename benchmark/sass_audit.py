@@ -30,6 +30,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "examples", "flash_attention"))
 sys.path.insert(0, os.path.join(REPO, "examples", "deepseek_mla"))
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+
+from config_args import parse_pass_configs  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 #: the SASS opcodes counted per loop iteration (prefix match)
@@ -136,15 +139,6 @@ def audit(name, pass_configs, keep=None) -> dict:
     return info
 
 
-def _value(text):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", nargs="+",
@@ -152,7 +146,7 @@ def main(argv=None):
     parser.add_argument("--pass-configs", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", default=None, help="write the .cu/.cubin files here")
     args = parser.parse_args(argv)
-    configs = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.pass_configs)}
+    configs = parse_pass_configs(args.pass_configs)
     if shutil.which("nvcc") is None:
         raise SystemExit("sass_audit.py needs nvcc")
     results = {}

@@ -20,6 +20,8 @@ from __future__ import annotations
 import tvm_ffi
 from tvm_tirx import ir, tirx
 
+from ..lowering.target_info import cuda_arch_number
+
 #: scalar dtype -> (max, min) device function
 FUNCTIONS = {
     "float32": ("fmaxf", "fminf"),
@@ -29,16 +31,11 @@ FUNCTIONS = {
 }
 
 
-def _sm(arch: str) -> int:
-    digits = "".join(ch for ch in str(arch).split("_")[-1] if ch.isdigit())
-    return int(digits) if digits else 0
-
-
 def float_min_max_calls(body, arch: str = "sm_90a", dtypes=None):
     """``body`` with every scalar float ``Max``/``Min`` of ``dtypes`` (default: those of
     :data:`FUNCTIONS`, the 16-bit ones from sm_80 on) a call of its device function."""
     if dtypes is None:
-        dtypes = set(FUNCTIONS) if _sm(arch) >= 80 else {"float32", "float64"}
+        dtypes = set(FUNCTIONS) if cuda_arch_number(arch)[0] >= 80 else {"float32", "float64"}
 
     def rewrite(node, which):
         dtype = str(node.ty)

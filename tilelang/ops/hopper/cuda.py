@@ -9,26 +9,20 @@ user's line.
 
 from __future__ import annotations
 
-import re
-
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from ... import errors
+from ...lowering.target_info import cuda_arch_number
 from ...lowering.thread_utils import extern_stmt, sync_threads
 from ..registry import lower_rule
 from . import op
 
 
-def _arch_number(arch: str) -> tuple[int, bool]:
-    m = re.match(r"sm_(\d+)(a?)", arch or "")
-    return (int(m.group(1)), bool(m.group(2))) if m else (0, False)
-
-
 def require_sm90(v, ctx, name: str, arch_specific: bool = False) -> None:
     """CompileError at the user's line unless ``ctx.arch`` is sm_90+ (sm_90a when
     ``arch_specific``: setmaxnreg and wgmma exist only on the ``a`` targets)."""
-    number, feat = _arch_number(ctx.arch)
+    number, feat = cuda_arch_number(ctx.arch)
     if number < 90 or (arch_specific and number == 90 and not feat):
         need = "sm_90a" if arch_specific else "sm_90 or later"
         raise errors.compile_error(
