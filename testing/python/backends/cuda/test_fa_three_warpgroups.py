@@ -36,7 +36,7 @@ from tilelang.backends.cuda.passes import warp_specialize_auto as ws
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_gemm_wgmma_rs import _round, chained  # noqa: E402
 from test_pipeline_emulate import _attention, _example  # noqa: E402
-from test_wgmma_overlap import StrictMachine  # noqa: E402
+from test_wgmma_overlap import StrictMachine, _gpu  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -560,15 +560,6 @@ def test_192_row_blocks_compile_without_spills(bn, dim, causal, configs, tmp_pat
 
 
 # ------------------------------------------------------------------------- GPU
-def _gpu():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("wgmma needs sm_90a")
-    return torch
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
