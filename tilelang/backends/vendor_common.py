@@ -61,11 +61,22 @@ def lower_tile_ops_stage(backend: str):
     return stage_lower_tile_ops
 
 
+def _portable_ieee_stage(backend: str):
+    """CUDA's rounding-mode arithmetic as ordinary operations (``transform/ieee_math.py``)."""
+    from ..transform.ieee_math import portable_ieee_calls
+
+    def stage(func, state):
+        return func.with_body(portable_ieee_calls(func.body, backend))
+
+    return stage
+
+
 def vendor_stages(backend: str, check_dtypes, lower_exchanges, pipeline_planning=None,
                   after_shared_memory=None, before_exchanges=None) -> list:  # fmt: skip
     """The stage list of a vendor backend, in order: ``check_dtypes``, CUDA's
     ``heavy_blocks_first``, ``rasterize_blocks`` and ``unswitch_uniform_select``, :func:`layout_inference_stage`, ``pipeline_planning`` (if given),
-    CUDA's ``apply_shared_layouts``/``lower_parallel``, :func:`lower_tile_ops_stage`, CUDA's
+    CUDA's ``apply_shared_layouts``/``lower_parallel``, :func:`lower_tile_ops_stage`,
+    ``portable_ieee_math``, CUDA's
     ``lower_fragments``/``hoist_allocs``/``insert_sync``/``plan_shared_memory``,
     ``after_shared_memory`` (if given), CUDA's ``strip_schedule_hints``/
     ``apply_global_layouts``, ``before_exchanges`` (if given), ``lower_exchanges``.
@@ -87,6 +98,7 @@ def vendor_stages(backend: str, check_dtypes, lower_exchanges, pipeline_planning
         ("apply_shared_layouts", cuda.stage_apply_shared_layouts),
         ("lower_parallel", cuda.stage_lower_parallel),
         ("lower_tile_ops", lower_tile_ops_stage(backend)),
+        ("portable_ieee_math", _portable_ieee_stage(backend)),
         ("lower_fragments", cuda.stage_lower_fragments),
         ("hoist_allocs", cuda.stage_hoist_allocs),
         ("insert_sync", cuda.stage_insert_sync),

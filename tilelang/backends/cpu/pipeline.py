@@ -26,6 +26,7 @@ from ...lowering.stmt import StripScheduleHints, contains
 from ...ops import tile_op_of
 from ...ops.debug.op import uses_device_assert
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
+from ...transform.ieee_math import portable_ieee_calls
 from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.unswitch_uniform_select import unswitch_uniform_select
@@ -104,6 +105,7 @@ def _lower_kernel(func, pass_configs):
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
         ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),
         ("legalize_half_math", on_body(legalize_half_math)),
+        ("portable_ieee_math", on_body(lambda b: portable_ieee_calls(b, "cpu"))),
         ("legalize_fp8_casts", on_body(legalize_fp8_casts)),  # round to nearest even
         *([("bounds_check", on_body(_bounds_checks))] if checked else []),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
