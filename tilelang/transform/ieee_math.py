@@ -4,8 +4,8 @@ on targets that have no such instructions.
 The frontend (``tilelang/language/math_ext.py``) traces these operations as calls of CUDA's
 device functions (``__fadd_rz``, ``__fmaf_rn``, ``__dmul_rn``...), which the CUDA backend
 prints as they are. On the CPU, ROCm and Metal backends this pass rewrites each call to the
-ordinary operation when its rounding mode is round-to-nearest (``x + y``, ``x * y + z``
-computed with one rounding through a wider type for float32, ``1 / x``, ``sqrt``), and raises a
+ordinary operation when its rounding mode is round-to-nearest (``x + y``, C's ``fmaf``/``fma``
+for ``x * y + z`` with one rounding, ``1 / x``, ``sqrt``), and raises a
 :class:`tilelang.errors.CompileError` naming the call for a directed mode (``rz``, ``ru``,
 ``rd``): those targets have no per-instruction rounding mode, and a wrong last bit would be a
 silent wrong answer.
@@ -46,7 +46,7 @@ CUDA_FUNCTIONS["__frsqrt_rn"] = ("frsqrt", "rn")
 FAST_RCP = "__fdividef"
 
 
-def _portable(op: str, args, dtype: str):
+def _portable(op: str, args, dtype: str, backend: str):
     one = ir.const(1.0, dtype)
     if op == "add":
         return args[0] + args[1]
@@ -62,11 +62,9 @@ def _portable(op: str, args, dtype: str):
         return _tirx.sqrt(args[0])
     if op == "frsqrt":
         return one / _tirx.sqrt(args[0])
-    if op == "fmaf":
-        if dtype == "float32":  # the float64 product of two float32 values is exact
-            wide = [a.astype("float64") for a in args]
-            return (wide[0] * wide[1] + wide[2]).astype("float32")
-        return _tirx.call_pure_extern("fma", *args, ty=dtype)
+    if op == "fmaf":  # C's fma: one rounding (libm on the CPU, the device library elsewhere)
+        name = "fmaf" if dtype == "float32" and backend != "metal" else "fma"
+        return _tirx.call_pure_extern(name, *args, ty=dtype)
     raise AssertionError(op)
 
 
@@ -90,6 +88,6 @@ def portable_ieee_calls(body, backend: str):
                 f"instruction ({name}); the {backend} backend has no per-operation rounding "
                 f"mode. Use rounding_mode='rn' there, or compile for CUDA."
             )
-        return _portable(which, list(call.args[1:]), str(call.ty))
+        return _portable(which, list(call.args[1:]), str(call.ty), backend)
 
     return tvm_ffi.structural_map(body, [(ir.Call, rewrite)])

@@ -7,6 +7,7 @@ test checks the directed rounding modes bit for bit against numpy's exact result
 from __future__ import annotations
 
 import shutil
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -135,9 +136,13 @@ def test_fma_ldexp_bits(rng):
     x, y, z = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     k = rng.integers(0, 9, n).astype(np.int32)
     out = misc_kernel(n)(*(torch.from_numpy(v) for v in (x, y, z, k))).numpy()
-    # x * y is exact in float64, so fma = one rounding of the float64 sum (no double-rounding
-    # hazard at these magnitudes)
-    fma = (x.astype(np.float64) * y + z).astype(np.float32)
+    # the exact x * y + z as a fraction, rounded once to float32 (nearest, ties to even)
+    fma = np.array(
+        [
+            _round_fraction(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+            for a, b, c in zip(x, y, z)
+        ]
+    )
     np.testing.assert_array_equal(out[:, 0], fma)
     np.testing.assert_array_equal(out[:, 1], fma)
     np.testing.assert_array_equal(out[:, 2], np.ldexp(x, k).astype(np.float64))
@@ -148,6 +153,17 @@ def test_fma_ldexp_bits(rng):
     rsq = (1.0 / np.sqrt(np.abs(y).astype(np.float64))).astype(np.float32)
     want7 = np.where(k > 3, (np.float32(1) / y).astype(np.float64), rsq)
     np.testing.assert_allclose(out[:, 7], want7, rtol=2e-7)
+
+
+def _round_fraction(q):
+    """The float32 nearest to the rational ``q`` (ties to even)."""
+    near = np.float32(float(q))  # float(q) is q rounded to float64; step to the float32 neighbours
+    lo, hi = (near, np.nextafter(near, np.float32(np.inf))) if Fraction(float(near)) <= q else (
+        np.nextafter(near, np.float32(-np.inf)), near)  # fmt: skip
+    dlo, dhi = q - Fraction(float(lo)), Fraction(float(hi)) - q
+    if dlo != dhi:
+        return lo if dlo < dhi else hi
+    return lo if int(lo.view(np.int32)) % 2 == 0 else hi
 
 
 def test_cdiv_is_ceildiv():
