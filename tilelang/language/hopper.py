@@ -134,7 +134,11 @@ def mbarrier_wait_parity(mbarrier, parity):
     p = builder.unwrap(parity)
     if not builder.is_expr(p):
         p = _count(p, "mbarrier_wait_parity", "parity")
-    _emit(_op.MBARRIER_WAIT_PARITY, _barrier(mbarrier, "mbarrier_wait_parity"), p % 2)
+    bar = _barrier(mbarrier, "mbarrier_wait_parity")
+    kernel = builder.state().kernels[-1] if builder.state().kernels else None
+    known = getattr(kernel, "_tl_cluster_barriers", [])
+    cluster = int(any(bar.source.same_as(t) for t in known))
+    _emit(_op.MBARRIER_WAIT_PARITY, bar, p % 2, cluster=cluster)
 
 
 def barrier_arrive(mbarrier):

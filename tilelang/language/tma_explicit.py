@@ -16,11 +16,11 @@ synchronized program; the overlap of the copy with later work is given up.
 
 ``cluster_mask`` (upstream: the lowest-ranked block of the mask multicasts its tile to every
 block of the mask, the others issue nothing) is accepted for loads in a cluster launch
-(``T.Kernel(..., cluster_dims=...)``): every block of the mask copies the region it names
-itself, synchronously as above. For the programs multicast is meant for (the blocks of the
-mask name the same region) each block holds the same tile as with upstream; the L2 saving
-of a real multicast is given up (the automatic multicast of the pass config
-``tl.cluster_multicast`` has it).
+(``T.Kernel(..., cluster_dims=...)``): every block of the mask copies the leader's region
+itself (its source indices evaluated with the leader's block indices), synchronously as
+above, so each block holds upstream's tile; the L2 saving of a real multicast is given up
+(the automatic multicast of the pass config ``tl.cluster_multicast`` has it).
+``cluster_copy.py`` has the same for ``T.copy_cluster``.
 
 Not supported (a TraceError at the user's line): ``leader_scope_threads`` (per-warp copies,
 whose operands differ between warps while ``T.copy`` is a block-wide op).
@@ -33,6 +33,7 @@ from tvm_tirx import ir
 from .. import errors
 from ..lowering.region import is_tensor
 from . import builder
+from .cluster_copy import check_cluster_mask, multicast_copy
 from .hopper import _barrier
 from .tileop import copy
 
@@ -57,9 +58,9 @@ def tma_copy(
     annotations=None,
 ):
     """Copy ``src`` to ``dst`` (global -> shared with ``barrier``, or shared -> global)."""
-    st = builder.state()
+    builder.state()
     if cluster_mask is not None:
-        _check_cluster_mask(st, cluster_mask)
+        check_cluster_mask(cluster_mask, "T.tma_copy")
     if leader_scope_threads is not None:
         raise errors.TraceError(
             "T.tma_copy(leader_scope_threads=...): per-warp copies are not supported; "
@@ -81,27 +82,14 @@ def tma_copy(
             f"T.tma_copy copies global -> shared or shared -> global, got {src_scope} -> "
             f"{dst_scope} (use T.copy)"
         )
-    copy(src, dst, eviction_policy=eviction_policy, annotations=annotations)
 
+    def load(a, b):
+        copy(a, b, eviction_policy=eviction_policy, annotations=annotations)
 
-def _check_cluster_mask(st, cluster_mask):
-    """TraceError unless ``cluster_mask`` is a bitmask of blocks of the enclosing cluster."""
-    if isinstance(cluster_mask, bool) or not isinstance(cluster_mask, int) or cluster_mask <= 0:
-        raise errors.TraceError(
-            f"T.tma_copy: cluster_mask must be a positive int bitmask, got {cluster_mask!r}"
-        )
-    kernel = st.kernels[-1] if st.kernels else None
-    dims = getattr(kernel, "cluster_dims", None)
-    if dims is None:
-        raise errors.TraceError(
-            "T.tma_copy(cluster_mask=...): a multicast needs a cluster launch "
-            "(T.Kernel(..., cluster_dims=...) or T.ClusterKernel)"
-        )
-    size = dims[0] * dims[1] * dims[2]
-    if cluster_mask >> size:
-        raise errors.TraceError(
-            f"T.tma_copy: cluster_mask {cluster_mask:#b} names blocks beyond the cluster's {size}"
-        )
+    if cluster_mask is not None:
+        multicast_copy(src, dst, cluster_mask, load, "T.tma_copy")
+    else:
+        load(src, dst)
 
 
 def tma_store_arrive():

@@ -21,6 +21,7 @@ Cluster operations (``cluster.h``, ``hopper.h``):
   mbarrier at the same address in each (a peer's bytes may reach a barrier before its own
   ``arrive.expect_tx``: the pending count goes below zero, as on the GPU);
 * ``tl::mbarrier_wait_cluster(bar, parity)``: ``tl::mbarrier_wait``;
+* ``tl::st_cluster(&dst[i], value, cta)``: the store into member ``cta``'s copy of ``dst``;
 * ``tl::mbarrier_arrive_cluster(bar, cta)`` / ``tl::mbarrier_arrive_cluster_warp<N>(bar)``
   (and its ``_release`` form, which differs in memory scope only): arrivals on a member's
   mbarrier (the warp form: one arrival per whole active warp on each of the members
@@ -314,6 +315,8 @@ def cluster_extern(machine, fname, args, mask):
         return result
     if fname.startswith("tl::tma_load_multicast_"):
         return _multicast(machine, fname, args, mask)
+    if fname.startswith("tl::st_cluster"):
+        return _store_remote(machine, fname, args, mask)
     if fname == "tl::mbarrier_arrive_cluster":
         cta = np.broadcast_to(np.asarray(machine.eval(args[1], mask)), (machine.lanes,))
         active = np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]
@@ -383,6 +386,23 @@ def _cluster_wait(machine):
         sched, me = task
         sched.block(me, ready, describe)
     machine.cluster_generation = None
+
+
+def _store_remote(machine, fname, args, mask):
+    """``tl::st_cluster(&dst[i], value, cta)``: each active thread stores into its ``cta``."""
+    addr = args[0]
+    if not (isinstance(addr, ir.Call) and addr.op.name == "tirx.address_of"):
+        raise machine.error_type(f"{fname}: unsupported address {addr}")
+    load = addr.args[0]
+    b = machine.buf(load.source)
+    flat, active = machine.flat(b, load.indices, mask, fname)
+    value = np.broadcast_to(np.asarray(machine.eval(args[1], mask)), (machine.lanes,))
+    cta = np.broadcast_to(np.asarray(machine.eval(args[2], mask)), (machine.lanes,))
+    for t in np.nonzero(np.broadcast_to(active, (machine.lanes,)))[0]:
+        peer = _peer(machine, int(cta[t]))
+        target = _peer_buf(machine, peer, b)
+        target.data.reshape(-1)[flat[t]] = value[t]
+    return None
 
 
 def _multicast(machine, fname, args, mask):

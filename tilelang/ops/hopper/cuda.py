@@ -103,9 +103,17 @@ for _name, _helper, _operand in (
     ("mbarrier_arrive", "tl::mbarrier_arrive", None),
     ("mbarrier_expect_tx", "tl::mbarrier_expect_tx", "tx"),
     ("mbarrier_arrive_expect_tx", "tl::mbarrier_arrive_expect_tx", "tx"),
-    ("mbarrier_wait_parity", "tl::mbarrier_wait", "parity"),
 ):
     _mbarrier_rule(_name, _helper, _operand)
+
+
+@lower_rule("mbarrier_wait_parity", "cuda")
+def lower_mbarrier_wait_parity(v, ctx):
+    """``tl::mbarrier_wait`` (acquire at CTA scope), or ``tl::mbarrier_wait_cluster`` on a
+    cluster barrier, whose phase other blocks' releases complete."""
+    require_sm90(v, ctx, "mbarrier_wait_parity")
+    helper = "tl::mbarrier_wait_cluster" if int(v.cluster) else "tl::mbarrier_wait"
+    return extern_stmt(helper, bar_ptr(v.bar), _u32(v.parity))
 
 
 @lower_rule("mbarrier_arrive_cluster", "cuda")

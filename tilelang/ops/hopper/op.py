@@ -16,7 +16,9 @@ MBARRIER_ARRIVE = TileOpDef("mbarrier_arrive", ("bar",), {})
 MBARRIER_ARRIVE_CLUSTER = TileOpDef("mbarrier_arrive_cluster", ("bar", "cta"), {})
 MBARRIER_EXPECT_TX = TileOpDef("mbarrier_expect_tx", ("bar", "tx"), {})
 MBARRIER_ARRIVE_EXPECT_TX = TileOpDef("mbarrier_arrive_expect_tx", ("bar", "tx"), {})
-MBARRIER_WAIT_PARITY = TileOpDef("mbarrier_wait_parity", ("bar", "parity"), {})
+#: ``cluster``: the barrier is a cluster barrier (peers arrive on it with cluster-scope
+#: release), so the wait acquires at cluster scope (``tl::mbarrier_wait_cluster``).
+MBARRIER_WAIT_PARITY = TileOpDef("mbarrier_wait_parity", ("bar", "parity"), {"cluster": 0})
 FENCE_PROXY_ASYNC = TileOpDef("fence_proxy_async", (), {})
 SET_MAX_NREG = TileOpDef("set_max_nreg", (), {"reg_count": 0, "is_inc": 0})
 WARPGROUP_ARRIVE = TileOpDef("warpgroup_arrive", (), {})

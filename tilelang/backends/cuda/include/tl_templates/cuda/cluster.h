@@ -14,6 +14,9 @@
 //                                            at the CTA-relative address of `bar` in each
 //   tl::mbarrier_arrive_cluster(bar, cta)    mbarrier.arrive on the barrier at the address of
 //                                            `bar` in CTA `cta` of the cluster (mapa)
+//   tl::st_cluster(ptr, value, cta)          st.shared::cluster of `value` at the address of
+//                                            `ptr` in CTA `cta` of the cluster (mapa;
+//                                            T.copy_cluster(..., dst_block=...))
 //   tl::mbarrier_wait_cluster(bar, parity)   mbarrier_wait with cluster-scope acquire (the phase
 //                                            completed by other blocks' releases)
 //   tl::mbarrier_arrive_cluster_warp<N>(bar) one arrival of this warp on `bar` in each of the
@@ -45,6 +48,31 @@ TL_DEVICE uint32_t cluster_smem_addr(const void* ptr, uint32_t cta) {
                : "=r"(remote)
                : "r"(tma_smem_addr(ptr)), "r"(cta));
   return remote;
+}
+
+template <typename T>
+TL_DEVICE void st_cluster(T* ptr, T value, uint32_t cta) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
+                "st_cluster: 1-, 2-, 4- or 8-byte elements");
+  uint32_t remote = cluster_smem_addr(ptr, cta);
+  if constexpr (sizeof(T) == 8) {
+    uint64_t bits;
+    memcpy(&bits, &value, 8);
+    asm volatile("st.shared::cluster.b64 [%0], %1;" ::"r"(remote), "l"(bits) : "memory");
+  } else if constexpr (sizeof(T) == 4) {
+    uint32_t bits;
+    memcpy(&bits, &value, 4);
+    asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(bits) : "memory");
+  } else if constexpr (sizeof(T) == 2) {
+    uint16_t bits;
+    memcpy(&bits, &value, 2);
+    asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(remote), "h"(bits) : "memory");
+  } else {
+    uint8_t bits;
+    memcpy(&bits, &value, 1);
+    asm volatile("st.shared::cluster.b8 [%0], %1;" ::"r"(remote), "r"(static_cast<uint32_t>(bits))
+                 : "memory");
+  }
 }
 
 TL_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
