@@ -20,6 +20,12 @@ from . import (  # noqa: F401
 from ._logging import logger, set_log_level  # noqa: F401
 from .autotuner import autotune  # noqa: F401
 from .cache import clear_cache, disable_cache, enable_cache, is_cache_enabled  # noqa: F401
+from .engine.callback import (  # noqa: F401
+    register_c_postproc,
+    register_cuda_postproc,
+    register_hip_postproc,
+    register_metal_postproc,
+)
 from .engine.driver import lower  # noqa: F401
 from .engine.pass_config import PassConfigKey  # noqa: F401
 from .env import env  # noqa: F401

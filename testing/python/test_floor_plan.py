@@ -41,8 +41,8 @@ LAYERS: list[tuple[str, ...]] = [
         "utils.upstream_modules",
     ),
     ("layout",),
-    # the pass configs and the stage runner, shared by every pipeline
-    ("engine.pass_config", "engine.instrument"),
+    # the pass configs, the stage runner and the source hooks, shared by every pipeline
+    ("engine.pass_config", "engine.instrument", "engine.callback"),
     # the toolkit of op rules and passes
     ("lowering",),
     # tile ops: IR forms, layout and lowering rules

@@ -14,7 +14,8 @@ The key (:func:`cache_key`) is the sha256 of: the traced function's structural h
 (except the observation-only ones: IR dumps, pass timing), compile flags, the versions
 of tilelang (VERSION), tvm_tirx and tvm_ffi, a fingerprint of tilelang's own sources
 (``tilelang/**/*.py`` and the device headers ``tilelang/**/*.h``: editing a lowering
-invalidates the kernels it built) and the machine (OS, architecture).
+invalidates the kernels it built), the machine (OS, architecture) and the registered source
+post-processing hooks (``tilelang/engine/callback.py``).
 
 Entries are written into ``<root>/tmp/<random>/`` (the artifact's ``save(dir)``, then
 ``entry.json`` with every file's sha256) and published with one ``os.replace`` of the
@@ -245,6 +246,7 @@ def key_material(
     """Everything the cache key covers, as a JSON-able dict (see the module docstring)."""
     import tvm_ffi
 
+    from ..engine.callback import fingerprint as postproc_fingerprint
     from ..engine.pass_config import OBSERVATION_KEYS, normalize_pass_configs
 
     try:
@@ -266,6 +268,8 @@ def key_material(
         "versions": _versions(),
         "source_fingerprint": source_fingerprint(),
         "machine": [platform.system(), platform.machine(), *_host_code_cpu(target)],
+        # source post-processing hooks (tilelang.register_cuda_postproc, ...)
+        "postproc": postproc_fingerprint(),
         # build switches read from the environment (the CUDA host code's launch path)
         "env": {"TILELANG_CUDA_DIRECT_LAUNCH": os.environ.get("TILELANG_CUDA_DIRECT_LAUNCH", "")},
     }

@@ -1,9 +1,21 @@
 """The compiler's engine: pass configs (``pass_config.py``, every knob that changes generated
-code), the stage runner (``instrument.py``) and ``tilelang.lower`` (``driver.py``).
+code), the stage runner (``instrument.py``), ``tilelang.lower`` (``driver.py``) and the
+source post-processing hooks (``callback.py``).
 
 ``lower``/``LoweredKernel`` load on first use: the pass configs and the stage runner sit low
 in the floor plan (the backends import them), ``driver.py`` high (it drives the backends).
 """
+
+from .callback import (  # noqa: F401 - upstream's tilelang.engine names
+    register_c_postproc,
+    register_c_postproc_callback,
+    register_cuda_postproc,
+    register_cuda_postproc_callback,
+    register_hip_postproc,
+    register_hip_postproc_callback,
+    register_metal_postproc,
+    register_metal_postproc_callback,
+)
 
 __all__ = ["LoweredKernel", "lower"]
 

@@ -285,6 +285,9 @@ def _postproc(code: str, target: Any) -> str:
         code = str(_PREVIOUS_HOOK(code, target))
     state = _STATE
     if state.active:
+        from ...engine import callback
+
+        code = callback.apply("cuda", code, target)
         code, state.headers = _with_headers(code, state.request)
         state.captured.append(code)
     return code

@@ -148,6 +148,22 @@ def _pack_imports_to_asm(module: Any, is_system_lib: bool, prefix: str, workspac
     return path
 
 
+def _apply_c_postproc(sources, originals: dict) -> None:
+    """The registered C host hook (``tilelang.register_c_postproc``) on each C source file
+    (and on the file before the direct-launch rewrite, which a failed rewrite falls back to)."""
+    from ...engine import callback
+
+    for source in sources:
+        if source.endswith(".c"):
+            path = Path(source)
+            text = path.read_text()
+            changed = callback.apply("c", text, {"kind": "c"})
+            if changed != text:
+                path.write_text(changed)
+            if source in originals:
+                originals[source] = callback.apply("c", originals[source], {"kind": "c"})
+
+
 def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None) -> Any:
     """An ``export_library`` ``fcompile``: compile every input in parallel, then link.
 
@@ -175,6 +191,7 @@ def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None)
         sources = [objects] if isinstance(objects, str) else list(objects)
         if direct is not None:
             sources = _apply_direct_launch(sources, output, direct, originals)
+        _apply_c_postproc(sources, originals)
         for source in sources:
             if source.endswith((".o", ".a", ".so")):
                 linked.append(source)

@@ -104,7 +104,9 @@ def kernel_names(source: str) -> list[str]:
 
 def build_metal(func, target=None) -> MetalArtifact:
     """A :class:`MetalArtifact` (source only: no Metal compiler runs on this platform)."""
-    source = generate_msl(func)
+    from ...engine import callback
+
+    source = callback.apply("metal", generate_msl(func), target or {"kind": "metal"})
     meta = {
         "kind": "tilelang.metal",
         "arch": (target or {}).get("arch", "apple7"),

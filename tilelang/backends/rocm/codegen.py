@@ -99,5 +99,7 @@ def print_cuda(mod) -> tuple[str, object]:
 
 def generate_hip(mod) -> str:
     """HIP C++ source of a thread-level (lowered) TIRx function or module."""
+    from ...engine import callback
+
     cuda_source, _ = print_cuda(mod)
-    return cuda_to_hip(cuda_source)
+    return callback.apply("hip", cuda_to_hip(cuda_source), {"kind": "hip"})
