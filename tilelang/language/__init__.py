@@ -182,7 +182,9 @@ from ..dtypes import float_ as float  # noqa: A004 - upstream name
 from ..dtypes import int_ as int  # noqa: A004 - upstream name
 from .hints import (
     CUDASourceCodeKernel,
+    annotate_l2_hit_ratio,
     annotate_min_blocks_per_sm,
+    annotate_restrict_buffers,
     disable_warp_group_reg_alloc,
     func_attr,
     no_set_max_nreg,

@@ -97,6 +97,14 @@ class TraceState:
     kernels: list = field(default_factory=list)  # active T.Kernel frames
     uses_atomics: bool = False
     stop_at_kernel: bool = False  # phase 1 of an eager @tilelang.jit (language/eager.py)
+    func_attrs: dict = field(default_factory=dict)  # set on the traced Function (hints.py)
+
+
+def with_func_attrs(func, st: TraceState):
+    """``func`` with the function attributes the trace ``st`` recorded."""
+    for key, value in st.func_attrs.items():
+        func = func.with_attr(key, value)
+    return func
 
 
 class _ThreadStates(threading.local):

@@ -300,7 +300,7 @@ class EagerBody:
                         return record
             if phase == 1:
                 return record
-            traced = ib.get()
+            traced = builder.with_func_attrs(ib.get(), st)
         finally:
             _ACTIVE.pop()
         return self._finish(traced, record, result)

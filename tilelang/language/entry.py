@@ -121,7 +121,7 @@ def trace(func, name: str | None = None, outer_locals: dict | None = None) -> ir
     fn = rewritten.instantiate()
     namespace = {**func.__globals__, **(outer_locals or {}), **_closure_values(func)}
     params = _annotated_params(func, namespace)
-    with builder.tracing(), IRBuilder() as ib:
+    with builder.tracing() as st, IRBuilder() as ib:
         with _T.function_():
             _T.func_name_(name or func.__name__)
             args = []
@@ -139,7 +139,7 @@ def trace(func, name: str | None = None, outer_locals: dict | None = None) -> ir
             except Exception as err:  # noqa: BLE001 - Python/TIRx error in the user's body
                 # the original traceback stays: its frames include the user's line
                 raise diagnostics.trace_error(err).with_traceback(err.__traceback__) from err
-    traced = ib.get()
+    traced = builder.with_func_attrs(ib.get(), st)
     check_scopes(traced)
     from ..transform.check_bounds import check_static_bounds
     from ..transform.negative_index import legalize_negative_indices

@@ -1,13 +1,20 @@
 """Upstream hints with no effect on what a kernel computes: ``T.__ldg``,
 ``T.disable_warp_group_reg_alloc``, ``T.no_set_max_nreg``, ``T.annotate_min_blocks_per_sm``,
-``T.func_attr``.
+``T.annotate_restrict_buffers``, ``T.annotate_l2_hit_ratio``, ``T.func_attr``.
 
 ``T.__ldg(A[i])`` reads ``A[i]`` through CUDA's read-only data cache (``__ldg(&A[i])`` in the
-CUDA source; a plain load on the CPU). The register-allocation hints concern Hopper
-warp-specialized kernels whose warp groups re-balance registers with ``setmaxnreg``; tilelang
-never emits ``setmaxnreg``, so "do not re-balance" is what already happens: they are checked
-and accepted. ``T.annotate_min_blocks_per_sm(n)`` (upstream: the second argument of
-``__launch_bounds__``) is validated and not used yet (an occupancy hint only).
+CUDA source; a plain load on the CPU). The others become function attributes the CUDA backend
+reads (:data:`ATTRS`):
+
+- ``T.disable_warp_group_reg_alloc()`` / ``T.no_set_max_nreg()``: a warp-specialized kernel
+  (sm_90a) keeps the default register split: no ``setmaxnreg``.
+- ``T.annotate_min_blocks_per_sm(n)``: ``__launch_bounds__(threads, n)``.
+- ``T.annotate_restrict_buffers(*tensors)``: those kernel parameters lose ``__restrict__``
+  (upstream's meaning: they may alias).
+- ``T.annotate_l2_hit_ratio({tensor: ratio})``: upstream sets an L2 persistence window on the
+  launch; it is validated (global tensors, ratios in [0, 1]) and recorded, and tilelang
+  launches without the window (a cache hint: results are the same).
+
 ``T.func_attr`` accepts upstream's function attributes (``tir.noalias``...), which describe
 what tilelang already assumes, and ignores them.
 """
@@ -44,23 +51,75 @@ def ldg(load):
     return _tirx.call_extern(LDG, _tirx.address_of(load), ty=dtype)
 
 
+#: function attributes the hints set (read by the CUDA backend)
+ATTR_NO_SET_MAX_NREG = "tl.no_set_max_nreg"
+ATTR_MIN_BLOCKS_PER_SM = "tl.min_blocks_per_sm"
+ATTR_NON_RESTRICT = "tl.non_restrict_params"
+ATTR_L2_HIT_RATIO = "tl.l2_hit_ratio"
+ATTRS = (ATTR_NO_SET_MAX_NREG, ATTR_MIN_BLOCKS_PER_SM, ATTR_NON_RESTRICT, ATTR_L2_HIT_RATIO)
+
+
+def _set_attr(key: str, value) -> None:
+    builder.state().func_attrs[key] = value
+
+
 def disable_warp_group_reg_alloc():
-    """Keep warp groups from re-balancing registers (tilelang never does; accepted)."""
+    """Keep the warp groups of a warp-specialized kernel at the default register split (no
+    ``setmaxnreg``)."""
     builder.state()
+    _set_attr(ATTR_NO_SET_MAX_NREG, True)
 
 
 def no_set_max_nreg():
-    """Emit no ``setmaxnreg`` (tilelang never does; accepted)."""
+    """Emit no ``setmaxnreg`` in a warp-specialized kernel."""
     builder.state()
+    _set_attr(ATTR_NO_SET_MAX_NREG, True)
 
 
 def annotate_min_blocks_per_sm(n: int):
-    """Occupancy hint (upstream: ``__launch_bounds__(threads, n)``); validated, not used yet."""
+    """At least ``n`` resident blocks per SM: ``__launch_bounds__(threads, n)`` on CUDA."""
     builder.state()
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
         raise errors.TraceError(
             f"T.annotate_min_blocks_per_sm: n must be a positive int, got {n!r}"
         )
+    _set_attr(ATTR_MIN_BLOCKS_PER_SM, n)
+
+
+def _param_name(tensor, what: str) -> str:
+    value = builder.unwrap(tensor)
+    ty = getattr(value, "ty", None)
+    if not (isinstance(value, ir.Var) and hasattr(ty, "shape")):
+        raise errors.TraceError(f"{what} takes kernel tensors, got {tensor!r}")
+    scope = str(getattr(ty, "scope", "") or "global")
+    if scope != "global":
+        raise errors.TraceError(f"{what}: {value.name} is a {scope} tile, not a kernel tensor")
+    return value.name
+
+
+def annotate_restrict_buffers(*buffers):
+    """The kernel parameters ``buffers`` may alias: no ``__restrict__`` on them."""
+    builder.state()
+    if buffers:
+        names = [_param_name(b, "T.annotate_restrict_buffers") for b in buffers]
+        _set_attr(ATTR_NON_RESTRICT, names)
+
+
+def annotate_l2_hit_ratio(l2_hit_ratio_map: dict):
+    """Upstream's L2 persistence hint ``{tensor: ratio}``: validated and recorded; tilelang
+    launches without a persistence window (the same results)."""
+    builder.state()
+    if not isinstance(l2_hit_ratio_map, dict):
+        raise errors.TraceError("T.annotate_l2_hit_ratio takes a dict {tensor: ratio}")
+    ratios = {}
+    for tensor, ratio in l2_hit_ratio_map.items():
+        name = _param_name(tensor, "T.annotate_l2_hit_ratio")
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+            raise errors.TraceError(
+                f"T.annotate_l2_hit_ratio: the ratio of {name} must be in [0, 1], got {ratio!r}"
+            )
+        ratios[name] = float(ratio)
+    _set_attr(ATTR_L2_HIT_RATIO, ratios)
 
 
 def func_attr(attrs: dict):

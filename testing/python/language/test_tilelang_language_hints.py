@@ -1,6 +1,9 @@
-"""T.__ldg and upstream's no-effect hints (T.disable_warp_group_reg_alloc, T.no_set_max_nreg,
-T.annotate_min_blocks_per_sm, T.func_attr): CPU results against numpy, the CUDA source uses
-``__ldg(&...)`` and builds with nvcc for sm_80 / sm_90a; a GPU test is marked cuda."""
+"""T.__ldg and upstream's hints (T.disable_warp_group_reg_alloc, T.no_set_max_nreg,
+T.annotate_min_blocks_per_sm, T.annotate_restrict_buffers, T.annotate_l2_hit_ratio,
+T.func_attr): CPU results against numpy, the CUDA source uses ``__ldg(&...)``, carries
+``__launch_bounds__(n, m)`` and drops ``__restrict__`` where asked, a warp-specialized GEMM
+with T.no_set_max_nreg has no setmaxnreg, and the kernels build with nvcc for sm_80 / sm_90a;
+GPU tests are marked cuda."""
 
 from __future__ import annotations
 
@@ -91,6 +94,73 @@ def test_nvcc_builds_with_ldg(target):
         art = cuda_pipeline.build(ldg_kernel(77, dtype), target, compiler="nvcc")
         assert art.device_binary
         assert re.search(r"__ldg\(\(?&", art.kernel_source)
+
+
+def aliasing_kernel(N):
+    @T.prim_func
+    def main(x: T.Tensor((N,), "float32"), y: T.Tensor((N,), "float32")):
+        T.annotate_restrict_buffers(x, y)
+        T.annotate_l2_hit_ratio({x: 0.5})
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            T.annotate_min_blocks_per_sm(3)
+            for i in T.Parallel(64):
+                if bx * 64 + i + 1 < N:
+                    y[bx * 64 + i] = x[bx * 64 + i + 1] * 2.0
+
+    return main
+
+
+def test_hint_attributes_and_source():
+    func = aliasing_kernel(100)
+    assert dict(func.attrs)["tl.non_restrict_params"] == ["x", "y"]
+    src = cuda_pipeline.lower(func, SM80)  # the attributes survive lowering
+    assert int(src.attrs["tl.min_blocks_per_sm"]) == 3
+
+
+@needs_nvcc
+def test_source_hints_in_cuda():
+    art = cuda_pipeline.build(aliasing_kernel(100), SM80, compiler="nvcc")
+    sig = [ln for ln in art.kernel_source.splitlines() if "__global__" in ln][0]
+    assert "__launch_bounds__(64, 3)" in sig and "__restrict__" not in sig
+    plain = cuda_pipeline.build(ldg_kernel(77, "float32"), SM80, compiler="nvcc")
+    assert "__restrict__" in plain.kernel_source  # the default keeps it
+
+
+@needs_nvcc
+def test_no_set_max_nreg_on_a_warp_specialized_gemm():
+    sys_path = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "backends" / "cuda")
+    import sys
+
+    sys.path.insert(0, sys_path)
+    from gemm_programs import readme_gemm
+
+    def build(hint):
+        func = readme_gemm(512, 512, 256, bM=128, bN=256, bK=64, threads=256)
+        if hint:
+            func = func.with_attr("tl.no_set_max_nreg", True)
+        src = cuda_pipeline.build(func, SM90, compiler="nvcc").kernel_source
+        return src[src.index('extern "C" __global__') :]  # the kernel, not the headers
+
+    assert "tl::set_max_nreg<" in build(False)
+    assert "tl::set_max_nreg<" not in build(True)
+
+
+def test_hint_errors():
+    with pytest.raises(tilelang.TraceError, match="kernel tensors"):
+
+        @T.prim_func
+        def not_tensor(x: T.Tensor((8,), "float32")):
+            T.annotate_restrict_buffers(3)
+            with T.Kernel(1, threads=32):
+                x[0] = 1.0
+
+    with pytest.raises(tilelang.TraceError, match=r"must be in \[0, 1\]"):
+
+        @T.prim_func
+        def bad_ratio(x: T.Tensor((8,), "float32")):
+            T.annotate_l2_hit_ratio({x: 2})
+            with T.Kernel(1, threads=32):
+                x[0] = 1.0
 
 
 @pytest.mark.cuda

@@ -393,6 +393,22 @@ def _nvrtc_available() -> bool:
         return False
 
 
+def _source_hints(functions) -> dict:
+    """The hints of ``language/hints.py`` the CUDA source carries, over all ``functions``."""
+    min_blocks, names = None, []
+    for func in functions.values():
+        attrs = func.attrs or {}
+        if "tl.min_blocks_per_sm" in attrs:
+            min_blocks = max(min_blocks or 0, int(attrs["tl.min_blocks_per_sm"]))
+        names += [str(n) for n in attrs.get("tl.non_restrict_params", [])]
+    hints = {}
+    if min_blocks:
+        hints["min_blocks"] = min_blocks
+    if names:
+        hints["non_restrict"] = sorted(set(names))
+    return hints
+
+
 def build_cuda(
     mod: Any,
     *,
@@ -510,6 +526,7 @@ def build_cuda(
     state.active, state.request, state.headers, state.captured = True, header_request, [], []
     state.config = config if compile_here else None
     state.fmap = None
+    state.hints = _source_hints(functions)
     try:
         with contextlib.ExitStack() as stack:
             if compact:
@@ -526,7 +543,7 @@ def build_cuda(
         header_list = state.headers
         function_info = state.fmap
         state.active, state.request, state.headers, state.captured = False, [], [], []
-        state.config, state.fmap = None, None
+        state.config, state.fmap, state.hints = None, None, {}
 
     host = executable.mod
     devices = [m for m in host.imports if m.kind == "cuda"]

@@ -234,6 +234,8 @@ class _HookState(threading.local):
         self.captured: list[str] = []
         self.config: dict[str, Any] | None = None
         self.fmap: dict[str, dict[str, Any]] | None = None  # kernel FunctionInfo, see below
+        # the user's source hints (hopper_source.with_kernel_hints), set by build_cuda
+        self.hints: dict[str, Any] = {}
 
 
 # TIRx's CUDA prelude (tvm_tirx/backend/cuda/codegen/header.py) includes the type traits
@@ -289,6 +291,10 @@ def _postproc(code: str, target: Any) -> str:
 
         code = callback.apply("cuda", code, target)
         code, state.headers = _with_headers(code, state.request)
+        if state.hints:
+            from .hopper_source import with_kernel_hints
+
+            code = with_kernel_hints(code, **state.hints)
         state.captured.append(code)
     return code
 

@@ -43,6 +43,26 @@ def with_register_cap(code: str) -> str:
     return _KERNEL_RE.sub(repl, code)
 
 
+_BOUNDS_RE = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)(?:, \d+)?\) (\w+)\(')
+
+
+def with_kernel_hints(code: str, min_blocks: int | None = None, non_restrict=()) -> str:
+    """``code`` with the user's hints (``language/hints.py``): ``__launch_bounds__(n, m)`` on
+    every kernel for ``T.annotate_min_blocks_per_sm(m)``, and no ``__restrict__`` on the
+    parameters named in ``non_restrict`` (``T.annotate_restrict_buffers``)."""
+    if min_blocks:
+        code = _BOUNDS_RE.sub(
+            lambda m: (
+                f'extern "C" __global__ void __launch_bounds__({m.group(1)}, {min_blocks}) '
+                f"{m.group(2)}("
+            ),
+            code,
+        )
+    for name in non_restrict:
+        code = re.sub(rf"\*\s*__restrict__\s+({re.escape(name)}(?:_ptr)?)\b", r"* \1", code)
+    return code
+
+
 _ANY_KERNEL_RE = re.compile(r'extern "C" __global__ void ((?:__launch_bounds__\([^)]*\) )?)(\w+)\(')
 _CLUSTER_MARK_RE = re.compile(r"tl::cluster_dims<\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
 

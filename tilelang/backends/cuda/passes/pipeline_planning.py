@@ -639,7 +639,8 @@ def plan_pipelines(func, ctx):
         body = _ReplaceAllocs(planner.replaced)(body)
     if planner.ws_parts is not None:
         parts = planner.ws_parts
-        regs = ws.register_split(parts.threads) if ctx.arch == "sm_90a" else None
+        keep_regs = bool((func.attrs or {}).get("tl.no_set_max_nreg", False))  # the user's hint
+        regs = ws.register_split(parts.threads) if ctx.arch == "sm_90a" and not keep_regs else None
         body = ws.split_kernel(body, parts, regs)
     return func.with_body(body)
 
