@@ -25,7 +25,7 @@ from tvm_tirx import ir
 from .. import errors
 from ..lowering.stmt import StmtMutator, flatten_seq, uses_any
 from ..ops import tile_op_of
-from ..ops.ws_schedule.op import MARKERS
+from ..ops.ws_schedule.op import MARKERS, WS_SCHEDULE
 
 #: The loop annotation carrying a loop's id (``T.WSID``).
 WSID = "tl.ws_op_id"
@@ -133,11 +133,18 @@ class _Reader:
 
     def seq(self, stmt, scope):
         stmts = flatten_seq(stmt)
+        # statements before T.annotate_ws_schedule (allocations and their initial values,
+        # upstream's block allocations) are the prologue every role runs
+        at = [k for k, x in enumerate(stmts) if (_marker(x) or [None])[0] is WS_SCHEDULE]
+        prologue = at[0] if at else 0
         i = 0
         while i < len(stmts):
             s = stmts[i]
             found = _marker(s)
             if found is None:
+                if i < prologue and not isinstance(s, ir.For | ir.While | ir.If):
+                    i += 1
+                    continue
                 self.stmt(s, scope)
                 i += 1
                 continue

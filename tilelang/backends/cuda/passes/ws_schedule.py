@@ -210,6 +210,8 @@ def materialize_ws_schedule(func, state):
     if plan is not None:
         _, inner = launches_of(body)
         body = with_launch_body(body, inner, plan.consumer_threads)
+        # (a scheduled loop is specialized without a gemm: ws_stage_reads.stage_release)
+        state.options = {**state.options, "ws_schedule_loop": True}
         func = func.with_attr(ATTR, plan.describe())
     elif res.schedule is not None:
         func = func.with_attr(ATTR, f"program order: {why}")
