@@ -27,7 +27,7 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, annotations=None)
 
 
 def Pipelined(  # noqa: N802 - upstream API
-    start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None, annotations=None
+    start, stop=None, num_stages=0, order=None, stage=None, annotations=None, sync=None, group=None
 ):
     """A serial loop whose copies are overlapped with compute ``num_stages`` deep
     (``annotations``: e.g. ``{T.WSID: "loop_k"}`` for a warp-specialization schedule)."""

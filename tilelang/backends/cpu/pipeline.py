@@ -1,6 +1,6 @@
 """The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
 
-    trace ─► unswitch_uniform_select ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
+    trace ─► ws_schedule_program_order ─► unswitch_uniform_select ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
           ─► legalize_half_math ─► legalize_fp8_casts ─► lower_blocks
           ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
 
