@@ -45,6 +45,7 @@ class WsOp:
     loc: object
     scope: str  # the id of the enclosing scope, or ROOT
     node: object = None  # the For / While of a scope
+    order: int = 0  # position in program order
 
 
 @dataclass
@@ -129,6 +130,7 @@ class _Reader:
     def add(self, op: WsOp):
         if op.id in self.out.ops:
             raise errors.compile_error(f"T.WSID {op.id!r} names two statements", op.loc)
+        op.order = len(self.out.ops)
         self.out.ops[op.id] = op
 
     def seq(self, stmt, scope):
@@ -337,6 +339,15 @@ def check_schedule(res: ReadResult) -> None:
                 f"the statement at {errors.where(loc) or 'an unknown line'} has no T.WSID, so "
                 "the schedule cannot place it (annotations={T.WSID: ...} or T.ws_op)"
             )
+    for sid, bodies in sch.scopes.items():  # program order is the meaning: no reordering
+        for role, instrs in bodies.items():
+            ids = [ins[1] for ins in instrs if ins[0] == "op"]
+            for a, b in zip(ids, ids[1:]):
+                if res.ops[a].order >= res.ops[b].order:
+                    fail(
+                        f"scope {sid!r}, role {role!r} runs op {b!r} after {a!r}, against the "
+                        "program's order (tilelang runs a role's ops in program order)"
+                    )
     _check_pipelines(sch, res, placed, fail)
 
 

@@ -201,6 +201,10 @@ ERRORS = {
         _body("Producer", [ACQ("buf"), "copy_in", "copy_frag", COM("buf")]),
         "placed by several roles",
     ),
+    "reordered": (
+        _body("Consumer", [WAIT("buf"), "copy_frag", REL("buf"), "copy_out", "scale"]),
+        "runs op 'scale' after 'copy_out', against the program's order",
+    ),
     "wrong_scope": (
         _set("root", {"Producer": ["loop_k", "copy_in"], "Consumer": ["loop_k"]}),
         "belongs to scope",
@@ -238,6 +242,16 @@ def test_invalid_schedules_are_errors(case, target):
         else:
             pipeline.lower(func, SM90A if target == "sm_90a" else SM80)
     assert "ws_schedule_kernels.py" in str(info.value)
+
+
+@pytest.mark.parametrize("consumer,producer", [((4, 12, 248), (0, 1, 40)), ((4, 12, 232), (0, 1, 0))])
+def test_register_budgets_beyond_the_register_file_are_errors(consumer, producer):
+    """2 x 128 x 248 + 128 x 40 > 65536; a producer without max_nreg keeps 168 (384 threads)."""
+    kw = {"consumer": consumer, "producer": producer, "num_warps": 12, "bM": 128}
+    with pytest.raises(errors.CompileError, match="exceed the 65536"):
+        pipeline.lower(gemm_ws(100, 72, 200, **kw), SM90A)
+    f = pipeline.lower(gemm_ws(100, 72, 200, **kw), SM80)
+    assert f.attrs["tl.ws_schedule"].startswith("program order")  # no setmaxnreg there
 
 
 def test_unannotated_statement_is_an_error():

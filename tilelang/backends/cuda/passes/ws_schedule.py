@@ -207,6 +207,8 @@ def materialize_ws_schedule(func, state):
             stages[loop.__chandle__()] = pipe.depth
     body = strip_schedule(func.body, stages)
     state.ws_schedule = plan
+    if plan is not None and state.arch == "sm_90a":
+        _check_registers(plan, res.schedule.loc)
     if plan is not None:
         _, inner = launches_of(body)
         body = with_launch_body(body, inner, plan.consumer_threads)
@@ -216,6 +218,26 @@ def materialize_ws_schedule(func, state):
     elif res.schedule is not None:
         func = func.with_attr(ATTR, f"program order: {why}")
     return func.with_body(body)
+
+
+def _check_registers(plan, loc):
+    """CompileError when the roles' ``setmaxnreg`` budgets exceed the register file (the
+    ``setmaxnreg.inc`` would wait forever): a role with ``max_nreg`` 0 keeps the launch's
+    per-thread share."""
+    c, p = plan.consumer, plan.producer
+    if not (c[2] or p[2]):
+        return
+    share = min(256, 65536 // (32 * plan.num_warps)) // 8 * 8
+    groups = [(c[2] or share, (c[1] - c[0]) // 4), (p[2] or share, 1)]
+    total = sum(nreg * 128 * n for nreg, n in groups)
+    if total > 65536:
+        raise errors.compile_error(
+            f"T.annotate_ws_schedule: the roles' registers ({c[2] or share} x "
+            f"{32 * (c[1] - c[0])} consumer threads + {p[2] or share} x 128 producer "
+            f"warpgroup threads = {total}) exceed the 65536 of an SM (setmaxnreg would wait "
+            "forever); lower max_nreg",
+            loc,
+        )
 
 
 def _pipe_loop(res, pipe):
