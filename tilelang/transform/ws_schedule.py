@@ -354,9 +354,19 @@ def check_schedule(res: ReadResult) -> None:
 def _check_pipelines(sch, res, placed, fail):
     users = {p.name: {} for p in sch.pipelines}  # pipeline -> role -> kinds
     where = {p.name: set() for p in sch.pipelines}
-    for sid, bodies in sch.scopes.items():
+    inherited = {}  # (scope, role) -> pipelines open where the role enters the scope
+
+    def depth(sid):
+        d = 0
+        while sid != ROOT and sid in res.ops:
+            sid, d = res.ops[sid].scope, d + 1
+        return d
+
+    for sid in sorted(sch.scopes, key=depth):  # parents first
+        bodies = sch.scopes[sid]
         for role, instrs in bodies.items():
             open_ = {}  # pipeline -> stage of its open span
+            outer = inherited.get((sid, role), frozenset())
             for ins in instrs:
                 if ins[0] == "sync":
                     _, kind, pname, stage = ins
@@ -385,14 +395,20 @@ def _check_pipelines(sch, res, placed, fail):
                         open_[pname] = stage
                     continue
                 op = res.ops[ins[1]]
+                if op.kind != "op":
+                    inherited[(op.id, role)] = outer | set(open_)
                 for p in sch.pipelines:
-                    if op.kind == "op" and uses_any(ir.SeqStmt(list(op.stmts)), p.buffers):
+                    if (
+                        op.kind == "op"
+                        and op.stmts
+                        and uses_any(ir.SeqStmt(list(op.stmts)), p.buffers)
+                    ):
                         if len(placed[op.id]) > 1:
                             fail(
                                 f"op {op.id!r} touches pipeline {p.name!r}'s buffers and is "
                                 f"placed by several roles ({sorted(placed[op.id])})"
                             )
-                        if p.name not in open_:
+                        if p.name not in open_ and p.name not in outer:
                             fail(
                                 f"scope {sid!r}, role {role!r}: op {op.id!r} touches pipeline "
                                 f"{p.name!r}'s buffers outside its acquire/commit (wait/release) span"

@@ -22,7 +22,7 @@ from tilelang.backends.cuda import pipeline
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "backends" / "cuda"))
-from ws_schedule_kernels import copy_ws, gemm_ws, while_scope  # noqa: E402
+from ws_schedule_kernels import copy_ws, gemm_ws, persistent_gemm, while_scope  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 SM80 = {"kind": "cuda", "arch": "sm_80"}
@@ -126,6 +126,73 @@ def test_while_scope_and_ws_op_cpu():
     padded = np.zeros(128)
     padded[:n] = x
     np.testing.assert_allclose(out.numpy(), padded.reshape(4, 32).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def _persistent_inputs(M, N, K):
+    rng = np.random.default_rng()
+    a, b = _ints(rng, (M, K)), _ints(rng, (N, K))
+    return a, b, a.astype(np.float64) @ b.astype(np.float64).T
+
+
+@pytest.mark.parametrize("M,N,K", [(200, 136, 100), (64, 70, 40)])
+def test_upstream_aws_style_persistent_gemm_cpu(M, N, K):
+    """upstream examples/aws/gemm.py's schedule shape (three roles, two pipelines, a span
+    opened around a child scope, a while scope, ops every role runs) on the CPU."""
+    a, b, want = _persistent_inputs(M, N, K)
+    c = torch.full((M, N), float("nan"))
+    tilelang.compile(persistent_gemm(M, N, K), target="cpu")(
+        torch.from_numpy(a), torch.from_numpy(b), c
+    )
+    np.testing.assert_array_equal(c.numpy(), want)
+
+
+def test_eager_jit_kernel_with_a_schedule_cpu():
+    """The schedule inside an eager ``@tilelang.jit`` body (T.const / T.empty)."""
+
+    @tilelang.jit(target="cpu")
+    def scale(A, block_M, depth, tagged):
+        M, N = T.const("M, N")
+        A: T.Tensor((M, N), T.float32)
+        B = T.empty((M, N), T.float32)
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((block_M, N), T.float32)
+            A_f = T.alloc_fragment((block_M, N), T.float32)
+            T.annotate_ws_schedule(
+                T.WSSchedule(
+                    num_warps=8,
+                    roles=[
+                        T.WSRole("P", warps_lo=0, warps_hi=1),
+                        T.WSRole("C", warps_lo=4, warps_hi=8),
+                    ],
+                    pipelines=[T.WSPipeline("buf", [A_s], depth=depth)],
+                    scopes=[
+                        T.WSScope(
+                            "loop",
+                            {
+                                "P": [ACQ("buf"), "in", COM("buf")],
+                                "C": [WAIT("buf"), "frag", REL("buf")]
+                                + (["mul"] if tagged else [])
+                                + ["out"],
+                            },
+                        ),
+                        T.WSScope(T.WSScope.ROOT, {"P": ["loop"], "C": ["loop"]}),
+                    ],
+                )
+            )
+            for i in T.Pipelined(
+                T.ceildiv(M, block_M), num_stages=depth, annotations={T.WSID: "loop"}
+            ):
+                T.copy(A[i * block_M, 0], A_s, annotations={T.WSID: "in"})
+                T.copy(A_s, A_f, annotations={T.WSID: "frag"})
+                for r, c in T.Parallel(block_M, N, annotations={T.WSID: "mul"} if tagged else None):
+                    A_f[r, c] = A_f[r, c] * 3.0
+                T.copy(A_f, B[i * block_M, 0], annotations={T.WSID: "out"})
+        return B
+
+    a = torch.randn(150, 24)
+    np.testing.assert_allclose(scale(a, 64, 2, True).numpy(), a.double().numpy() * 3, rtol=1e-6)
+    with pytest.raises(errors.CompileError, match="has no T.WSID"):
+        scale(a, 64, 2, False)  # the T.Parallel nest has no id
 
 
 # ------------------------------------------------------------------------------ errors
@@ -244,7 +311,9 @@ def test_invalid_schedules_are_errors(case, target):
     assert "ws_schedule_kernels.py" in str(info.value)
 
 
-@pytest.mark.parametrize("consumer,producer", [((4, 12, 248), (0, 1, 40)), ((4, 12, 232), (0, 1, 0))])
+@pytest.mark.parametrize(
+    "consumer,producer", [((4, 12, 248), (0, 1, 40)), ((4, 12, 232), (0, 1, 0))]
+)
 def test_register_budgets_beyond_the_register_file_are_errors(consumer, producer):
     """2 x 128 x 248 + 128 x 40 > 65536; a producer without max_nreg keeps 168 (384 threads)."""
     kw = {"consumer": consumer, "producer": producer, "num_warps": 12, "bM": 128}
@@ -326,6 +395,22 @@ def test_copy_schedule_emulated_sm90a():
     out = np.full((M, N), np.nan, np.float32)
     emulate(f, a, out)
     np.testing.assert_allclose(out, _copy_ref(a), rtol=1e-6, atol=1e-5)
+
+
+def test_upstream_aws_style_persistent_gemm_emulated_sm90a():
+    """Two pipelines: program order on sm_90a (recorded), emulated exact."""
+    from test_gemm_wgmma_emulation import emulate_wgmma
+
+    M, N, K = 200, 136, 100
+    a, b, want = _persistent_inputs(M, N, K)
+    f = _lower(persistent_gemm(M, N, K))
+    assert (
+        f.attrs["tl.ws_schedule"]
+        == "program order: materialized schedules have one pipeline, got 2"
+    )
+    c = np.full((M, N), np.nan, np.float32)
+    (_, _, c), _ = emulate_wgmma(f, a, b, c, mode="late_writes")
+    np.testing.assert_array_equal(c, want)
 
 
 def test_other_schedules_run_in_program_order_sm90a():

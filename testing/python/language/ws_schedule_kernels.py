@@ -176,3 +176,104 @@ def while_scope(n, chunk=32):
             T.copy(acc, out, annotations={T.WSID: "store"})
 
     return main
+
+
+def persistent_gemm(M, N, K, bM=64, bN=64, bK=32, stages=3, workers=3, dtype="float16"):
+    """upstream's ``examples/aws/gemm.py`` shape on Hopper tiles: a persistent tile loop
+    (``T.ws_op``-wrapped ``while sched.valid()``) around a pipelined k loop, three roles
+    (TMA, MMA, Epilogue), two pipelines (``smem`` for the A/B tiles in ``loop_k``, ``acc``
+    for the accumulator in ``loop_wave``) and ops every role runs (``sched_init``,
+    ``tile_idx``, ``sched_next``). Runs in program order."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((M, N), "float32")
+    ):
+        with T.Kernel(workers, threads=128) as block_id:
+            A_s = T.alloc_shared((bM, bK), dtype)
+            B_s = T.alloc_shared((bN, bK), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            sched = T.PersistentTileScheduler(
+                T.ceildiv(M, bM), T.ceildiv(N, bN), num_workers=workers, name="sched"
+            )
+            T.annotate_ws_schedule(
+                T.WSSchedule(
+                    num_warps=8,
+                    roles=[
+                        T.WSRole("TMA", warps_lo=0, warps_hi=1, max_nreg=40),
+                        T.WSRole("MMA", warps_lo=1, warps_hi=2, max_nreg=40),
+                        T.WSRole("Epilogue", warps_lo=4, warps_hi=8, max_nreg=224),
+                    ],
+                    pipelines=[
+                        T.WSPipeline("smem", [A_s, B_s], depth=stages),
+                        T.WSPipeline("acc", [C_l], depth=1),
+                    ],
+                    scopes=[
+                        T.WSScope(
+                            "loop_k",
+                            {
+                                "TMA": [
+                                    T.WSSync.producer_acquire("smem", stage=0),
+                                    "copy_A",
+                                    "copy_B",
+                                    T.WSSync.producer_commit("smem", stage=0),
+                                ],
+                                "MMA": [
+                                    T.WSSync.consumer_wait("smem", stage=stages - 1),
+                                    "gemm_C",
+                                    T.WSSync.consumer_release("smem", stage=stages - 1),
+                                ],
+                                "Epilogue": [],
+                            },
+                        ),
+                        T.WSScope(
+                            "loop_wave",
+                            {
+                                "TMA": ["tile_idx", "loop_k", "sched_next"],
+                                "MMA": [
+                                    "tile_idx",
+                                    T.WSSync.producer_acquire("acc"),
+                                    "clear",
+                                    "loop_k",
+                                    T.WSSync.producer_commit("acc"),
+                                    "sched_next",
+                                ],
+                                "Epilogue": [
+                                    "tile_idx",
+                                    T.WSSync.consumer_wait("acc"),
+                                    "store",
+                                    T.WSSync.consumer_release("acc"),
+                                    "sched_next",
+                                ],
+                            },
+                        ),
+                        T.WSScope(
+                            T.WSScope.ROOT,
+                            {
+                                "TMA": ["sched_init", "loop_wave"],
+                                "MMA": ["sched_init", "loop_wave"],
+                                "Epilogue": ["sched_init", "loop_wave"],
+                            },
+                        ),
+                    ],
+                )
+            )
+            with T.ws_op("sched_init"):
+                sched.init(block_id)
+            with T.ws_op("loop_wave"):
+                while sched.valid():
+                    with T.ws_op("tile_idx"):
+                        bx = sched.m_idx
+                        by = sched.n_idx
+                    T.fill(C_l, 0, annotations={T.WSID: "clear"})
+                    for k in T.Pipelined(
+                        T.ceildiv(K, bK), num_stages=stages, annotations={T.WSID: "loop_k"}
+                    ):
+                        T.copy(A[bx * bM, k * bK], A_s, annotations={T.WSID: "copy_A"})
+                        T.copy(B[by * bN, k * bK], B_s, annotations={T.WSID: "copy_B"})
+                        T.gemm(A_s, B_s, C_l, transpose_B=True, annotations={T.WSID: "gemm_C"})
+                    T.copy(C_l, C[bx * bM, by * bN], annotations={T.WSID: "store"})
+                    with T.ws_op("sched_next"):
+                        sched.next_tile()
+
+    return main
