@@ -434,6 +434,74 @@ def test_other_schedules_run_in_program_order_sm90a():
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
 
 
+def _upstream_test_kernel(guarded=False, schedule=True, ids=True):
+    """upstream's MaterializeWSSchedule test kernel (a 64 x 64 float16 tile per step, 4
+    steps); ``guarded``: the producer copy under ``if i < 3`` (a per-op guard)."""
+
+    def wid(name):
+        return {T.WSID: name} if ids else None
+
+    @T.prim_func
+    def main(A: T.Tensor((256, 64), T.float16), B: T.Tensor((256, 64), T.float16)):
+        with T.Kernel(1, threads=128):
+            A_shared = T.alloc_shared((64, 64), T.float16)
+            A_frag = T.alloc_fragment((64, 64), T.float16)
+            if schedule:
+                T.annotate_ws_schedule(
+                    T.WSSchedule(
+                        num_warps=8,
+                        roles=[
+                            T.WSRole("Producer", warps_lo=0, warps_hi=1, max_nreg=40),
+                            T.WSRole("Consumer", warps_lo=4, warps_hi=8, max_nreg=224),
+                        ],
+                        pipelines=[T.WSPipeline("buf", [A_shared], depth=2)],
+                        scopes=[
+                            T.WSScope(
+                                "loop_k",
+                                {
+                                    "Producer": [ACQ("buf"), "copy_in", COM("buf")],
+                                    "Consumer": [WAIT("buf"), "copy_frag", REL("buf"), "copy_out"],
+                                },
+                            ),
+                            T.WSScope(
+                                T.WSScope.ROOT, {"Producer": ["loop_k"], "Consumer": ["loop_k"]}
+                            ),
+                        ],
+                    )
+                )
+            for i in T.Pipelined(4, num_stages=2, annotations=wid("loop_k")):
+                if guarded:
+                    if i < 3:
+                        T.copy(A[i * 64, 0], A_shared, annotations=wid("copy_in"))
+                else:
+                    T.copy(A[i * 64, 0], A_shared, annotations=wid("copy_in"))
+                T.copy(A_shared, A_frag, annotations=wid("copy_frag"))
+                T.copy(A_frag, B[i * 64, 0], annotations=wid("copy_out"))
+
+    return main
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_upstream_test_kernel_emulated_sm90a(guarded):
+    """Materialized; with the guard (a per-op ``if``) it runs in program order instead."""
+    from tilelang.testing.cuda_emulator import emulate
+
+    f = _lower(_upstream_test_kernel(guarded))
+    note = f.attrs["tl.ws_schedule"]
+    assert note.startswith("program order: loop loop_k" if guarded else "materialized"), note
+    a = np.random.default_rng().standard_normal((256, 64)).astype(np.float16)
+    out = np.full((256, 64), np.nan, np.float16)
+    emulate(f, a, out)
+    rows = 192 if guarded else 256  # (the guarded last step stores a reused stage)
+    np.testing.assert_array_equal(out[:rows], a[:rows])
+
+
+def test_ids_without_a_schedule_change_nothing():
+    plain = str(_lower(_upstream_test_kernel(schedule=False, ids=False)))
+    assert str(_lower(_upstream_test_kernel(schedule=False, ids=True))) == plain
+    assert "tma_empty" not in plain  # (no gemm: the automatic pass leaves it alone)
+
+
 def test_sm80_runs_in_program_order_with_the_depth():
     """Below sm_90 the schedule is honoured as program order; its pipeline's depth sets the
     loop's stage count (cp.async ring of 4 versions); emulated it is exact."""

@@ -294,8 +294,9 @@ def place_ws_roles(func, state):
     at, split = _split_of(inner, tx, plan.consumer_threads)
     if split is None:
         notes = "; ".join(state.ctx.tma_notes) if state.ctx is not None else ""
+        why = notes or "pipeline planning made no TMA decision for it, e.g. a guarded copy"
         return func.with_attr(
-            ATTR, f"program order: loop {plan.loop} was not warp-specialized ({notes})"
+            ATTR, f"program order: loop {plan.loop} was not warp-specialized ({why})"
         )
     stmts = flatten_seq(inner)
     outside = [s for i, s in enumerate(stmts) if i != at]
