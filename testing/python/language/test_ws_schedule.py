@@ -633,3 +633,27 @@ def test_rocm_metal_run_in_program_order(backend):
     out = np.full((M, N), np.nan, np.float32)
     emulate(f, a, out)
     np.testing.assert_allclose(out, _copy_ref(a), rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(1000, 776, 520), (300, 200, 96)])
+def test_upstream_aws_style_persistent_gemm_gpu(shape):
+    """Three roles, two pipelines, a persistent while scope: program order on the GPU."""
+    M, N, K = shape
+    kernel = _gpu_compile(persistent_gemm(M, N, K, workers=7))
+    a = torch.randn((M, K), device="cuda", dtype=torch.float16)
+    b = torch.randn((N, K), device="cuda", dtype=torch.float16)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.cuda
+def test_upstream_test_kernel_gpu():
+    kernel = _gpu_compile(_upstream_test_kernel())
+    a = torch.randn((256, 64), device="cuda", dtype=torch.float16)
+    b = torch.full((256, 64), float("nan"), device="cuda", dtype=torch.float16)
+    kernel(a, b)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(b, a, rtol=0, atol=0)
