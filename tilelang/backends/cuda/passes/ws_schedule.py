@@ -12,7 +12,8 @@ schedule instead of its heuristics::
                Consumer: whole warpgroups, every other op of S between wait(P, s')
                  and release(P, s'), plus the root scope's ops
                (other roles: empty bodies, idle warps)
-    pipeline   P (the only one), protecting exactly the producer's destination tiles,
+    pipelines  P (several of one depth act as one: one ring, the consumer waiting for all
+               of a step's tiles), protecting exactly the producer's destination tiles,
                synchronizing the serial / pipelined loop S at the kernel's top level;
                num_warps = consumer warps + 4 (the producer's warpgroup)
 
@@ -28,8 +29,8 @@ the producer branch on the producer's warpgroup with the issuing thread in the p
 first warp, and each branch starts with ``setmaxnreg`` of its role's ``max_nreg`` (none for
 0, and none below sm_90a).
 
-Other schedules (several pipelines or producing roles, stage offsets within a role, while
-scopes, ...), and every schedule below sm_90 or without TMA/warp specialization, run in
+Other schedules (pipelines in several scopes or of several depths, more than two busy
+roles, stage offsets within a role, while scopes, ...), and every schedule below sm_90 or without TMA/warp specialization, run in
 program order, the schedule's meaning: the ids and markers are stripped, the pipeline's
 depth still sets S's ``num_stages``, and the reason is recorded as the function attribute
 ``tl.ws_schedule``.
@@ -49,6 +50,7 @@ from ....lowering.thread_utils import extern_stmt as _call
 from ....ops import tile_op_of
 from ....transform.ws_schedule import (
     ROOT,
+    Pipeline,
     check_schedule,
     depth_stages,
     read_schedule,
@@ -90,16 +92,19 @@ def _plan(res, body, arch, options):
     if not options.get("warp_specialize", True):
         return None, "warp specialization is disabled (tl.disable_warp_specialized)"
     busy = [r for r in sch.roles if any(bodies.get(r.name) for bodies in sch.scopes.values())]
-    if len(sch.pipelines) != 1:
-        return None, f"materialized schedules have one pipeline, got {len(sch.pipelines)}"
-    pipe = sch.pipelines[0]
-    scope = next(
-        sid
-        for sid, bodies in sch.scopes.items()
-        for instrs in bodies.values()
-        for ins in instrs
-        if ins[0] == "sync"
+    if not sch.pipelines:
+        return None, "the schedule has no pipeline"
+    where = {sid for p in sch.pipelines for sid in _sync_scopes(sch, p.name)}
+    if len(where) != 1 or len({p.depth for p in sch.pipelines}) != 1:
+        return None, "the pipelines synchronize different scopes or have different depths"
+    # pipelines between the same two roles in one loop at one depth share one ring (the
+    # consumer waits for all of a step's tiles: the same order, synchronized more coarsely)
+    pipe = Pipeline(
+        "+".join(p.name for p in sch.pipelines),
+        [b for p in sch.pipelines for b in p.buffers],
+        sch.pipelines[0].depth,
     )
+    scope = where.pop()
     op = res.ops.get(scope)
     if scope == ROOT or op is None or op.kind != "loop":
         return None, f"pipeline {pipe.name!r} synchronizes {scope!r}, not a serial loop"
@@ -139,6 +144,16 @@ def _plan(res, body, arch, options):
         ),
         None,
     )
+
+
+def _sync_scopes(sch, name):
+    return {
+        sid
+        for sid, bodies in sch.scopes.items()
+        for instrs in bodies.values()
+        for ins in instrs
+        if ins[0] == "sync" and ins[2] == name
+    }
 
 
 def _kinds(instrs) -> set:
@@ -201,10 +216,12 @@ def materialize_ws_schedule(func, state):
     plan, why = None, None
     if res.schedule is not None:
         plan, why = _plan(res, func.body, state.arch, state.options)
-        pipe = res.schedule.pipelines[0] if len(res.schedule.pipelines) == 1 else None
-        loop = _pipe_loop(res, pipe)
-        if loop is not None:  # the pipeline's depth sets its loop's stage count either way
-            stages[loop.__chandle__()] = pipe.depth
+        # each pipeline's depth sets its loop's stage count either way (the deepest one)
+        for pipe in res.schedule.pipelines:
+            loop = _pipe_loop(res, pipe)
+            if loop is not None:
+                key = loop.__chandle__()
+                stages[key] = max(pipe.depth, stages.get(key, 0))
     body = strip_schedule(func.body, stages)
     state.ws_schedule = plan
     if plan is not None and state.arch == "sm_90a":
