@@ -339,16 +339,48 @@ def check_schedule(res: ReadResult) -> None:
                 f"the statement at {errors.where(loc) or 'an unknown line'} has no T.WSID, so "
                 "the schedule cannot place it (annotations={T.WSID: ...} or T.ws_op)"
             )
-    for sid, bodies in sch.scopes.items():  # program order is the meaning: no reordering
-        for role, instrs in bodies.items():
-            ids = [ins[1] for ins in instrs if ins[0] == "op"]
-            for a, b in zip(ids, ids[1:]):
-                if res.ops[a].order >= res.ops[b].order:
-                    fail(
-                        f"scope {sid!r}, role {role!r} runs op {b!r} after {a!r}, against the "
-                        "program's order (tilelang runs a role's ops in program order)"
-                    )
     _check_pipelines(sch, res, placed, fail)
+    # program order is the meaning: a role's ops of one iteration (one stage offset) keep it
+    for sid, bodies in sch.scopes.items():
+        for role, instrs in bodies.items():
+            deltas = op_deltas(sch, res, instrs, fail)
+            for d in set(deltas.values()):
+                ids = [ins[1] for ins in instrs if ins[0] == "op" and deltas[ins[1]] == d]
+                for a, b in zip(ids, ids[1:]):
+                    if res.ops[a].order >= res.ops[b].order:
+                        fail(
+                            f"scope {sid!r}, role {role!r} runs op {b!r} after {a!r} in the "
+                            "same iteration, against the program's order"
+                        )
+
+
+def op_deltas(sch, res, instrs, fail=None) -> dict:
+    """op id -> its stage offset in one role's body (upstream's rule): the stage of the open
+    spans of the pipelines it touches (they must agree), else the body's smallest sync
+    stage; offsets count from that smallest stage."""
+    stages = [ins[3] for ins in instrs if ins[0] == "sync"]
+    s_min = min(stages) if stages else 0
+    open_, out = {}, {}
+    for ins in instrs:
+        if ins[0] == "sync":
+            _, kind, pname, stage = ins
+            if kind in ("PRODUCER_ACQUIRE", "CONSUMER_WAIT"):
+                open_[pname] = stage
+            else:
+                open_.pop(pname, None)
+            continue
+        op = res.ops[ins[1]]
+        seen = set()
+        for p in sch.pipelines:
+            if p.name in open_ and op.stmts and uses_any(ir.SeqStmt(list(op.stmts)), p.buffers):
+                seen.add(open_[p.name])
+        if len(seen) > 1 and fail is not None:
+            fail(
+                f"op {op.id!r} touches pipelines whose open spans sit at different stages "
+                f"{sorted(seen)}; split the op or align the stages"
+            )
+        out[op.id] = (seen.pop() if seen else s_min) - s_min
+    return out
 
 
 def _check_pipelines(sch, res, placed, fail):
@@ -443,9 +475,10 @@ def _check_pipelines(sch, res, placed, fail):
 
 
 class _Strip(StmtMutator):
-    def __init__(self, stages):
+    def __init__(self, stages, annotations):
         super().__init__()
         self.stages = stages  # For handle -> num_stages
+        self.annotations = annotations  # For handle -> annotations to set
 
     def visit_Evaluate(self, stmt, ctx):
         return None if _marker(stmt) is not None else stmt
@@ -457,6 +490,7 @@ class _Strip(StmtMutator):
         stages = self.stages.get(stmt.__chandle__())
         if stages is not None:
             ann["num_stages"] = int(stages)
+        ann.update(self.annotations.get(stmt.__chandle__(), {}))
         return ir.For(
             stmt.var, stmt.begin, stmt.end, stmt.step, stmt.kind, body, ann or None, stmt.loc
         )
@@ -482,10 +516,10 @@ def depth_stages(res: ReadResult) -> dict:
     return out
 
 
-def strip_schedule(body, stages=None):
+def strip_schedule(body, stages=None, annotations=None):
     """``body`` without schedule markers and ``tl.ws_op_id`` annotations; ``stages`` maps a
-    loop (handle) to its new ``num_stages``."""
-    out = _Strip(stages or {})(body)
+    loop (handle) to its new ``num_stages``, ``annotations`` to annotations it gets."""
+    out = _Strip(stages or {}, annotations or {})(body)
     return ir.Evaluate(ir.const(0, "int32")) if out is None else out
 
 
@@ -506,6 +540,7 @@ __all__ = [
     "Schedule",
     "WsOp",
     "check_schedule",
+    "op_deltas",
     "depth_stages",
     "program_order",
     "read_schedule",

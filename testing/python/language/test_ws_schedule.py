@@ -22,7 +22,13 @@ from tilelang.backends.cuda import pipeline
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "backends" / "cuda"))
-from ws_schedule_kernels import copy_ws, gemm_ws, persistent_gemm, while_scope  # noqa: E402
+from ws_schedule_kernels import (  # noqa: E402
+    chained_ws,
+    copy_ws,
+    gemm_ws,
+    persistent_gemm,
+    while_scope,
+)
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 SM80 = {"kind": "cuda", "arch": "sm_80"}
@@ -270,7 +276,7 @@ ERRORS = {
     ),
     "reordered": (
         _body("Consumer", [WAIT("buf"), "copy_frag", REL("buf"), "copy_out", "scale"]),
-        "runs op 'scale' after 'copy_out', against the program's order",
+        "runs op 'scale' after 'copy_out' in the same iteration",
     ),
     "wrong_scope": (
         _set("root", {"Producer": ["loop_k", "copy_in"], "Consumer": ["loop_k"]}),
@@ -381,6 +387,46 @@ def test_gemm_schedule_emulated_sm90a(consumer, producer, num_warps):
     c = np.full((M, N), np.nan, np.float32)
     (_, _, c), _ = emulate_wgmma(f, a, b, c, mode="late_writes")
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+def _chained_inputs(n1):
+    rng = np.random.default_rng()
+    q, kt = (rng.standard_normal(s).astype(np.float16) for s in [(64, 64), (n1, 64)])
+    v = rng.standard_normal((n1, 64)).astype(np.float16)
+    s = (q.astype(np.float64) @ kt.astype(np.float64).T).astype(np.float16)
+    return q, kt, v, s.astype(np.float64) @ v.astype(np.float64)
+
+
+@pytest.mark.parametrize("n1", [256, 200])
+@pytest.mark.parametrize("pv_stage,depth", [(1, 2), (2, 3)])
+def test_stage_offsets_emulated_sm90a(n1, pv_stage, depth):
+    """The consumer's ``v`` span one stage late: P @ V of step i - 1 runs between Q @ K^T
+    and the cast of step i (``T.Pipelined(order=, stage=, group=)`` of the specialized
+    loop, one mbarrier ring per copy); two stages late is not materialized (program
+    order). Emulated, and on the CPU, against float64."""
+    from test_gemm_wgmma_rs import emulate_rs
+
+    f = _lower(chained_ws(n1, pv_stage=pv_stage, depth=depth))
+    note = f.attrs["tl.ws_schedule"]
+    if pv_stage == 1:
+        assert "'tl_pipeline_stage': [-1, -1, 0, 0, 0, 1]" in note
+        assert "'tl_pipeline_order': [-1, -1, 0, 1, 3, 2]" in note
+        assert any("consumer software-pipelined" in n for n in f.attrs["tl.tma"])
+        assert 'T.launch_thread("threadIdx.x", 256)' in str(f) and "if tx < 128:" in str(f)
+    else:
+        assert (
+            note
+            == "program order: role 'Consumer': stage offsets above 1 (only 0 and 1 are materialized)"
+        )
+    q, kt, v, want = _chained_inputs(n1)
+    o = np.full((64, 64), np.nan, np.float32)
+    (_, _, _, o), _ = emulate_rs(f, q, kt, v, o)
+    np.testing.assert_allclose(o, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    oc = torch.full((64, 64), float("nan"))
+    tilelang.compile(chained_ws(n1, pv_stage=pv_stage, depth=depth), target="cpu")(
+        *(torch.from_numpy(x) for x in (q, kt, v)), oc
+    )
+    np.testing.assert_allclose(oc.numpy(), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
 
 
 def test_two_pipelines_share_one_ring_emulated_sm90a():
@@ -679,3 +725,14 @@ def test_upstream_test_kernel_gpu():
     kernel(a, b)
     torch.cuda.synchronize()
     torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n1", [1024, 200])
+def test_stage_offsets_gpu(n1):
+    kernel = _gpu_compile(chained_ws(n1))
+    q, kt, v, want = _chained_inputs(n1)
+    o = torch.full((64, 64), float("nan"), device="cuda")
+    kernel(*(torch.from_numpy(x).cuda() for x in (q, kt, v)), o)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(o.cpu().numpy(), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())

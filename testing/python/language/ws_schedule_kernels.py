@@ -277,3 +277,81 @@ def persistent_gemm(M, N, K, bM=64, bN=64, bK=32, stages=3, workers=3, dtype="fl
                         sched.next_tile()
 
     return main
+
+
+def chained_ws(N1, bN=64, M=64, K=64, N2=64, dtype="float16", pv_stage=1, depth=2):
+    """O = cast(Q @ Kt^T) @ V over blocks of N1 (FlashAttention's gemm chain), scheduled:
+    the producer loads K and V tiles (pipelines ``k`` and ``v``); the consumer runs
+    ``Q @ K^T`` of step i, then ``P @ V`` of step ``i - pv_stage`` (its ``v`` span sits at
+    stage ``pv_stage``), then ``P = cast(S)`` of step i."""
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor((M, K), dtype),
+        Kt: T.Tensor((N1, K), dtype),
+        V: T.Tensor((N1, N2), dtype),
+        O: T.Tensor((M, N2), "float32"),
+    ):
+        with T.Kernel(1, threads=128):
+            Q_s = T.alloc_shared((M, K), dtype)
+            K_s = T.alloc_shared((bN, K), dtype)
+            V_s = T.alloc_shared((bN, N2), dtype)
+            S = T.alloc_fragment((M, bN), "float32")
+            P = T.alloc_fragment((M, bN), dtype)
+            acc = T.alloc_fragment((M, N2), "float32")
+            acq, com = T.WSSync.producer_acquire, T.WSSync.producer_commit
+            wait, rel = T.WSSync.consumer_wait, T.WSSync.consumer_release
+            T.annotate_ws_schedule(
+                T.WSSchedule(
+                    num_warps=8,
+                    roles=[
+                        T.WSRole("Producer", warps_lo=4, warps_hi=5, max_nreg=40),
+                        T.WSRole("Consumer", warps_lo=0, warps_hi=4, max_nreg=232),
+                    ],
+                    pipelines=[T.WSPipeline("k", [K_s], depth), T.WSPipeline("v", [V_s], depth)],
+                    scopes=[
+                        T.WSScope(
+                            "loop",
+                            {
+                                "Producer": [
+                                    acq("k"),
+                                    "copy_k",
+                                    com("k"),
+                                    acq("v"),
+                                    "copy_v",
+                                    com("v"),
+                                ],
+                                "Consumer": [
+                                    wait("k"),
+                                    "clear_s",
+                                    "qk",
+                                    rel("k"),
+                                    wait("v", stage=pv_stage),
+                                    "pv",
+                                    rel("v", stage=pv_stage),
+                                    "cast",
+                                ],
+                            },
+                        ),
+                        T.WSScope(
+                            T.WSScope.ROOT,
+                            {
+                                "Producer": ["loop"],
+                                "Consumer": ["load_q", "clear_acc", "loop", "store"],
+                            },
+                        ),
+                    ],
+                )
+            )
+            T.copy(Q, Q_s, annotations={T.WSID: "load_q"})
+            T.fill(acc, 0, annotations={T.WSID: "clear_acc"})
+            for k in T.Pipelined(T.ceildiv(N1, bN), num_stages=depth, annotations={T.WSID: "loop"}):
+                T.copy(Kt[k * bN, 0], K_s, annotations={T.WSID: "copy_k"})
+                T.copy(V[k * bN, 0], V_s, annotations={T.WSID: "copy_v"})
+                T.fill(S, 0, annotations={T.WSID: "clear_s"})
+                T.gemm(Q_s, K_s, S, transpose_B=True, annotations={T.WSID: "qk"})
+                T.copy(S, P, annotations={T.WSID: "cast"})
+                T.gemm(P, V_s, acc, annotations={T.WSID: "pv"})
+            T.copy(acc, O, annotations={T.WSID: "store"})
+
+    return main

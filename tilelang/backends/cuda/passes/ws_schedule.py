@@ -53,6 +53,7 @@ from ....transform.ws_schedule import (
     Pipeline,
     check_schedule,
     depth_stages,
+    op_deltas,
     read_schedule,
     strip_schedule,
 )
@@ -70,6 +71,7 @@ class WsPlan:
     consumer: tuple  # (warps_lo, warps_hi, max_nreg)
     producer: tuple
     num_warps: int
+    annotations: dict = None  # the loop's T.Pipelined(order=, stage=, group=), or None
 
     @property
     def consumer_threads(self) -> int:
@@ -81,6 +83,11 @@ class WsPlan:
             f"materialized: loop {self.loop} warp-specialized, producer warps {p[0]}..{p[1] - 1}"
             f" (max_nreg {p[2]}), consumer warps {c[0]}..{c[1] - 1} (max_nreg {c[2]}), "
             f"{self.depth}-deep full/empty mbarrier rings, {self.num_warps} warps"
+            + (
+                f"; consumer stage offsets as T.Pipelined{self.annotations}"
+                if self.annotations
+                else ""
+            )
         )
 
 
@@ -117,10 +124,12 @@ def _plan(res, body, arch, options):
     cons = next((r for r in busy if _kinds(bodies.get(r.name, [])) == {"CONSUMER"}), None)
     if len(busy) != 2 or prod is None or cons is None:
         return None, "materialized schedules have one producer and one consumer role"
-    for r in (prod, cons):
-        stages = {ins[3] for ins in bodies[r.name] if ins[0] == "sync"}
-        if len(stages) != 1:
-            return None, f"role {r.name!r} syncs at several stages {sorted(stages)}"
+    stages = {ins[3] for ins in bodies[prod.name] if ins[0] == "sync"}
+    if len(stages) != 1:
+        return None, f"role {prod.name!r} syncs at several stages {sorted(stages)}"
+    ordered, why = _stage_offsets(res, sch, prod, cons, op)
+    if why:
+        return None, why
     why = _producer_ops(res, sch, prod, cons, scope, pipe)
     if why:
         return None, why
@@ -141,9 +150,67 @@ def _plan(res, body, arch, options):
             (cons.lo, cons.hi, cons.max_nreg),
             (prod.lo, prod.hi, prod.max_nreg),
             sch.num_warps,
+            ordered,
         ),
         None,
     )
+
+
+def _stage_offsets(res, sch, prod, cons, loop_op):
+    """(annotations, None): the consumer's stage offsets as ``T.Pipelined(order=, stage=,
+    group=)`` of the loop (``pipeline_order.py``; None when every offset is 0), or
+    (None, why) when they cannot be expressed that way."""
+    bodies = sch.scopes[loop_op.id]
+    deltas = op_deltas(sch, res, bodies[cons.name])
+    if not deltas or max(deltas.values()) == 0:
+        return None, None
+    if max(deltas.values()) > 1:
+        return None, f"role {cons.name!r}: stage offsets above 1 (only 0 and 1 are materialized)"
+    slots = _body_slots(loop_op.node.body)
+    if slots is None:
+        return None, f"loop {loop_op.id!r}: binds or guarded ops in its body"
+    mine = [ins[1] for ins in bodies[cons.name] if ins[0] == "op"]
+    theirs = {ins[1] for ins in bodies[prod.name] if ins[0] == "op"}
+    groups, stage, order = [], [], []
+    for op_id in sorted({x for x in slots if x}, key=lambda i: res.ops[i].order):
+        groups.append([k for k, x in enumerate(slots) if x == op_id])
+        if op_id in theirs:
+            stage.append(-1)
+            order.append(-1)
+        else:
+            stage.append(deltas[op_id])
+            order.append(mine.index(op_id))
+    return {
+        "tl_pipeline_group": groups,
+        "tl_pipeline_stage": stage,
+        "tl_pipeline_order": order,
+    }, None
+
+
+def _body_slots(body):
+    """The op id of each statement of a loop body with the markers removed, or None when a
+    statement has no id of its own (a bind, an ``if`` guard)."""
+    slots, current = [], []
+    for s in flatten_seq(body):
+        found = tile_op_of(s)
+        if found is not None and found[0].name == "ws_op_begin":
+            current.append(str(found[1].attrs["id"]))
+            continue
+        if found is not None and found[0].name == "ws_op_end":
+            current.pop()
+            continue
+        op_id = current[0] if current else _loop_id(s)
+        if op_id is None:
+            return None
+        slots.append(op_id)
+    return slots
+
+
+def _loop_id(stmt):
+    if not isinstance(stmt, ir.For):
+        return None
+    value = (stmt.annotations or {}).get("tl.ws_op_id")
+    return None if value is None else str(getattr(value, "value", value))
 
 
 def _sync_scopes(sch, name):
@@ -222,7 +289,10 @@ def materialize_ws_schedule(func, state):
             if loop is not None:
                 key = loop.__chandle__()
                 stages[key] = max(pipe.depth, stages.get(key, 0))
-    body = strip_schedule(func.body, stages)
+    ann = {}
+    if plan is not None and plan.annotations:
+        ann[res.ops[plan.loop].node.__chandle__()] = plan.annotations
+    body = strip_schedule(func.body, stages, ann)
     state.ws_schedule = plan
     if plan is not None and state.arch == "sm_90a":
         _check_registers(plan, res.schedule.loc)
