@@ -21,8 +21,12 @@ schedule instead of its heuristics::
 (the tiles get ``depth`` versions, full/empty mbarrier rings of that depth) and the block to
 the consumer's threads, so ``pipeline_planning`` warp-specializes S: the producer warpgroup
 issues P's copies as TMA loads completing on ``full[rel % depth]`` after waiting on
-``empty``, the consumers wait on ``full`` and release ``empty`` after their reads (each
-role's stages agree, so its stage offsets cancel and the steady state is one loop).
+``empty``, the consumers wait on ``full`` and release ``empty`` after their reads. The
+producer's syncs sit at one stage; the consumer's ops run at stage offsets (upstream's rule,
+``transform/ws_schedule.op_deltas``): all 0 give one steady-state loop, offsets 0 and 1 become
+the loop's ``T.Pipelined(order=, stage=, group=)`` (the consumer's list order; one mbarrier
+ring per copy: ``pipeline_order.py``, which keeps program order, noting why in ``tl.tma``,
+when that would be illegal).
 ``place_ws_roles`` (after shared-memory planning) then puts the roles on the schedule's
 warps: the consumer branch runs on warps ``lo_c .. hi_c - 1`` (its thread index shifted),
 the producer branch on the producer's warpgroup with the issuing thread in the producer's
@@ -30,7 +34,8 @@ first warp, and each branch starts with ``setmaxnreg`` of its role's ``max_nreg`
 0, and none below sm_90a).
 
 Other schedules (pipelines in several scopes or of several depths, more than two busy
-roles, stage offsets within a role, while scopes, ...), and every schedule below sm_90 or without TMA/warp specialization, run in
+roles, producer stage offsets, consumer offsets above 1, binds or guards in an offset loop,
+while scopes, ...), and every schedule below sm_90 or without TMA/warp specialization, run in
 program order, the schedule's meaning: the ids and markers are stripped, the pipeline's
 depth still sets S's ``num_stages``, and the reason is recorded as the function attribute
 ``tl.ws_schedule``.
