@@ -429,6 +429,19 @@ def test_stage_offsets_emulated_sm90a(n1, pv_stage, depth):
     np.testing.assert_allclose(oc.numpy(), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
 
 
+def test_illegal_stage_offsets_keep_program_order_sm90a():
+    """The cast of step i before P @ V of step i - 1 would overwrite its P: the ordering is
+    refused (a note), the loop stays warp-specialized in program order, results exact."""
+    from test_gemm_wgmma_rs import emulate_rs
+
+    f = _lower(chained_ws(256, cast_first=True))
+    assert "the stage offsets were not applied" in f.attrs["tl.ws_schedule"]
+    q, kt, v, want = _chained_inputs(256)
+    o = np.full((64, 64), np.nan, np.float32)
+    (_, _, _, o), _ = emulate_rs(f, q, kt, v, o)
+    np.testing.assert_allclose(o, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
 def test_two_pipelines_share_one_ring_emulated_sm90a():
     """A and B tiles in pipelines of their own (same roles, loop, depth): one ring."""
     from test_gemm_wgmma_emulation import emulate_wgmma

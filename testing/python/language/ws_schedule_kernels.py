@@ -279,11 +279,14 @@ def persistent_gemm(M, N, K, bM=64, bN=64, bK=32, stages=3, workers=3, dtype="fl
     return main
 
 
-def chained_ws(N1, bN=64, M=64, K=64, N2=64, dtype="float16", pv_stage=1, depth=2):
+def chained_ws(
+    N1, bN=64, M=64, K=64, N2=64, dtype="float16", pv_stage=1, depth=2, cast_first=False
+):
     """O = cast(Q @ Kt^T) @ V over blocks of N1 (FlashAttention's gemm chain), scheduled:
     the producer loads K and V tiles (pipelines ``k`` and ``v``); the consumer runs
     ``Q @ K^T`` of step i, then ``P @ V`` of step ``i - pv_stage`` (its ``v`` span sits at
-    stage ``pv_stage``), then ``P = cast(S)`` of step i."""
+    stage ``pv_stage``), then ``P = cast(S)`` of step i (``cast_first``: before ``P @ V``,
+    which would overwrite the P that ``P @ V`` of step i - 1 reads)."""
 
     @T.prim_func
     def main(
@@ -321,16 +324,10 @@ def chained_ws(N1, bN=64, M=64, K=64, N2=64, dtype="float16", pv_stage=1, depth=
                                     "copy_v",
                                     com("v"),
                                 ],
-                                "Consumer": [
-                                    wait("k"),
-                                    "clear_s",
-                                    "qk",
-                                    rel("k"),
-                                    wait("v", stage=pv_stage),
-                                    "pv",
-                                    rel("v", stage=pv_stage),
-                                    "cast",
-                                ],
+                                "Consumer": [wait("k"), "clear_s", "qk", rel("k")]
+                                + (["cast"] if cast_first else [])
+                                + [wait("v", stage=pv_stage), "pv", rel("v", stage=pv_stage)]
+                                + ([] if cast_first else ["cast"]),
                             },
                         ),
                         T.WSScope(

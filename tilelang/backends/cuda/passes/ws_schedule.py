@@ -179,7 +179,7 @@ def _stage_offsets(res, sch, prod, cons, loop_op):
     groups, stage, order = [], [], []
     for op_id in sorted({x for x in slots if x}, key=lambda i: res.ops[i].order):
         groups.append([k for k, x in enumerate(slots) if x == op_id])
-        if op_id in theirs:
+        if op_id in theirs and op_id not in mine:
             stage.append(-1)
             order.append(-1)
         else:
@@ -408,7 +408,14 @@ def place_ws_roles(func, state):
     in_consumer = P.And(tx >= 32 * c_lo, tx < 32 * c_hi) if c_lo else tx < 32 * c_hi
     stmts[at] = ir.If(in_consumer, consumer, producer, split.loc)
     body = with_launch_body(func.body, ir.SeqStmt(stmts), 32 * plan.num_warps)
-    return func.with_body(body)
+    func = func.with_body(body)
+    notes = list(state.ctx.tma_notes) if state.ctx is not None else []
+    if plan.annotations and not any("consumer software-pipelined" in n for n in notes):
+        why = [n for n in notes if "order" in n or "stage" in n] or ["see tl.tma"]
+        func = func.with_attr(
+            ATTR, plan.describe() + f"; the stage offsets were not applied ({why[0]})"
+        )
+    return func
 
 
 def _uses_var(node, var) -> bool:
