@@ -651,6 +651,13 @@ def test_gemm_schedule_sass(nreg):
 
 
 @needs_nvcc
+def test_stage_offset_schedule_sass():
+    sass = _sass(pipeline.build(chained_ws(1024), SM90A, compiler="nvcc"))
+    assert "UTMALDG" in sass and "HGMMA" in sass and "SYNCS.PHASECHK.TRANS64" in sass
+    assert "USETMAXREG" in sass and "LDGSTS" not in sass
+
+
+@needs_nvcc
 def test_copy_schedule_sass():
     sass = _sass(pipeline.build(copy_ws(300, 40), SM90A, compiler="nvcc"))
     assert "UTMALDG" in sass and "SYNCS.PHASECHK.TRANS64" in sass and "USETMAXREG" in sass
