@@ -201,6 +201,33 @@ def test_eager_jit_kernel_with_a_schedule_cpu():
         scale(a, 64, 2, False)  # the T.Parallel nest has no id
 
 
+def test_scalar_and_atomic_ops_carry_ids_cpu():
+    """upstream's one-role schedule over a copy and the three atomics (ids on each)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=128):
+            T.annotate_ws_schedule(
+                T.WSSchedule(
+                    num_warps=4,
+                    roles=[T.WSRole("Worker", warps_lo=0, warps_hi=4, max_nreg=224)],
+                    pipelines=[],
+                    scopes=[T.WSScope(T.WSScope.ROOT, {"Worker": ["copy", "max", "min", "add"]})],
+                )
+            )
+            T.copy(A[0], B[0], annotations={T.WSID: "copy"})
+            T.atomic_max(B[1], A[1], annotations={T.WSID: "max"})
+            T.atomic_min(B[2], A[2], annotations={T.WSID: "min"})
+            T.atomic_add(B[3], A[3], annotations={T.WSID: "add"})
+
+    a = np.random.default_rng().standard_normal(4).astype(np.float32)
+    b = np.random.default_rng().standard_normal(4).astype(np.float32)
+    out = torch.from_numpy(b.copy())
+    tilelang.compile(main, target="cpu")(torch.from_numpy(a), out)
+    want = [a[0], max(a[1], b[1]), min(a[2], b[2]), np.float64(a[3]) + b[3]]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+
+
 # ------------------------------------------------------------------------------ errors
 def _set(key, value):
     def edit(parts):
