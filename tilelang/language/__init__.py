@@ -332,6 +332,20 @@ from .wide_access import (  # noqa: E402
     sts64,
     sts128,
 )
+from .ws_schedule import (  # noqa: E402 - upstream's warp-specialization schedule API
+    WSID,
+    WSInstr,
+    WSOpRef,
+    WSPipeline,
+    WSRole,
+    WSSchedule,
+    WSScope,
+    WSSync,
+    WSSyncKind,
+    annotate_ws_pipeline_depth,
+    annotate_ws_schedule,
+    ws_op,
+)
 
 globals().update(_FAST_MATH)  # T.__exp, T.__log2, T.__sin, ... (precise here)
 globals()["__ffs"] = _ffs

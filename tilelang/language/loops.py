@@ -26,10 +26,13 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, annotations=None)
     return LoopSpec([(0, e, None) for e in extents], "parallel", ann)
 
 
-def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):  # noqa: N802
-    """A serial loop whose copies are overlapped with compute ``num_stages`` deep."""
+def Pipelined(  # noqa: N802 - upstream API
+    start, stop=None, num_stages=0, order=None, stage=None, annotations=None, sync=None, group=None
+):
+    """A serial loop whose copies are overlapped with compute ``num_stages`` deep
+    (``annotations``: e.g. ``{T.WSID: "loop_k"}`` for a warp-specialization schedule)."""
     begin, end = _bounds(start, stop)
-    ann = {"num_stages": int(num_stages)}
+    ann = {**dict(annotations or {}), "num_stages": int(num_stages)}
     if order is not None:
         ann["tl_pipeline_order"] = [int(x) for x in order]
     if stage is not None:

@@ -21,10 +21,6 @@ _TMA_EXPLICIT = (
     "TMA (with its mbarrier) on sm_90 by itself"
 )
 _TMA_GATHER = "it is a Blackwell (sm_100) TMA gather/scatter; tilelang lowers CUDA up to sm_90a"
-_WS_SCHEDULE = (
-    "it belongs to upstream's experimental warp-specialization schedule API; write warp roles "
-    "with T.ws(...) blocks, or let T.Pipelined warp-specialize on sm_90"
-)
 _TIR_SCRIPT = (
     "it is a TVMScript (TIR block/buffer-binding) construct of upstream's TVM fork; tilelang "
     "traces Python kernels (T.Kernel, T.Tensor annotations) and has no TIR blocks"
@@ -67,17 +63,6 @@ NOT_LOWERED: dict[str, str] = {
         "tilelang has no user-built wgmma descriptors; T.gemm and T.wgmma_gemm build them"
     ),
     "gemm_sp": "sparse tensor-core GEMM (2:4 metadata) is not lowered",
-    "WSID": _WS_SCHEDULE,
-    "WSPipeline": _WS_SCHEDULE,
-    "WSRole": _WS_SCHEDULE,
-    "WSSchedule": _WS_SCHEDULE,
-    "WSScope": _WS_SCHEDULE,
-    "WSSync": _WS_SCHEDULE,
-    "WSSyncKind": _WS_SCHEDULE,
-    "WSInstr": _WS_SCHEDULE,
-    "WSOpRef": _WS_SCHEDULE,
-    "annotate_ws_schedule": _WS_SCHEDULE,
-    "ws_op": _WS_SCHEDULE,
     "sblock": _TIR_SCRIPT,
     "reads": _TIR_SCRIPT,
     "writes": _TIR_SCRIPT,

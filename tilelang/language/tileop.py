@@ -19,6 +19,7 @@ from ..ops.gemm import op as _gemm
 from ..ops.gemm.op import GemmWarpPolicy
 from ..ops.reduce import op as _reduce
 from . import builder
+from .ws_schedule import tagged as _ws_tagged
 
 __all__ = ["GemmWarpPolicy"]
 
@@ -68,7 +69,8 @@ def copy(
         eviction_policy=eviction_policy or "",
     )
     _copy.matched_axes(*map(_copy.RegionView.of, (src_r, dst_r)), loc)  # early shape check
-    _emit(call)
+    with _ws_tagged(ann, "T.copy"):
+        _emit(call)
 
 
 def _annotations(annotations, what):
@@ -83,10 +85,11 @@ def fill(buffer, value, annotations=None):
     """Set every element of a tile to ``value`` (``annotations``: upstream's scheduling
     hints, accepted and ignored)."""
     builder.state()
-    _annotations(annotations, "T.fill")
+    ann = _annotations(annotations, "T.fill")
     region = to_region(_operand(buffer), what="T.fill buffer")
     value = dtypes.scalar_value(value, str(region.source.ty.dtype), "T.fill value")
-    _emit(_fill.FILL.make(region, value, loc=builder.user_loc()))
+    with _ws_tagged(ann, "T.fill"):
+        _emit(_fill.FILL.make(region, value, loc=builder.user_loc()))
 
 
 def clear(buffer):
@@ -104,9 +107,12 @@ def gemm(
     clear_accum=False,
     k_pack=1,
     wg_wait=0,
+    annotations=None,
 ):
-    """``C += A @ B`` on tiles (C's element type accumulates)."""
+    """``C += A @ B`` on tiles (C's element type accumulates); ``annotations``: upstream's
+    scheduling hints (``T.WSID`` names the op for a warp-specialization schedule)."""
     builder.state()
+    ann = _annotations(annotations, "T.gemm")
     regions = [
         to_region(_operand(x), what=f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C"))
     ]
@@ -121,7 +127,8 @@ def gemm(
         wg_wait=int(wg_wait),
     )
     _gemm.gemm_dims(_gemm.GEMM.view(call))  # early shape check, names the user's line
-    _emit(call)
+    with _ws_tagged(ann, "T.gemm"):
+        _emit(call)
 
 
 def reduce(buffer, out, reduce_type: str, dim: int, clear: bool, batch=1, annotations=None):
@@ -156,7 +163,8 @@ def reduce(buffer, out, reduce_type: str, dim: int, clear: bool, batch=1, annota
         nan_propagate=nan,
     )
     _reduce.reduce_axes(_reduce.REDUCE.view(call))
-    _emit(call)
+    with _ws_tagged(ann, "T.reduce"):
+        _emit(call)
 
 
 def reduce_max(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
@@ -215,7 +223,7 @@ def cummax(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None)
     cumsum(src, dst, dim, reverse, annotations, _op="max")
 
 
-def _atomic_op(kind, dst, value, memory_order=None):
+def _atomic_op(kind, dst, value, memory_order=None, annotations=None):
     st = builder.state()
     st.uses_atomics = True
     dst = _operand(dst)
@@ -233,30 +241,30 @@ def _atomic_op(kind, dst, value, memory_order=None):
     else:
         dst_r = to_region(dst, what=f"T.atomic_{kind} dst")
         operand = dtypes.scalar_value(value, str(dst_r.source.ty.dtype), f"T.atomic_{kind} value")
-    _emit(
-        _atomic.ATOMIC.make(
-            dst_r,
-            operand,
-            loc=builder.user_loc(),
-            kind=kind,
-            value_is_region=bool(is_region),
-            memory_order=memory_order or "",
-        )
+    call = _atomic.ATOMIC.make(
+        dst_r,
+        operand,
+        loc=builder.user_loc(),
+        kind=kind,
+        value_is_region=bool(is_region),
+        memory_order=memory_order or "",
     )
+    with _ws_tagged(_annotations(annotations, f"T.atomic_{kind}"), f"T.atomic_{kind}"):
+        _emit(call)
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False):
+def atomic_add(dst, value, memory_order=None, return_prev=False, annotations=None):
     """Atomically ``dst += value`` (a scalar element or a whole tile)."""
     if return_prev:
         raise errors.TraceError("T.atomic_add(return_prev=True) is not supported yet")
-    _atomic_op("add", dst, value, memory_order)
+    _atomic_op("add", dst, value, memory_order, annotations)
 
 
-def atomic_max(dst, value, memory_order=None):
+def atomic_max(dst, value, memory_order=None, annotations=None):
     """Atomically ``dst = max(dst, value)``."""
-    _atomic_op("max", dst, value, memory_order)
+    _atomic_op("max", dst, value, memory_order, annotations)
 
 
-def atomic_min(dst, value, memory_order=None):
+def atomic_min(dst, value, memory_order=None, annotations=None):
     """Atomically ``dst = min(dst, value)``."""
-    _atomic_op("min", dst, value, memory_order)
+    _atomic_op("min", dst, value, memory_order, annotations)

@@ -16,5 +16,6 @@ from . import (  # noqa: F401 - each package registers its rules
     rasterize,
     reduce,
     sync,
+    ws_schedule,
 )
 from .registry import OPS, lowering_for, tile_op_of  # noqa: F401

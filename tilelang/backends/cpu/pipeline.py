@@ -1,6 +1,6 @@
 """The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
 
-    trace ─► unswitch_uniform_select ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
+    trace ─► ws_schedule_program_order ─► unswitch_uniform_select ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
           ─► legalize_half_math ─► legalize_fp8_casts ─► lower_blocks
           ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
 
@@ -31,6 +31,7 @@ from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.unswitch_uniform_select import unswitch_uniform_select
 from ...transform.wide_index import widen_indices
+from ...transform.ws_schedule import program_order as ws_program_order
 from .fp8_convert import legalize_fp8_casts
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
@@ -96,6 +97,8 @@ def _lower_kernel(func, pass_configs):
     # a failed assertion inside a parallel task would be lost: checked kernels run serially
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body) or checked)
     stages = [
+        # T.annotate_ws_schedule checked, then run in program order (its meaning)
+        ("ws_schedule_program_order", on_body(ws_program_order)),
         # T.Parallel selects on a tile-uniform condition: select-free copies under an `if`
         *([("unswitch_uniform_select", unswitch_uniform_select)] if unswitch else []),
         ("lower_warp_ops", on_body(lower_warp_ops)),

@@ -48,6 +48,7 @@ from .passes.tma_store import stage_tma_store
 from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
 from .passes.warp_specialize_auto import consumer_barriers
 from .passes.wgmma_wait_sinking import sink_wgmma_waits
+from .passes.ws_schedule import materialize_ws_schedule, place_ws_roles
 from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
 
 
@@ -70,6 +71,7 @@ class CudaLowering:
     ctx: CudaLowerContext | None = None
     shared_memory: dict = field(default_factory=dict)  # tile name -> (offset, bytes)
     cluster_dims: tuple = (1, 1, 1)  # T.Kernel(cluster_dims=...), passes/cluster_multicast.py
+    ws_schedule: object = None  # T.annotate_ws_schedule's WsPlan (passes/ws_schedule.py)
 
 
 # ------------------------------------------------------------------------------- stages
@@ -320,8 +322,25 @@ def stage_tma_host_encode(func, state):
     return func.with_body(ir.SeqStmt([*stmts, func.body]))
 
 
+def stage_materialize_ws_schedule(func, state):
+    """``T.annotate_ws_schedule``: checked (clear errors for schedules that do not describe
+    the kernel); a producer/consumer schedule on sm_90+ drives the automatic warp
+    specialization (its loop's stages = the pipeline depth, the block = the consumer's
+    threads), any other runs in program order. Assumes a traced kernel; guarantees no
+    schedule marker or ``tl.ws_op_id`` remains (``passes/ws_schedule.py``)."""
+    return materialize_ws_schedule(func, state)
+
+
+def stage_place_ws_roles(func, state):
+    """A materialized schedule's roles put on their warps with their ``setmaxnreg``.
+    Assumes ``pipeline_planning``'s producer/consumer split; guarantees the block has the
+    schedule's ``num_warps`` (``passes/ws_schedule.py``)."""
+    return place_ws_roles(func, state)
+
+
 #: The CUDA pipeline, in order.
 STAGES = [
+    ("materialize_ws_schedule", stage_materialize_ws_schedule),  # T.annotate_ws_schedule
     ("cluster_launch", stage_cluster_launch),
     ("heavy_blocks_first", stage_heavy_blocks_first),
     ("rasterize_blocks", stage_rasterize_blocks),
@@ -342,6 +361,7 @@ STAGES = [
     ("drop_proxy_fences", stage_drop_proxy_fences),
     ("bounds_check", stage_bounds_check),
     ("plan_shared_memory", stage_plan_shared_memory),
+    ("place_ws_roles", stage_place_ws_roles),  # the schedule's warps and setmaxnreg
     ("strip_schedule_hints", stage_strip_schedule_hints),
     ("apply_global_layouts", stage_apply_global_layouts),
     ("lower_assume", stage_lower_assume),  # T.assume -> __builtin_assume

@@ -272,7 +272,9 @@ def stage_release(planner, rest, mapping, wgmma: bool, arch: str = "sm_90a"):
     tvm_ffi.structural_walk(
         body, [(ir.Evaluate, visit), (ir.TensorLoad, load), (ir.TensorStore, store)]
     )
-    if explicit or not (wgmma or gemms) or not (wgmma or arch in ("sm_90", "sm_90a")):
+    # a loop a T.annotate_ws_schedule producer/consumer schedule specializes needs no gemm
+    scheduled = planner.pctx.options.get("ws_schedule_loop", False)
+    if explicit or not (wgmma or gemms or scheduled) or not (wgmma or arch in ("sm_90", "sm_90a")):
         return None
     if generic or (loads and not stage_loads_reach_wgmma(planner, list(rest), list(mapping))):
         return RELEASE_FENCED
