@@ -130,7 +130,8 @@ def audit(name, pass_configs, keep=None) -> dict:
     info["spill_stores"], info["spill_loads"] = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
     m = re.search(r"Used (\d+) registers", res.stderr)
     info["registers"] = int(m.group(1)) if m else None
-    info["ptxas_warnings"] = re.findall(r"warning : .*C75\d\d.*", res.stderr)
+    # C75xx (wgmma serialized) comes as an "info" line, not a warning
+    info["ptxas_warnings"] = re.findall(r".*\(C75\d\d\).*", res.stderr)
     tool = cuobjdump()
     if tool is not None:
         sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True,
