@@ -23,7 +23,8 @@ backward row is warp-specialized on sm_90a (TMA Q/dO and 1-d TMA lse/Delta boxes
 warpgroup instead of 64 x 16, dS K on wgmma instead of mma.sync; benchmark/SASS_AUDIT.md).
 ``--bwd-dims`` limits the bhsd backward rows to those head dims, ``--bwd-cases`` the backward
 rows to those named (``dk_first``: head dim 128 in upstream's gemm order, dK issued before
-dS^T is stored; the default stores dS^T first and issues dQ then dK). ``--variant`` adds, for
+dS^T is stored; the default stores dS^T first and issues dQ then dK; ``d256_pds``: head dim
+256 with P^T and dS^T read by the gemms from shared, ``pds_shared``). ``--variant`` adds, for
 every bhsd backward row, one built with more pass configs (e.g. ``--variant
 fences:tl.drop_proxy_fences=false``), timed in the same process.
 """
@@ -73,8 +74,12 @@ BWD_D256_N64 = (64, 64, 2, 256, False)
 #: the default head dim 128 backward in upstream's order: dK issued before dS^T goes to shared
 #: (``dq_first=False``; the default stores dS^T, then issues dQ and dK back to back)
 BWD_DK_FIRST = (128, 64, 2, 256, False, True, False)
+#: head dim 256 with P^T and dS^T stored to shared from the accumulators (``pds_shared``):
+#: dV and dK read them there (SS) instead of exchanging register fragments between the
+#: warpgroups through shared memory (2 barriers a loop instead of 3, 8 LDS instead of 40)
+BWD_D256_PDS = (64, 64, 2, 256, False, True, True, True)
 #: ``--bwd-cases`` names: the bhsd rows of ``--bwd-dims``, and the extra rows
-BWD_CASES = ("bhsd", "d256_64x64", "gqa", "ws", "dq_rows", "dk_first", "bshd")
+BWD_CASES = ("bhsd", "d256_64x64", "d256_pds", "gqa", "ws", "dq_rows", "dk_first", "bshd")
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -322,6 +327,7 @@ def bwd_rows(table, args):
     want = set(args.bwd_cases)
     cases = [("bhsd", dim, 1, None) for dim in dims] if "bhsd" in want else []
     cases += [("bhsd", 256, 1, BWD_D256_N64)] if 256 in dims and "d256_64x64" in want else []
+    cases += [("bhsd", 256, 1, BWD_D256_PDS)] if 256 in dims and "d256_pds" in want else []
     cases += [("gqa", 128, 4, None)] if 128 in dims and "gqa" in want else []
     if 128 in dims:
         extra = (("ws", BWD_WS), ("dq_rows", BWD_DQ_ROWS), ("dk_first", BWD_DK_FIRST))
@@ -341,11 +347,13 @@ def bwd_rows(table, args):
                 bm, bn, st, th, from_global, *rest = sweep
                 dq_layout = rest[0] if rest else True
                 dq_first = rest[1] if len(rest) > 1 else True
+                pds_shared = rest[2] if len(rest) > 2 else False
                 label += f" {bm}x{bn}/{th}t/{st}s" + (" ws" if from_global else "")
                 label += ("" if dq_layout else " dq rows") + ("" if dq_first else " dk first")
+                label += " pds" if pds_shared else ""
                 config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
                               stats_from_global=from_global, dq_layout=dq_layout,
-                              dq_first=dq_first)  # fmt: skip
+                              dq_first=dq_first, pds_shared=pds_shared)  # fmt: skip
                 bwd_bhsd.bwd_config = lambda dim, config=config: config
             label += f" [{vname}]" if vname else ""
             try:

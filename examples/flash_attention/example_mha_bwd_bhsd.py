@@ -183,7 +183,8 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128,
 
 @tilelang.jit
 def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32, threads=128,
-                  num_stages=2, stats_from_global=False, dq_layout=True, dq_first=True):  # fmt: skip
+                  num_stages=2, stats_from_global=False, dq_layout=True, dq_first=True,
+                  pds_shared=False):  # fmt: skip
     """``kernel(Q, K, V, dO, lse, Delta, dQ, dK, dV)``; dQ float32 of ``dq_accum_shape``,
     zeroed by the caller; dK, dV float16.
 
@@ -226,6 +227,8 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
             K_shared = T.alloc_shared([block_M, dim], dtype)
             V_shared = T.alloc_shared([block_M, dim], dtype)
             dsT_shared = T.alloc_shared([block_M, block_N], dtype)
+            if pds_shared:
+                qkT_shared = T.alloc_shared([block_M, block_N], dtype)
             q = T.alloc_shared([block_N, dim], dtype)
             do = T.alloc_shared([block_N, dim], dtype)
             if not stats_from_global:
@@ -273,8 +276,12 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                 T.copy(dO[bz, bx, k * block_N : (k + 1) * block_N, :], do)
                 T.gemm(V_shared, do, dsT, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)  # fmt: skip
-                T.copy(qkT, qkT_cast)
-                T.gemm(qkT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
+                if pds_shared:
+                    T.copy(qkT, qkT_shared)
+                    T.gemm(qkT_shared, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
+                else:
+                    T.copy(qkT, qkT_cast)
+                    T.gemm(qkT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
                 if stats_from_global:
                     for i, j in T.Parallel(block_M, block_N):
                         dsT[i, j] = (
@@ -284,12 +291,17 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                     T.copy(Delta[bz, bx, k * block_N : (k + 1) * block_N], delta)
                     for i, j in T.Parallel(block_M, block_N):
                         dsT[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale  # dS^T
-                T.copy(dsT, dsT_cast)
-                if dq_first:  # dS^T to shared first, then dQ and dK issued back to back
+                if pds_shared:  # dS^T to shared straight from the accumulator, both gemms SS
+                    T.copy(dsT, dsT_shared)
+                    T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
+                    T.gemm(dsT_shared, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+                elif dq_first:  # dS^T to shared first, then dQ and dK issued back to back
+                    T.copy(dsT, dsT_cast)
                     T.copy(dsT_cast, dsT_shared)
                     T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
                     T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
                 else:
+                    T.copy(dsT, dsT_cast)
                     T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
                     T.copy(dsT_cast, dsT_shared)
                     T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K

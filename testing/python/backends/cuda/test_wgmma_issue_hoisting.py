@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
@@ -27,6 +28,8 @@ from tilelang.backends.cuda import pipeline
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_loader import load_example  # noqa: E402
+from test_fa_bwd_d256_blocks import _inputs  # noqa: E402
+from test_gemm_wgmma_rs import emulate_rs  # noqa: E402
 from test_wgmma_overlap import emulate  # noqa: E402
 
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
@@ -209,3 +212,45 @@ def test_bwd_orders_emulated(dq_first, monkeypatch, rng):
     config = {**m.bwd_config(128), "dq_first": dq_first}
     monkeypatch.setattr(m, "bwd_config", lambda dim: config)
     _emulated_bwd(m, True, rng, 140, 128)
+
+
+# ------------------------------------------------------------------ head dim 256, P/dS in shared
+@pytest.mark.parametrize("causal", [False, True])
+def test_d256_pds_shared_emulated(causal, rng):
+    """``pds_shared``: P^T and dS^T stored to shared from the accumulators, dV/dK/dQ read
+    them there (no register exchange between the warpgroups: 2 barriers a loop instead of
+    3), with the race check, at 140 positions against float64 autograd."""
+    m = load_example("flash_attention/example_mha_bwd_bhsd.py")
+    config = {**m.bwd_config(256), "pds_shared": True}
+    B, H, S, D = 1, 1, 140, 256
+    q, k, v, do, lse, delta = _inputs(m, B, H, S, D, causal, rng)
+    lowered = pipeline.lower(m.flashattn_bwd.get_tir(B, H, S, D, causal, **config), SM90A)
+    loop = str(lowered)[str(lowered).index("for k in range(") :]
+    assert loop[: loop.index("mbarrier_arrive")].count("named_barrier_sync") == 2
+    dq = np.zeros(m.dq_accum_shape(B, H, S, D), np.float32)
+    nan = np.full((B, H, S, D), np.nan, np.float16)
+    arrays, _ = emulate_rs(lowered, *(x.numpy() for x in (q, k, v, do, lse, delta)), dq, nan,
+                           nan.copy(), race=True)  # fmt: skip
+    dq16 = m.flashattn_bwd_postprocess(B, H, S, D)(torch.from_numpy(arrays[6]))
+    ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, causal),
+                   [x.double() for x in (q, k, v)], do)  # fmt: skip
+    for name, got, want in zip(("dQ", "dK", "dV"), (dq16.numpy(), arrays[7], arrays[8]), ref[1:]):
+        np.testing.assert_allclose(got.astype(np.float64), want.numpy(), rtol=2e-2, atol=2e-2,
+                                   err_msg=name)  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_d256_pds_shared_gpu(causal):
+    """``pds_shared`` at head dim 256 through the autograd Function on the GPU (the
+    example's ``main`` compares O, dQ, dK, dV with torch float64)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    m = load_example("flash_attention/example_mha_bwd_bhsd.py")
+    config = {**m.bwd_config(256), "pds_shared": True}
+    original = m.bwd_config
+    m.bwd_config = lambda dim: config if dim == 256 else original(dim)
+    try:
+        m.main(2, 4, 1000, 256, causal, device="cuda")
+    finally:
+        m.bwd_config = original
