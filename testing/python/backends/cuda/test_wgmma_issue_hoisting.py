@@ -119,9 +119,9 @@ def test_dependent_gemm_stays(dependent, rng):
 
 
 # ------------------------------------------------------------------ FlashAttention backward
-def _bwd_loop(configs=None, dim=128):
+def _bwd_loop(configs=None, dim=128, **kw):
     m = load_example("flash_attention/example_mha_bwd_bhsd.py")
-    func = m.flashattn_bwd.get_tir(1, 2, 256, dim, False, **m.bwd_config(dim))
+    func = m.flashattn_bwd.get_tir(1, 2, 256, dim, False, **{**m.bwd_config(dim), **kw})
     text = str(pipeline.lower(func, SM90A, configs))
     start = text.index("for k in range(")
     return text[start:]
@@ -254,3 +254,15 @@ def test_d256_pds_shared_gpu(causal):
         m.main(2, 4, 1000, 256, causal, device="cuda")
     finally:
         m.bwd_config = original
+
+
+def test_back_to_back_waits_merge():
+    """Upstream's order: dV's wait stops at dK's ``wait_group 0`` (the store of dS^T reads
+    dK's register A), which retires dV too: one wait, dV's fences after it."""
+    for configs in (None, {"tl.wgmma_issue_hoisting": False}):
+        loop = _bwd_loop(configs, dq_first=False)
+        lines = [x.strip() for x in loop.splitlines()]
+        waits = [i for i, x in enumerate(lines) if "wgmma_wait<" in x]
+        for a, b in zip(waits, waits[1:]):
+            between = lines[a + 1 : b]
+            assert not all("wgmma_fence_operand" in x for x in between), lines[a : b + 1]
