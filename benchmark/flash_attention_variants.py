@@ -78,8 +78,11 @@ BWD_DK_FIRST = (128, 64, 2, 256, False, True, False)
 #: dV and dK read them there (SS) instead of exchanging register fragments between the
 #: warpgroups through shared memory (2 barriers a loop instead of 3, 8 LDS instead of 40)
 BWD_D256_PDS = (64, 64, 2, 256, False, True, True, True)
+#: the default head dim 128 backward with 3 Q/dO stages (the producer two blocks ahead)
+BWD_STAGES3 = (128, 64, 3, 256, False)
 #: ``--bwd-cases`` names: the bhsd rows of ``--bwd-dims``, and the extra rows
-BWD_CASES = ("bhsd", "d256_64x64", "d256_pds", "gqa", "ws", "dq_rows", "dk_first", "bshd")
+BWD_CASES = ("bhsd", "d256_64x64", "d256_pds", "gqa", "ws", "dq_rows", "dk_first", "stages3",
+             "bshd")  # fmt: skip
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -330,7 +333,8 @@ def bwd_rows(table, args):
     cases += [("bhsd", 256, 1, BWD_D256_PDS)] if 256 in dims and "d256_pds" in want else []
     cases += [("gqa", 128, 4, None)] if 128 in dims and "gqa" in want else []
     if 128 in dims:
-        extra = (("ws", BWD_WS), ("dq_rows", BWD_DQ_ROWS), ("dk_first", BWD_DK_FIRST))
+        extra = (("ws", BWD_WS), ("dq_rows", BWD_DQ_ROWS), ("dk_first", BWD_DK_FIRST),
+                 ("stages3", BWD_STAGES3))  # fmt: skip
         cases += [("bhsd", 128, 1, config) for name, config in extra if name in want]
     if args.sweep:
         cases += [("bhsd", dim, 1, c) for dim in dims for c in BWD_SWEEP]

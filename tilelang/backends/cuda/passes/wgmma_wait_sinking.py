@@ -496,8 +496,11 @@ def sink_wgmma_waits(body, hoist_issues=True, past_barriers=True):
     loads write may pass thread barriers (module doc)."""
     if "tl::wgmma_commit" not in _names(body):
         return body
-    generic = _generic_written(body) if past_barriers and not _view_roots(body) else None
-    return _Sinker(_in_flight_registers(body), hoist_issues, generic)(body)
+    # shared views (T.view / T.reshape) alias tiles under other Vars: neither a hoisted issue
+    # nor a wait past a barrier could tell a write through a view, so both are off then
+    views = bool(_view_roots(body))
+    generic = _generic_written(body) if past_barriers and not views else None
+    return _Sinker(_in_flight_registers(body), hoist_issues and not views, generic)(body)
 
 
 __all__ = ["sink_wgmma_waits"]
