@@ -1,7 +1,7 @@
 """FlashAttention variants (examples/flash_attention) vs torch SDPA on the same inputs, one process.
 
     python benchmark/flash_attention_variants.py [--only fwd gqa varlen bwd] [--iters 50]
-        [--batch 4] [--heads 16] [--seq 4096] [--sweep] [--bwd-dims 64 128 256]
+        [--batch 4] [--heads 16] [--seq 4096] [--sweep] [--bwd-dims 64 128 256] [--bwd-cases ...]
         [--variant NAME:KEY=VALUE,KEY=VALUE ...]
 
 Rows: bhsd forward at head dims 64/128/256; GQA forward (bshd, 32 query heads on 4 K/V heads);
@@ -21,7 +21,10 @@ backward row is warp-specialized on sm_90a (TMA Q/dO and 1-d TMA lse/Delta boxes
 ``example_mha_bwd_bhsd.flashattn_bwd``), for comparison. At head dim 256 a second row runs
 64 x 64 blocks (``BWD_D256_N64``: every gemm on wgmma, the score gemms 64 x 32 per
 warpgroup instead of 64 x 16, dS K on wgmma instead of mma.sync; benchmark/SASS_AUDIT.md).
-``--bwd-dims`` limits the bhsd backward rows to those head dims. ``--variant`` adds, for
+``--bwd-dims`` limits the bhsd backward rows to those head dims, ``--bwd-cases`` the backward
+rows to those named (``dk_first``: head dim 128 in upstream's gemm order, dK issued before
+dS^T is stored; the default stores dS^T first and issues dQ then dK; ``d256_pds``: head dim
+256 with P^T and dS^T read by the gemms from shared, ``pds_shared``). ``--variant`` adds, for
 every bhsd backward row, one built with more pass configs (e.g. ``--variant
 fences:tl.drop_proxy_fences=false``), timed in the same process.
 """
@@ -68,6 +71,18 @@ BWD_WS = (128, 64, 2, 256, True)
 BWD_DQ_ROWS = (128, 64, 2, 256, False, False)
 #: head dim 256 with 64 x 64 blocks (the default is 64 x 32), issue 13's candidate
 BWD_D256_N64 = (64, 64, 2, 256, False)
+#: the default head dim 128 backward in upstream's order: dK issued before dS^T goes to shared
+#: (``dq_first=False``; the default stores dS^T, then issues dQ and dK back to back)
+BWD_DK_FIRST = (128, 64, 2, 256, False, True, False)
+#: head dim 256 with P^T and dS^T stored to shared from the accumulators (``pds_shared``):
+#: dV and dK read them there (SS) instead of exchanging register fragments between the
+#: warpgroups through shared memory (2 barriers a loop instead of 3, 8 LDS instead of 40)
+BWD_D256_PDS = (64, 64, 2, 256, False, True, True, True)
+#: the default head dim 128 backward with 3 Q/dO stages (the producer two blocks ahead)
+BWD_STAGES3 = (128, 64, 3, 256, False)
+#: ``--bwd-cases`` names: the bhsd rows of ``--bwd-dims``, and the extra rows
+BWD_CASES = ("bhsd", "d256_64x64", "d256_pds", "gqa", "ws", "dq_rows", "dk_first", "stages3",
+             "bshd")  # fmt: skip
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -312,11 +327,15 @@ def bwd_rows(table, args):
     dev = args.device
     b, h, s = args.batch, args.heads, args.seq
     dims = [d for d in (64, 128, 256) if d in args.bwd_dims]
-    cases = [("bhsd", dim, 1, None) for dim in dims]
-    cases += [("bhsd", 256, 1, BWD_D256_N64)] if 256 in dims else []
-    cases += [("gqa", 128, 4, None)] if 128 in dims else []
+    want = set(args.bwd_cases)
+    cases = [("bhsd", dim, 1, None) for dim in dims] if "bhsd" in want else []
+    cases += [("bhsd", 256, 1, BWD_D256_N64)] if 256 in dims and "d256_64x64" in want else []
+    cases += [("bhsd", 256, 1, BWD_D256_PDS)] if 256 in dims and "d256_pds" in want else []
+    cases += [("gqa", 128, 4, None)] if 128 in dims and "gqa" in want else []
     if 128 in dims:
-        cases += [("bhsd", 128, 1, BWD_WS), ("bhsd", 128, 1, BWD_DQ_ROWS)]
+        extra = (("ws", BWD_WS), ("dq_rows", BWD_DQ_ROWS), ("dk_first", BWD_DK_FIRST),
+                 ("stages3", BWD_STAGES3))  # fmt: skip
+        cases += [("bhsd", 128, 1, config) for name, config in extra if name in want]
     if args.sweep:
         cases += [("bhsd", dim, 1, c) for dim in dims for c in BWD_SWEEP]
     variants = [("", None), *parse_variants(args.variant)]
@@ -331,10 +350,14 @@ def bwd_rows(table, args):
             if sweep is not None:
                 bm, bn, st, th, from_global, *rest = sweep
                 dq_layout = rest[0] if rest else True
+                dq_first = rest[1] if len(rest) > 1 else True
+                pds_shared = rest[2] if len(rest) > 2 else False
                 label += f" {bm}x{bn}/{th}t/{st}s" + (" ws" if from_global else "")
-                label += "" if dq_layout else " dq rows"
+                label += ("" if dq_layout else " dq rows") + ("" if dq_first else " dk first")
+                label += " pds" if pds_shared else ""
                 config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
-                              stats_from_global=from_global, dq_layout=dq_layout)  # fmt: skip
+                              stats_from_global=from_global, dq_layout=dq_layout,
+                              dq_first=dq_first, pds_shared=pds_shared)  # fmt: skip
                 bwd_bhsd.bwd_config = lambda dim, config=config: config
             label += f" [{vname}]" if vname else ""
             try:
@@ -379,7 +402,7 @@ def bwd_rows(table, args):
 
             table.row(label, flops, ours, refs, check, tol=2e-2)
     bwd_bhsd.bwd_config = default_bwd_config
-    if 128 in dims:
+    if 128 in dims and "bshd" in want:
         bshd_bwd_rows(table, args)
 
 
@@ -457,6 +480,9 @@ def main():
     parser.add_argument("--sweep", action="store_true", help="forward: also other block configs")
     parser.add_argument("--bwd-dims", type=int, nargs="+", default=[64, 128, 256],
                         help="head dims of the backward rows (64 128 256)")  # fmt: skip
+    parser.add_argument("--bwd-cases", nargs="+", choices=BWD_CASES, default=list(BWD_CASES),
+                        help="backward rows to run (bhsd: one per --bwd-dims; the others are "
+                        "extra configs, gqa and bshd the other examples)")  # fmt: skip
     parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
                         help="bhsd backward: rows built with these pass configs added")  # fmt: skip
     parser.add_argument(

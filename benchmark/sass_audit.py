@@ -1,6 +1,7 @@
 """Per-iteration SASS statistics of the attention kernels the benchmarks build (no GPU needed).
 
-    python benchmark/sass_audit.py [--kernels mla fwd128 fwd64 bwd128 bwd256 bwd256_64x64]
+    python benchmark/sass_audit.py [--kernels mla fwd128 fwd64 bwd128 bwd128_dkfirst bwd256
+        bwd256_64x64 bwd256_pds]
         [--pass-configs KEY=VALUE ...] [--keep DIR]
 
 Each kernel is built exactly as its benchmark builds it (``mla_decode.py``: batch 64, 128
@@ -60,6 +61,10 @@ def _tir(name):
     config = bwd.bwd_config(dim)
     if name.endswith("_64x64"):
         config = dict(block_M=64, block_N=64, threads=256, num_stages=2)
+    if name.endswith("_pds"):  # P^T / dS^T read by the gemms from shared (head dim 256)
+        config = {**config, "pds_shared": True}
+    if name.endswith("_dkfirst"):  # upstream's gemm order (dK before the dS^T store)
+        config = {**config, "dq_first": False}
     return bwd.flashattn_bwd.get_tir(4, 16, 4096, dim, False, **config), {}
 
 
@@ -130,7 +135,8 @@ def audit(name, pass_configs, keep=None) -> dict:
     info["spill_stores"], info["spill_loads"] = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
     m = re.search(r"Used (\d+) registers", res.stderr)
     info["registers"] = int(m.group(1)) if m else None
-    info["ptxas_warnings"] = re.findall(r"warning : .*C75\d\d.*", res.stderr)
+    # C75xx (wgmma serialized) comes as an "info" line, not a warning
+    info["ptxas_warnings"] = re.findall(r".*\(C75\d\d\).*", res.stderr)
     tool = cuobjdump()
     if tool is not None:
         sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True,
@@ -142,7 +148,8 @@ def audit(name, pass_configs, keep=None) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", nargs="+",
-                        default=["mla", "fwd128", "fwd64", "bwd128", "bwd256", "bwd256_64x64"])  # fmt: skip
+                        default=["mla", "fwd128", "fwd64", "bwd128", "bwd128_dkfirst", "bwd256",
+                                 "bwd256_pds"])  # fmt: skip
     parser.add_argument("--pass-configs", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", default=None, help="write the .cu/.cubin files here")
     args = parser.parse_args(argv)

@@ -283,9 +283,12 @@ def _bwd_program(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M, block
                 # a copy, not a cast in the loop above: with 64 rows on 8 warps the register A
                 # operand of the next gemm is laid out (replicated) unlike dsT
                 T.copy(dsT, dsT_cast)
-                T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+                # dS^T to shared first, then dQ and dK back to back: dK runs while dQ's
+                # atomics go out (the wgmma reading dsT_cast must complete before a store
+                # reads those registers)
                 T.copy(dsT_cast, dsT_shared)
                 T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
+                T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
                 for i, j in T.Parallel(block_N, dim_qk):
                     T.atomic_add(dQ[bz, k * block_N + i, bx, j], dq[i, j])
             if staged:

@@ -183,13 +183,19 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128,
 
 @tilelang.jit
 def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32, threads=128,
-                  num_stages=2, stats_from_global=False, dq_layout=True):  # fmt: skip
+                  num_stages=2, stats_from_global=False, dq_layout=True, dq_first=True,
+                  pds_shared=False):  # fmt: skip
     """``kernel(Q, K, V, dO, lse, Delta, dQ, dK, dV)``; dQ float32 of ``dq_accum_shape``,
     zeroed by the caller; dK, dV float16.
 
     ``dq_layout``: dQ accumulated in ``make_dq_layout``'s order, one scalar atomic per
     element (upstream's); False: row-major, added from the fragment with one float2 atomic
     per column pair on sm_90 (``flashattn_bwd_postprocess`` takes the same flag).
+
+    ``dq_first``: dS^T goes to shared before dK += dS^T Q is issued, then dQ = dS K and dK
+    are issued back to back (FlashAttention-3's order: dK runs while dQ's atomics go out);
+    False: upstream's order (dK first, waited for before the store, which reads its
+    register operand).
 
     ``stats_from_global``: read ``lse`` and ``Delta`` straight from global memory in the
     elementwise loops (L1-cached, each thread its own columns) instead of copying them to
@@ -221,6 +227,8 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
             K_shared = T.alloc_shared([block_M, dim], dtype)
             V_shared = T.alloc_shared([block_M, dim], dtype)
             dsT_shared = T.alloc_shared([block_M, block_N], dtype)
+            if pds_shared:
+                qkT_shared = T.alloc_shared([block_M, block_N], dtype)
             q = T.alloc_shared([block_N, dim], dtype)
             do = T.alloc_shared([block_N, dim], dtype)
             if not stats_from_global:
@@ -263,11 +271,17 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                 elif key_tail:
                     for i, j in T.Parallel(block_M, block_N):
                         qkT[i, j] = T.if_then_else(by * block_M + i < seq_len, qkT[i, j], 0)
+                # dP^T: written after P^T, issued with S^T (tl.wgmma_issue_hoisting) so that
+                # it runs while P^T is computed
                 T.copy(dO[bz, bx, k * block_N : (k + 1) * block_N, :], do)
                 T.gemm(V_shared, do, dsT, transpose_B=True, clear_accum=True,
-                       policy=T.GemmWarpPolicy.FullRow)  # fmt: skip  # dP^T
-                T.copy(qkT, qkT_cast)
-                T.gemm(qkT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
+                       policy=T.GemmWarpPolicy.FullRow)  # fmt: skip
+                if pds_shared:
+                    T.copy(qkT, qkT_shared)
+                    T.gemm(qkT_shared, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
+                else:
+                    T.copy(qkT, qkT_cast)
+                    T.gemm(qkT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
                 if stats_from_global:
                     for i, j in T.Parallel(block_M, block_N):
                         dsT[i, j] = (
@@ -277,10 +291,20 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                     T.copy(Delta[bz, bx, k * block_N : (k + 1) * block_N], delta)
                     for i, j in T.Parallel(block_M, block_N):
                         dsT[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale  # dS^T
-                T.copy(dsT, dsT_cast)
-                T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
-                T.copy(dsT_cast, dsT_shared)
-                T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
+                if pds_shared:  # dS^T to shared straight from the accumulator, both gemms SS
+                    T.copy(dsT, dsT_shared)
+                    T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
+                    T.gemm(dsT_shared, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+                elif dq_first:  # dS^T to shared first, then dQ and dK issued back to back
+                    T.copy(dsT, dsT_cast)
+                    T.copy(dsT_cast, dsT_shared)
+                    T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
+                    T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+                else:
+                    T.copy(dsT, dsT_cast)
+                    T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+                    T.copy(dsT_cast, dsT_shared)
+                    T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
                 if dq_layout:
                     for i, j in T.Parallel(block_N, dim):
                         T.atomic_add(dQ[bz, bx, k * block_N + i, j], dq[i, j])

@@ -213,9 +213,11 @@ def flashattn_bwd(
                 for i, j in T.Parallel(block_M, block_N):
                     dsT[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale  # dS^T
                 T.copy(dsT, dsT_cast)
-                T.gemm(dsT_cast, q, dk)  # dK += dS^T Q
+                # dS^T to shared first, then dQ and dK back to back: dK runs while dQ's
+                # atomics go out
                 T.copy(dsT_cast, dsT_shared)
                 T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
+                T.gemm(dsT_cast, q, dk)  # dK += dS^T Q
                 if dq_layout:
                     for i, j in T.Parallel(block_N, dim):
                         T.atomic_add(dQ[bz, k * block_N + i, bx, j], dq[i, j])

@@ -83,6 +83,20 @@ class PassConfigKey(str, Enum):
     shared operands, synchronises), so independent work overlaps the tensor cores
     (``backends/cuda/passes/wgmma_wait_sinking.py``). Default: True."""
 
+    TL_WGMMA_ISSUE_HOISTING = "tl.wgmma_issue_hoisting"
+    """CUDA sm_90a, with ``tl.wgmma_wait_sinking``: a wgmma gemm's issue first moves up past
+    preceding statements it does not depend on (no shared register, no write to what it
+    reads, no synchronisation), so it runs together with the gemm before it
+    (FlashAttention backward: ``dP^T`` issued with ``S^T``, overlapping ``exp2``).
+    Default: True."""
+
+    TL_WGMMA_WAIT_PAST_BARRIERS = "tl.wgmma_wait_past_barriers"
+    """CUDA sm_90a, with ``tl.wgmma_wait_sinking``: the wait of a wgmma gemm whose shared
+    operands only TMA loads write (a warp-specialized stage) may move past thread barriers
+    (which order generic accesses only; the stage comes back through an mbarrier arrive,
+    which no wait passes). FlashAttention backward: ``dV += P^T dO`` stays in flight across
+    the barriers around the ``dS^T`` store. Default: True."""
+
     TL_UNSWITCH_UNIFORM_SELECT = "tl.unswitch_uniform_select"
     """Every backend: a ``T.Parallel`` nest selecting on a condition affine in its loop
     variables (FlashAttention's causal mask ``bx * bM + i >= k * bN + j``) also gets
@@ -423,6 +437,8 @@ def build_options(pass_configs) -> dict:
         "wgmma_copies_after": flag(PassConfigKey.TL_WGMMA_COPIES_AFTER, False),
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),
+        "wgmma_issue_hoisting": flag(PassConfigKey.TL_WGMMA_ISSUE_HOISTING, True),
+        "wgmma_wait_past_barriers": flag(PassConfigKey.TL_WGMMA_WAIT_PAST_BARRIERS, True),
         "pipeline_order": flag(PassConfigKey.TL_PIPELINE_ORDER, True),
         "unswitch_uniform_select": flag(PassConfigKey.TL_UNSWITCH_UNIFORM_SELECT, True),
         "wgmma_overlap": flag(PassConfigKey.TL_WGMMA_OVERLAP, False),

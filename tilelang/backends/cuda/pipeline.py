@@ -229,7 +229,9 @@ def stage_wgmma_wait_sinking(func, state):
     (``passes/wgmma_wait_sinking.py``; ``tl.wgmma_wait_sinking``)."""
     if not state.options.get("wgmma_wait_sinking", True):
         return func
-    return func.with_body(sink_wgmma_waits(func.body))
+    hoist = state.options.get("wgmma_issue_hoisting", True)
+    past = state.options.get("wgmma_wait_past_barriers", True)
+    return func.with_body(sink_wgmma_waits(func.body, hoist_issues=hoist, past_barriers=past))
 
 
 def stage_drop_proxy_fences(func, state):

@@ -30,6 +30,18 @@ flight, so this gemm's group is complete). The block stops before the first stat
 fails the test, or at the end of its sequence (a loop body's end: the loop boundary). So
 the softmax of one tile, the rescale of ``acc_o`` or the next gemm's issue overlap a gemm in
 flight. Pass config ``tl.wgmma_wait_sinking = False`` keeps every wait where the gemm put it.
+
+Before the waits sink, each gemm's whole issue (operand fences, ``wgmma_arrive``, the
+instructions, the commit and its wait block) first moves *up* its sequence past statements
+that are independent of it (:func:`_hoist_issues`, pass config ``tl.wgmma_issue_hoisting``):
+statements that name none of its registers (C, a register A), write nothing it names (its
+shared tiles, locals in its addresses), bind nothing, and neither synchronise nor touch
+another wgmma, mbarrier, fence or async copy. A ``fence.proxy.async`` passed on the way
+stays (later async reads may need it) and the gemm takes a copy along (``drop_proxy_fences``
+later removes whichever orders nothing). So a gemm the program writes after elementwise
+work it does not depend on (FlashAttention backward's ``dP^T = V dO^T`` after ``P^T =
+exp2(S^T - lse)``) is issued right after the previous gemm's wait block, and that wait then
+sinks below it: both gemms in flight, the elementwise work overlapping the second.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from tvm_tirx import ir, tirx
 
 from ....lowering.stmt import StmtMutator, flatten_seq
 from ....lowering.thread_utils import extern_calls, extern_name, tensor_handles
+from .insert_sync import _view_roots
 
 _WAIT = re.compile(r"tl::wgmma_wait<(\d+)>")
 #: Calls that synchronise threads or memory: a wait block never passes them.
@@ -152,15 +165,21 @@ _ISSUE_PREFIXES = ("tl::wgmma_fence_operand<", "tl::wgmma_m64n")
 
 def _wait_block(stmts, at):
     """(end, fenced register handles) when ``stmts[at]`` is ``wgmma_wait<0>`` right after a
-    ``wgmma_commit``, followed by its operand fences; else None."""
+    ``wgmma_commit``, followed by its operand fences; else None.
+
+    Only fences of the committed group's registers belong to the block: a next gemm's
+    operand fences (``wgmma_fence_operand(C')`` before its ``wgmma_arrive``) may follow
+    right after them, and taking those along would stop the wait at that gemm's first
+    instruction (it names C'), so the two gemms could never be in flight together."""
     if _wait_count(extern_name(stmts[at])) != 0 or at == 0:
         return None
     if extern_name(stmts[at - 1]) != "tl::wgmma_commit":
         return None
+    group_regs = _issue_operands(stmts, at - 1)[0]
     end, regs = at + 1, set()
     while end < len(stmts):
         local = _fenced_local(stmts[end])
-        if local is None:
+        if local is None or (group_regs and local not in group_regs):
             break
         regs.add(local)
         end += 1
@@ -198,9 +217,41 @@ def _is_desc(call) -> bool:
     return (extern_name(call) or "").startswith("tl::wgmma_desc")
 
 
-def _passable(stmt, protected, tiles) -> bool:
+def _generic_written(body) -> set:
+    """Handles of the tensors ``body`` may write other than by a TMA load: stored to, or
+    whose address a call other than a wgmma descriptor or a ``tl::tma_load`` takes."""
+    skip = set()
+
+    def skipped(call):
+        if (extern_name(call) or "").startswith(("tl::tma_load", "tl::wgmma_desc")):
+            tvm_ffi.structural_walk(call, [(ir.Call, lambda c: skip.add(c.__chandle__()))])
+
+    tvm_ffi.structural_walk(body, [(ir.Call, skipped)])
+    found = set()
+
+    def addr(call):
+        if getattr(call.op, "name", "").endswith("address_of") and call.__chandle__() not in skip:
+            found.update(tensor_handles(call))
+
+    def store(x):
+        if isinstance(x.dest, ir.Var):
+            found.add(x.dest.__chandle__())
+
+    tvm_ffi.structural_walk(body, [(ir.Call, addr), (ir.TensorStore, store)])
+    return found
+
+
+_BARRIERS = ("tl::named_barrier_sync", "__syncthreads")
+
+
+def _passable(stmt, protected, tiles, barrier_ok=False) -> bool:
     """Whether a wait block may move below ``stmt``: ``protected`` register handles must
-    not be named, ``tiles`` (the gemms' shared operands) not written."""
+    not be named, ``tiles`` (the gemms' shared operands) not written. ``barrier_ok``: the
+    tiles are written by TMA loads only (their stage comes back through an mbarrier arrive,
+    which no wait passes), so a thread barrier, which orders only generic accesses, may be
+    passed."""
+    if barrier_ok and extern_name(stmt) in _BARRIERS:
+        return True
     if tensor_handles(stmt) & protected or _written_tiles(stmt) & tiles:
         return False
     # a proxy fence orders this thread's earlier shared writes before later async reads:
@@ -230,8 +281,10 @@ def _pending_before(stmts, at) -> list:
     return pending
 
 
-def _sink_seq(stmts, in_flight) -> list:
+def _sink_seq(stmts, in_flight, generic=None) -> list:
     """The flattened sequence ``stmts`` with its wait blocks moved down (module doc).
+    ``generic``: handles written other than by TMA loads (:func:`_generic_written`) when a
+    wait may pass thread barriers, else None.
 
     Blocks are moved last first: a later gemm's wait goes as far as its own uses allow
     before an earlier gemm's wait (which stops at any other wait) follows it down, so
@@ -241,19 +294,28 @@ def _sink_seq(stmts, in_flight) -> list:
     for at in reversed(starts):
         end, regs = _wait_block(stmts, at)
         pending = _pending_before(stmts, at)
+        known = bool(pending)  # the group's operands are known (else: no barrier passing)
         mine = pending.pop() if pending else _Group(regs, ())
         protected, tiles = set(regs) | mine.regs | in_flight, set(mine.tiles)
         for older in pending:  # the wait completes them too
             protected |= older.regs
             tiles |= older.tiles
-        j, passed = end, 0
+        barrier_ok = (
+            generic is not None and known and not in_flight and bool(tiles) and not tiles & generic
+        )
+        j, passed, crossed = end, 0, False
         while j < len(stmts):
             chained = _chained_issue(stmts, j, mine) if not pending else j
             if chained > j:  # a same-shape gemm into the same accumulator: issued unwaited
                 passed += 1
                 j = chained
                 continue
-            if not _passable(stmts[j], protected, tiles):
+            if not _passable(stmts[j], protected, tiles, barrier_ok):
+                break
+            # past a barrier, not past another gemm's issue as well: more accumulators in
+            # flight at once made ptxas serialize every wgmma (C7512) at head dim 256
+            crossed = crossed or extern_name(stmts[j]) in _BARRIERS
+            if crossed and (extern_name(stmts[j]) or "").startswith("tl::wgmma_"):
                 break
             if extern_name(stmts[j]) == "tl::wgmma_commit":
                 passed += 1
@@ -265,6 +327,13 @@ def _sink_seq(stmts, in_flight) -> list:
             if regs <= _fences_after(stmts, j):
                 stmts[at:j] = stmts[end:j]  # the next wait_group 0 completes this group too
                 continue
+        count = _wait_count(extern_name(stmts[j])) if j < len(stmts) else None
+        if count is not None and count <= passed:  # that wait completes this group too
+            k = j + 1
+            while k < len(stmts) and _fenced_local(stmts[k]) is not None:
+                k += 1
+            stmts[at:k] = [*stmts[end:k], *stmts[at + 1 : end]]
+            continue
         if passed:
             first = ir.Evaluate(tirx.call_extern(f"tl::wgmma_wait<{passed}>", ty="void"))
             wait_stmts = [first, *wait_stmts[1:]]
@@ -281,10 +350,108 @@ def _fences_after(stmts, at) -> set:
     return out
 
 
+#: Impure externs a hoisted gemm issue may move above (vector copies, alignment tests, atomics, warp
+#: shuffles, ldmatrix): every other ``call_extern`` stops it (barriers, ping-pong turns,
+#: mbarriers, fences, TMA, cp.async, other wgmma statements, anything unknown).
+_HOIST_PASSES = (
+    "tl::copy_vec",
+    "tl::zero_vec",
+    "tl::is_aligned",
+    "tl::Atomic",
+    "__shfl",
+    "tl::ptx_ldmatrix",
+)
+#: Substrings of other (intrinsic) call ops that stop it.
+_HOIST_STOPS = ("sync", "barrier", "fence", "tma", "async", "wgmma")
+
+
+def _blocks_hoisting(call) -> bool:
+    """Whether a gemm issue may not move above a statement containing ``call``."""
+    name = extern_name(call)
+    if name is not None:
+        return not name.startswith(_HOIST_PASSES)
+    op = str(getattr(call.op, "name", "")).lower()
+    return any(k in op for k in _HOIST_STOPS)
+
+
+def _issue_block(stmts, commit_at):
+    """(start, end) of the gemm issue committed at ``stmts[commit_at]`` with its wait block
+    (operand fences, ``wgmma_arrive``, instructions, commit, ``wait_group 0``, C/A fences),
+    or None when the issue is not in that form (e.g. a barrier between arrive and the
+    instructions, or no wait right after the commit)."""
+    block = _wait_block(stmts, commit_at + 1) if commit_at + 1 < len(stmts) else None
+    if block is None:
+        return None
+    regs = _issue_operands(stmts, commit_at)[0]
+    start, seen_arrive = commit_at, False
+    while start > 0:
+        name = extern_name(stmts[start - 1]) or ""
+        if seen_arrive and _fenced_local(stmts[start - 1]) not in regs:
+            break  # not this gemm's operand fence (e.g. the previous gemm's wait block)
+        if name == "tl::wgmma_arrive":
+            seen_arrive = True
+        elif not name.startswith(_ISSUE_PREFIXES):
+            break
+        start -= 1
+    return (start, block[0]) if seen_arrive else None
+
+
+def _hoistable(stmt, regs, handles) -> bool:
+    """Whether a gemm issue naming ``handles`` (``regs``: its registers) may move above
+    ``stmt`` (module doc)."""
+    if isinstance(stmt, ir.Bind):  # binds nested in a loop or branch stay local to it
+        return False
+    calls = []
+    tvm_ffi.structural_walk(stmt, [(ir.Call, calls.append)])
+    if any(_blocks_hoisting(c) for c in calls):
+        return False
+    return not (tensor_handles(stmt) & regs or _written_tiles(stmt) & handles)
+
+
+def _hoist_issues(stmts) -> list:
+    """``stmts`` with each gemm issue (and its wait block) moved up past the statements
+    before it that it does not depend on (module doc), first gemm first."""
+    stmts = list(stmts)
+    i = 0
+    while i < len(stmts):
+        if extern_name(stmts[i]) != "tl::wgmma_commit":
+            i += 1
+            continue
+        found = _issue_block(stmts, i)
+        if found is None:
+            i += 1
+            continue
+        start, end = found
+        block = stmts[start:end]
+        regs, _tiles, _ops, _accs = _issue_operands(stmts, i)
+        regs |= {_fenced_local(s) for s in block} - {None}
+        handles = set().union(*(tensor_handles(s) for s in block))
+        to = start
+        while to > 0 and (
+            _is_proxy_fence(stmts[to - 1]) or _hoistable(stmts[to - 1], regs, handles)
+        ):
+            to -= 1
+        while to < start and _is_proxy_fence(stmts[to]):
+            to += 1  # no use passing a fence alone
+        if to < start:
+            # a passed fence stays (later async reads may need it); the gemm takes a copy
+            fences = [x for x in stmts[to:start] if _is_proxy_fence(x)][:1]
+            stmts[to:end] = [*fences, *block, *stmts[to:start]]
+            end += len(fences)
+        i = end
+    return stmts
+
+
+def _is_proxy_fence(stmt) -> bool:
+    return (extern_name(stmt) or "").startswith("tl::fence_proxy_async")
+
+
 class _Sinker(StmtMutator):
-    def __init__(self, in_flight):
+    def __init__(self, in_flight, hoist_issues=True, generic=None):
         super().__init__("cuda")
         self.in_flight = in_flight
+        self.hoist_issues = hoist_issues
+        self.generic = generic
 
     def visit_SeqStmt(self, stmt, ctx):
         flat = []
@@ -295,7 +462,9 @@ class _Sinker(StmtMutator):
         if not flat:
             return None
         if any(extern_name(s) == "tl::wgmma_commit" for s in flat):
-            flat = _sink_seq(flat, self.in_flight)
+            if self.hoist_issues:
+                flat = _hoist_issues(flat)
+            flat = _sink_seq(flat, self.in_flight, self.generic)
         return ir.SeqStmt(flat) if len(flat) > 1 else flat[0]
 
 
@@ -320,12 +489,18 @@ def _in_flight_registers(body) -> set:
     return regs
 
 
-def sink_wgmma_waits(body):
+def sink_wgmma_waits(body, hoist_issues=True, past_barriers=True):
     """``body`` with each wgmma gemm's ``wait_group 0`` moved down to its first needed
-    point (module doc)."""
+    point, and (``hoist_issues``) each gemm's issue first moved up past independent
+    statements; ``past_barriers``: the wait of a gemm whose shared operands only TMA
+    loads write may pass thread barriers (module doc)."""
     if "tl::wgmma_commit" not in _names(body):
         return body
-    return _Sinker(_in_flight_registers(body))(body)
+    # shared views (T.view / T.reshape) alias tiles under other Vars: neither a hoisted issue
+    # nor a wait past a barrier could tell a write through a view, so both are off then
+    views = bool(_view_roots(body))
+    generic = _generic_written(body) if past_barriers and not views else None
+    return _Sinker(_in_flight_registers(body), hoist_issues and not views, generic)(body)
 
 
 __all__ = ["sink_wgmma_waits"]
