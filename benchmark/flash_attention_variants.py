@@ -21,12 +21,13 @@ backward row is warp-specialized on sm_90a (TMA Q/dO and 1-d TMA lse/Delta boxes
 ``example_mha_bwd_bhsd.flashattn_bwd``), for comparison. At head dim 256 a second row runs
 64 x 64 blocks (``BWD_D256_N64``: every gemm on wgmma, the score gemms 64 x 32 per
 warpgroup instead of 64 x 16, dS K on wgmma instead of mma.sync; benchmark/SASS_AUDIT.md).
-``--bwd-dims`` limits the bhsd backward rows to those head dims, ``--bwd-cases`` the backward
-rows to those named (``dk_first``: head dim 128 in upstream's gemm order, dK issued before
-dS^T is stored; the default stores dS^T first and issues dQ then dK; ``d256_pds``: head dim
-256 with P^T and dS^T read by the gemms from shared, ``pds_shared``). ``--variant`` adds, for
-every bhsd backward row, one built with more pass configs (e.g. ``--variant
-fences:tl.drop_proxy_fences=false``), timed in the same process.
+``--bwd-dims`` / ``--fwd-dims`` limit the bhsd backward / forward rows to those head dims,
+``--bwd-cases`` the backward rows to those named (``dk_first``: head dim 128 in upstream's gemm
+order, dK issued before dS^T is stored; the default stores dS^T first and issues dQ then dK;
+``d256_pds``: head dim 256 with P^T and dS^T read by the gemms from shared, ``pds_shared``).
+``--variant`` adds, for every bhsd backward, bhsd forward, GQA forward and varlen forward row,
+one built with more pass configs (e.g. ``--variant fences:tl.drop_proxy_fences=false``), timed
+in the same process (forward variant rows against one reference only).
 """
 
 from __future__ import annotations
@@ -157,29 +158,32 @@ class Table:
 def fwd_rows(table, args):
     dev = args.device
     b, h, s = args.batch, args.heads, args.seq
-    for dim in (64, 128, 256):
+    variants = [("", None), *parse_variants(args.variant)]
+    for dim in (d for d in (64, 128, 256) if d in args.fwd_dims):
         for causal in (False, True):
             q, k, v = (torch.randn(b, h, s, dim, device=dev, dtype=torch.float16)
                        for _ in range(3))  # fmt: skip
             flops = 4.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
-            configs = [("default", fwd_bhsd.default_config(dim))]
+            configs = [("default", fwd_bhsd.default_config(dim), *variant) for variant in variants]
             if args.sweep:
                 configs += [(f"{bm}x{bn}/{th}t/{st}s", dict(block_M=bm, block_N=bn,
-                             num_stages=st, threads=th)) for bm, bn, st, th in SWEEP]  # fmt: skip
-            for name, config in configs:
-                label = f"fwd bhsd d={dim} causal={causal} {name}"
+                             num_stages=st, threads=th), "", None)
+                            for bm, bn, st, th in SWEEP]  # fmt: skip
+            for name, config, vname, vconfigs in configs:
+                label = f"fwd bhsd d={dim} causal={causal} {name}" + (
+                    f" [{vname}]" if vname else ""
+                )
                 try:
-                    kernel = fwd_bhsd.flashattn(b, h, s, s, dim, causal, **config)
+                    jit = with_pass_configs(fwd_bhsd.flashattn, vconfigs)
+                    kernel = jit(b, h, s, s, dim, causal, **config)
                 except Exception as err:  # noqa: BLE001
                     print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
                     continue
                 ref = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731, B023
-                table.row(
-                    label, flops, lambda: kernel(q, k, v),  # noqa: B023
-                    [("cudnn", ref, lambda: sdpa_backend("cudnn")),
-                     ("flash", ref, lambda: sdpa_backend("flash"))],
-                    rel_err,
-                )  # fmt: skip
+                refs = [("cudnn", ref, lambda: sdpa_backend("cudnn"))]
+                if not vname:  # variant rows: cuDNN only (device time)
+                    refs.append(("flash", ref, lambda: sdpa_backend("flash")))
+                table.row(label, flops, lambda: kernel(q, k, v), refs, rel_err)  # noqa: B023
 
 
 def gqa_rows(table, args):
@@ -191,12 +195,6 @@ def gqa_rows(table, args):
                 for _ in range(2))  # fmt: skip
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         flops = 4.0 * b * h * s * s * dim * (0.5 if causal else 1.0)
-        label = f"fwd gqa h={h} kv={h // groups} d={dim} causal={causal}"
-        try:
-            kernel = gqa_fwd.flashattn(b, h, s, dim, causal, groups, **gqa_fwd.default_config(dim))
-        except Exception as err:  # noqa: BLE001
-            print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
-            continue
 
         def ref(qt=qt, kt=kt, vt=vt, causal=causal):
             out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
@@ -206,13 +204,20 @@ def gqa_rows(table, args):
             kr, vr = (x.repeat_interleave(groups, dim=1) for x in (kt, vt))
             return F.scaled_dot_product_attention(qt, kr, vr, is_causal=causal).transpose(1, 2)
 
-        table.row(
-            label, flops, lambda: kernel(q, k, v),  # noqa: B023
-            [("cudnn", ref, lambda: sdpa_backend("cudnn")),
-             ("flash", ref, lambda: sdpa_backend("flash")),
-             ("flash+repeat_kv", ref_repeat, lambda: sdpa_backend("flash"))],
-            rel_err,
-        )  # fmt: skip
+        for vname, vconfigs in [("", None), *parse_variants(args.variant)]:
+            label = f"fwd gqa h={h} kv={h // groups} d={dim} causal={causal}"
+            label += f" [{vname}]" if vname else ""
+            try:
+                jit = with_pass_configs(gqa_fwd.flashattn, vconfigs)
+                kernel = jit(b, h, s, dim, causal, groups, **gqa_fwd.default_config(dim))
+            except Exception as err:  # noqa: BLE001
+                print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+                continue
+            refs = [("cudnn", ref, lambda: sdpa_backend("cudnn"))]
+            if not vname:  # variant rows: cuDNN only (device time)
+                refs += [("flash", ref, lambda: sdpa_backend("flash")),
+                         ("flash+repeat_kv", ref_repeat, lambda: sdpa_backend("flash"))]  # fmt: skip
+            table.row(label, flops, lambda: kernel(q, k, v), refs, rel_err)  # noqa: B023
 
 
 def torch_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal):
@@ -241,13 +246,6 @@ def varlen_rows(table, args):
         lens = random_seqlens(b, smax, gen, min_seqlen=smax // 2)
         q, k, v, cu_q, cu_k, max_q = make_varlen_inputs(lens, lens, h, h, dim, dev)
         flops = 4.0 * h * sum(n * n for n in lens) * dim * (0.5 if causal else 1.0)
-        label = f"fwd varlen b={b} s<={smax} d={dim} causal={causal}"
-        try:
-            kernel = gqa_varlen.flashattn(b, 1, q.shape[0], k.shape[0], h, dim, causal,
-                                          **gqa_varlen.default_config(dim))  # fmt: skip
-        except Exception as err:  # noqa: BLE001
-            print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
-            continue
         padded = [torch.zeros(b, h, max_q, dim, device=dev, dtype=torch.float16)
                   for _ in range(3)]  # fmt: skip
         for i, n in enumerate(lens):
@@ -267,12 +265,20 @@ def varlen_rows(table, args):
         def check(out, _want, per_seq=per_seq):  # vs per-sequence SDPA (lq == lk)
             return rel_err(out, per_seq)
 
-        table.row(
-            label, flops, lambda: kernel(q, k, v, cu_q, cu_k, max_q),  # noqa: B023
-            [("fa2-varlen", ref_varlen, contextlib.nullcontext),
-             ("cudnn-padded", ref_padded, lambda: sdpa_backend("cudnn"))],
-            check,
-        )  # fmt: skip
+        for vname, vconfigs in [("", None), *parse_variants(args.variant)]:
+            label = f"fwd varlen b={b} s<={smax} d={dim} causal={causal}"
+            label += f" [{vname}]" if vname else ""
+            try:
+                jit = with_pass_configs(gqa_varlen.flashattn, vconfigs)
+                kernel = jit(b, 1, q.shape[0], k.shape[0], h, dim, causal,
+                             **gqa_varlen.default_config(dim))  # fmt: skip
+            except Exception as err:  # noqa: BLE001
+                print(f"{label:<44} FAILED {type(err).__name__}: {str(err)[:160]}")
+                continue
+            refs = [("fa2-varlen", ref_varlen, contextlib.nullcontext)]
+            if not vname:  # variant rows: FA2 varlen only (device time)
+                refs.append(("cudnn-padded", ref_padded, lambda: sdpa_backend("cudnn")))
+            table.row(label, flops, lambda: kernel(q, k, v, cu_q, cu_k, max_q), refs, check)  # noqa: B023
 
 
 def _grad_fn(out_fn, leaves, do):
@@ -283,6 +289,25 @@ def _grad_fn(out_fn, leaves, do):
         return torch.autograd.grad(out, leaves, do, retain_graph=True)
 
     return run
+
+
+_WITH_CONFIGS: dict = {}  # (jit function, pass configs) -> that function re-jitted with them
+
+
+def with_pass_configs(jit_fn, configs):
+    """``jit_fn`` (a ``@tilelang.jit`` function) with ``configs`` added to its pass configs
+    (a forward row's ``--variant``); ``jit_fn`` itself when ``configs`` is empty."""
+    if not configs:
+        return jit_fn
+    import tilelang
+
+    key = (id(jit_fn), tuple(sorted(configs.items())))
+    if key not in _WITH_CONFIGS:
+        options = dict(jit_fn.options)
+        options["pass_configs"] = {**(options.get("pass_configs") or {}), **configs}
+        options = {k: v for k, v in options.items() if v is not None}
+        _WITH_CONFIGS[key] = tilelang.jit(**options)(jit_fn.fn)
+    return _WITH_CONFIGS[key]
 
 
 _REJITTED: dict = {}  # pass configs -> the bhsd backward kernel's jit built with them
@@ -483,8 +508,11 @@ def main():
     parser.add_argument("--bwd-cases", nargs="+", choices=BWD_CASES, default=list(BWD_CASES),
                         help="backward rows to run (bhsd: one per --bwd-dims; the others are "
                         "extra configs, gqa and bshd the other examples)")  # fmt: skip
+    parser.add_argument("--fwd-dims", type=int, nargs="+", default=[64, 128, 256],
+                        help="head dims of the bhsd forward rows (64 128 256)")  # fmt: skip
     parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
-                        help="bhsd backward: rows built with these pass configs added")  # fmt: skip
+                        help="bhsd/GQA/varlen forward and bhsd backward: rows built with "
+                        "these pass configs added")  # fmt: skip
     parser.add_argument(
         "--device", default="cuda", help="cpu: a smoke run of the script (tiny shapes)"
     )

@@ -1,12 +1,13 @@
 """Per-iteration SASS statistics of the attention kernels the benchmarks build (no GPU needed).
 
-    python benchmark/sass_audit.py [--kernels mla fwd128 fwd64 bwd128 bwd128_dkfirst bwd256
+    python benchmark/sass_audit.py [--kernels mla fwd128 fwd64 gqa128 bwd128 bwd128_dkfirst bwd256
         bwd256_64x64 bwd256_pds]
         [--pass-configs KEY=VALUE ...] [--keep DIR]
 
 Each kernel is built exactly as its benchmark builds it (``mla_decode.py``: batch 64, 128
 heads, 8192 keys, 512 + 64, split 1; ``flash_attention.py`` / ``flash_attention_variants.py``:
-B4 H16 S4096 at the examples' default block configs) for sm_90a with nvcc, then
+B4 H16 S4096 at the examples' default block configs; ``gqa128``: the GQA row, B4 32 query heads
+on 4 K/V heads S4096) for sm_90a with nvcc, then
 ``ptxas -v`` gives registers and spills and ``cuobjdump -sass`` the main loop: the backward
 branch spanning the most (H)MMA instructions. Printed per kernel: registers, spill bytes,
 the loop's instruction count and the counts of the instructions that matter for issue 13
@@ -50,6 +51,11 @@ def _tir(name):
         return mla.flashattn.get_tir(64, 128, 1, 8192, 512, 64, 64, 64, 1), {
             "tl.enable_fast_math": True
         }
+    if name.startswith("gqa"):  # flash_attention_variants.py's GQA row: 32 heads on 4 K/V heads
+        import example_gqa_fwd_bshd as gqa
+
+        dim = int(name[3:])
+        return gqa.flashattn.get_tir(4, 32, 4096, dim, False, 8, **gqa.default_config(dim)), {}
     if name.startswith("fwd"):
         import example_mha_fwd_bhsd as fwd
 
@@ -87,8 +93,8 @@ def cuobjdump() -> str | None:
 
 
 def loop_stats(sass: str) -> dict:
-    """Counts of :data:`COUNTED` opcodes in the loop whose backward branch spans the most
-    (H)MMA instructions, plus ``instructions`` (all of them)."""
+    """Counts of :data:`COUNTED` opcodes in the loop whose (predicated) backward branch spans
+    the most (H)MMA instructions, plus ``instructions`` (all of them)."""
     ins = []
     for line in sass.splitlines():
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
@@ -97,7 +103,9 @@ def loop_stats(sass: str) -> dict:
     best = None
     for addr, text in ins:
         m = re.search(r"BRA (?:\S+ )?0x([0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < addr:
+        # an unpredicated branch back is the return of an out-of-line slow path (an mbarrier
+        # try-wait retried past the function's end), not a loop's back edge
+        if m and int(m.group(1), 16) < addr and text.startswith("@"):
             body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
             n = sum("MMA" in t for t in body)
             if best is None or n > best[0]:

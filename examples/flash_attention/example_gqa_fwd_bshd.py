@@ -81,7 +81,23 @@ def flashattn(batch, heads, seq_len, dim, is_causal, groups=1, block_M=64, block
                 if is_causal
                 else T.ceildiv(seq_len, block_N)
             )
-            for k in T.Pipelined(loop_range, num_stages=num_stages):
+            # FlashAttention-3's schedule, as example_mha_fwd_bshd.py asks for it: the body's
+            # statements are the K copy (0), the mask or clear and Q @ K^T (1, 2), the softmax
+            # (3 .. 9, one statement more with the causal Check_inf step), the rescale of
+            # acc_o, the V copy and P @ V. Q @ K^T of block k runs before the rescale and
+            # P @ V of block k-1 (stage 1: one iteration late) and the softmax of block k, so
+            # the tensor cores work while the softmax computes; on sm_90a the two consumer
+            # warpgroups also take turns at the gemms (tl.ws_pingpong). Elsewhere the
+            # annotations are a hint the backend may ignore.
+            soft = list(range(3, 11 if is_causal else 10))
+            after = soft[-1] + 1
+            for k in T.Pipelined(
+                loop_range,
+                num_stages=num_stages,
+                order=[-1, 0, 3, 1, -1, 2],
+                stage=[-1, 0, 0, 1, -1, 1],
+                group=[[0], [1, 2], soft, [after], [after + 1], [after + 2]],
+            ):
                 T.copy(K[bz, k * block_N : (k + 1) * block_N, by // groups, :], K_shared)
                 if is_causal:
                     for i, j in T.Parallel(block_M, block_N):

@@ -97,6 +97,16 @@ class PassConfigKey(str, Enum):
     which no wait passes). FlashAttention backward: ``dV += P^T dO`` stays in flight across
     the barriers around the ``dS^T`` store. Default: True."""
 
+    TL_WGMMA_WAIT_PAIRED_BARRIERS = "tl.wgmma_wait_paired_barriers"
+    """CUDA sm_90a, with ``tl.wgmma_wait_sinking``: any gemm's wait (shared operands written
+    by threads too) also moves past a named barrier ``bar.sync id, n`` when the same barrier
+    comes again later in the sequence and no statement between the two writes the gemm's
+    shared operands (every thread that could overwrite them after the first barrier waits
+    at the second one, which this thread reaches only after its wait). MLA decoding's
+    cross-warpgroup row reductions and its ``S_shared`` barrier otherwise stop the waits of
+    both of its gemms (with ``tl.wgmma_overlap``: ``P @ V`` of block k-1 then runs during the
+    exp2 of block k). Default: False (opt-in, not yet measured on the GPU)."""
+
     TL_UNSWITCH_UNIFORM_SELECT = "tl.unswitch_uniform_select"
     """Every backend: a ``T.Parallel`` nest selecting on a condition affine in its loop
     variables (FlashAttention's causal mask ``bx * bM + i >= k * bN + j``) also gets
@@ -439,6 +449,7 @@ def build_options(pass_configs) -> dict:
         "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),
         "wgmma_issue_hoisting": flag(PassConfigKey.TL_WGMMA_ISSUE_HOISTING, True),
         "wgmma_wait_past_barriers": flag(PassConfigKey.TL_WGMMA_WAIT_PAST_BARRIERS, True),
+        "wgmma_wait_paired_barriers": flag(PassConfigKey.TL_WGMMA_WAIT_PAIRED_BARRIERS, False),
         "pipeline_order": flag(PassConfigKey.TL_PIPELINE_ORDER, True),
         "unswitch_uniform_select": flag(PassConfigKey.TL_UNSWITCH_UNIFORM_SELECT, True),
         "wgmma_overlap": flag(PassConfigKey.TL_WGMMA_OVERLAP, False),

@@ -11,6 +11,7 @@ nvcc for sm_90a at the block sizes the examples choose per head dim. ``cuda``-ma
 run the examples on a GPU at moderate shapes.
 """
 
+import re
 import shutil
 import sys
 import zlib
@@ -161,6 +162,54 @@ def test_fwd_bhsd_warp_specialized_emulated(causal, rng):
 
 
 @pytest.mark.parametrize("causal", [False, True])
+def test_gqa_fwd_ordered_emulated(causal, rng):
+    """The GQA forward at its GPU config on sm_90a: its ``T.Pipelined(order=, stage=,
+    group=)`` orders the consumer loop (Q @ K^T of block k before the rescale and P @ V of
+    k-1, one mbarrier ring per copy) and the two consumer warpgroups take turns at the gemms,
+    as in the MHA bshd example; query heads 2h and 2h+1 read K/V head h; a sequence of 300
+    (tails in Q and K/V); run by the emulator against float64."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_gemm_wgmma_rs import emulate_rs
+
+    m = _load(GQA_FWD)
+    B, S, H, G, D = 1, 300, 4, 2, 64
+    lowered = pipeline.lower(m.flashattn.get_tir(B, H, S, D, causal, G, **m.default_config(D)),
+                             SM90A)  # fmt: skip
+    notes = list(lowered.attrs["tl.tma"])
+    softmax = f"{list(range(2, 10 if causal else 9))}@stage0"  # positions after the copies
+    assert any("consumer software-pipelined" in n and softmax in n for n in notes), notes
+    assert any("take turns" in n for n in notes), notes
+    assert not any("ignored" in n for n in notes), notes
+    q = rng.standard_normal((B, S, H, D)).astype(np.float16)
+    k, v = (rng.standard_normal((B, S, H // G, D)).astype(np.float16) for _ in range(2))
+    arrays, _ = emulate_rs(lowered, q, k, v, np.full(q.shape, np.nan, np.float16))
+    ref = m.ref_program(*(torch.from_numpy(x) for x in (q, k, v)), causal, G)
+    np.testing.assert_allclose(arrays[3].astype(np.float64), ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_gqa_fwd_order_annotations_vs_serial_and_derived():
+    """``tl.pipeline_order = False`` (the annotations ignored) gives the serial loop (each
+    gemm waited for where it is issued, no turns: the example before its annotations, the
+    benchmark's ``serial`` variant); ``tl.wgmma_overlap`` derives the annotations' order
+    from the plain loop: the same CUDA source."""
+    m = _load(GQA_FWD)
+    tir = m.flashattn.get_tir(1, 8, 1000, 128, False, 4, **m.default_config(128))
+    serial = pipeline.lower(tir, SM90A, {"tl.pipeline_order": False})
+    assert not any("software-pipelined" in n for n in serial.attrs["tl.tma"])
+    assert "ws_turn_wait" not in str(serial)
+    ordered = pipeline.build(tir, SM90A, compiler="nvcc").kernel_source
+    derived = pipeline.build(tir, SM90A, {"tl.pipeline_order": False, "tl.wgmma_overlap": True},
+                             compiler="nvcc").kernel_source  # fmt: skip
+    assert "tl::ws_turn_wait" in ordered and "tl::wgmma_wait<1>()" in ordered
+
+    def unnumbered(src):  # vector temporaries are numbered by a process-wide counter
+        return re.sub(r"_vec\d+", "_vec", src)
+
+    assert unnumbered(derived) == unnumbered(ordered)
+
+
+@pytest.mark.parametrize("causal", [False, True])
 def test_bwd_bhsd_stats_from_global_warp_specialized_emulated(causal, rng):
     """``stats_from_global``: lse/Delta read in the elementwise loops, so the backward's loop
     (every gemm on wgmma at head dim 128) is warp-specialized with TMA Q/dO loads; run by the
@@ -206,6 +255,32 @@ def test_varlen_sm90a_emulated(causal, rng):
                                     block_N=64, num_stages=2, threads=128)  # fmt: skip
     lowered = pipeline.lower(func, SM90A)
     assert "wgmma_m64n64k16_rs" in lowered.script()
+    out = np.full(q.shape, np.nan, np.float16)
+    inputs = [x.numpy() for x in (q, k, v, cu_q, cu_k)]
+    arrays, _ = emulate_rs(lowered, *inputs, np.int32(max_q), out)
+    ref = utils.ref_program_varlen(q, k, v, cu_q, cu_k, causal, groups=2)
+    np.testing.assert_allclose(arrays[-1].astype(np.float64), ref.numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_overlap_sm90a_emulated(causal, rng):
+    """The varlen forward at its GPU config (128 x 128, two consumer warpgroups) with
+    ``tl.wgmma_overlap`` (the benchmark's ``overlap`` variant): the compiler orders its
+    plain loop as the annotated examples' (warpgroup turns too); empty query and key
+    sequences, NaN-initialised output, float64 reference."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_gemm_wgmma_rs import emulate_rs
+
+    module = _load(GQA_VARLEN)
+    utils = sys.modules["varlen_utils"]
+    lens_q, lens_k = [0, 37, 200], [50, 0, 260]
+    q, k, v, cu_q, cu_k, max_q = utils.make_varlen_inputs(lens_q, lens_k, 4, 2, 64, "cpu")
+    func = module.flashattn.get_tir(3, 2, q.shape[0], k.shape[0], 4, 64, causal,
+                                    **module.default_config(64))  # fmt: skip
+    lowered = pipeline.lower(func, SM90A, {"tl.wgmma_overlap": True})
+    notes = list(lowered.attrs["tl.tma"])
+    assert any("consumer software-pipelined" in n for n in notes), notes
+    assert any("take turns" in n for n in notes), notes
     out = np.full(q.shape, np.nan, np.float16)
     inputs = [x.numpy() for x in (q, k, v, cu_q, cu_k)]
     arrays, _ = emulate_rs(lowered, *inputs, np.int32(max_q), out)

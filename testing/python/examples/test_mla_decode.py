@@ -183,6 +183,125 @@ def test_score_gemms_chain_without_a_wait():
     assert loop[first_wait:].startswith("tl::wgmma_wait<0>")
 
 
+#: issue 13's MLA prototype: FlashAttention-3's order derived for the dense loop (its two
+#: score gemms into one acc_s), the waits past the paired reduction barriers; no turns
+OVERLAP = {"tl.wgmma_overlap": True, "tl.wgmma_wait_paired_barriers": True, "tl.ws_pingpong": False}
+
+
+def _loop_events(text):
+    """The steady consumer loop of lowered ``text`` as a list of event names."""
+    import re
+
+    loop = text[text.index("for k in range(1,") : text.index("for k_load")]
+    keys = ("wgmma_m64n32k16", "wgmma_m64n64k16", "wgmma_wait", "named_barrier_sync",
+            "S_shared[", "T.exp2", "fmaxf", "acc_o_local[pl")  # fmt: skip
+    out = []
+    for line in loop.splitlines():
+        key = next((k for k in keys if k in line), None)
+        if key == "wgmma_wait":
+            key = re.search(r"wgmma_wait<\d>", line).group(0)
+        if key and (not out or out[-1] != key):
+            out.append(key)
+    return out
+
+
+def test_overlap_schedule_structure():
+    """With the prototype's pass configs the dense loop issues both score gemms of block k,
+    rescales ``acc_o`` and issues ``P @ V`` of block k-1 (after the ``S_shared`` barrier)
+    before waiting for the scores; ``P @ V``'s wait passes the row-max exchange barrier (the
+    row-sum one follows before any ``S_shared`` write) and lands after the exp2, right
+    before the row-sum barrier, whose ``S_shared`` stores follow. Without
+    ``tl.wgmma_wait_paired_barriers`` both waits stop at the first barrier; without
+    ``tl.wgmma_overlap`` the loop is not reordered (the defaults)."""
+    func = _load(DENSE).flashattn.get_tir(1, 64, 1, 300, 128, 64, 64, 64, 1)
+    ev = _loop_events(str(pipeline.lower(func, SM90A, OVERLAP)))
+    pv = ev.index("wgmma_m64n64k16")
+    assert ev[:pv] == ["wgmma_m64n32k16", "acc_o_local[pl", "named_barrier_sync"]
+    assert ev[pv + 1] == "wgmma_wait<1>"  # the scores only
+    w0 = ev.index("wgmma_wait<0>")
+    barriers = [i for i, e in enumerate(ev) if e == "named_barrier_sync"]
+    assert barriers[1] < ev.index("T.exp2") < w0 == barriers[2] - 1
+    assert barriers[2] < ev.index("S_shared[")
+    stopped = _loop_events(str(pipeline.lower(func, SM90A, {**OVERLAP,
+                                                           "tl.wgmma_wait_paired_barriers": False})))  # fmt: skip
+    assert stopped.index("wgmma_wait<0>") < stopped.index("wgmma_m64n64k16")
+    default = pipeline.lower(func, SM90A)
+    assert not any("software-pipelined" in n for n in default.attrs["tl.tma"])
+
+
+def _emulate_overlap(kv, dim, num_split, mode, configs, traced=False):
+    """The dense kernel lowered with ``configs``, emulated against float64; with ``traced``
+    also the consumer warpgroups' named-barrier operations replayed (deadlocks raise)."""
+    from test_fa_three_warpgroups import emulate_traced, replay_blocks
+
+    module = _load(DENSE)
+    func = module.flashattn.get_tir(1, 64, 1, kv, dim, 64, 64, 64, num_split)
+    lowered = pipeline.lower(func, SM90A, configs)
+    inputs = [x.numpy() for x in module.make_inputs(1, 64, kv, dim, 64, "cpu")]
+    ref = module.ref_program(*(torch.from_numpy(x) for x in inputs)).numpy()
+    ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
+    arrays, _ = emulate_rs(lowered, *inputs, np.zeros(ref.shape, np.float16), *ws, mode=mode,
+                           race=True)  # fmt: skip
+    np.testing.assert_allclose(arrays[len(inputs)].astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+    if traced:
+        arrays, machine = emulate_traced(lowered, *inputs, np.zeros(ref.shape, np.float16), *ws)
+        np.testing.assert_allclose(arrays[len(inputs)].astype(np.float64), ref, rtol=1e-2,
+                                   atol=1e-2)  # fmt: skip
+        replay_blocks(machine, 2)
+    return lowered
+
+
+@pytest.mark.parametrize(
+    "kv,dim,num_split,mode",
+    [(300, 128, 1, "late_reads"), (100, 128, 3, "late_writes"), (150, 512, 1, "late_reads")],
+    ids=["tail", "split", "full_dim"],
+)
+def test_overlap_schedule_emulated(kv, dim, num_split, mode):
+    """The prototype's loop matches float64 with wgmma completing at the wait that retires it
+    (``late_reads``: a shared operand overwritten before the wait would be read new) and
+    the race check on; the consumer warpgroups' named-barrier operations (row exchanges,
+    ``S_shared``) replayed under ``bar.sync`` semantics: no deadlock or imbalance."""
+    lowered = _emulate_overlap(kv, dim, num_split, mode, OVERLAP, traced=num_split == 1)
+    assert any("consumer software-pipelined" in n for n in lowered.attrs["tl.tma"])
+
+
+@pytest.mark.parametrize("num_split,mode", [(1, "late_reads"), (3, "late_writes")])
+def test_overlap_schedule_paged_emulated(num_split, mode):
+    """The paged kernel under the prototype's pass configs (default turns: its ``P @ V``
+    reads registers, no shared tile spans the turn): ordered, float64, barriers replayed."""
+    from test_fa_three_warpgroups import emulate_traced, replay_blocks
+
+    module = _load(PAGED)
+    func = module.mla_decode_paged.get_tir(2, 64, 1, 256, 128, 64, 64, 64, num_split, 64)
+    configs = {"tl.wgmma_overlap": True, "tl.wgmma_wait_paired_barriers": True}
+    lowered = pipeline.lower(func, SM90A, configs)
+    assert any("consumer software-pipelined" in n for n in lowered.attrs["tl.tma"])
+    inputs = [x.numpy() for x in module.make_inputs(2, 64, 256, 128, 64, 64, (150, 37), "cpu")]
+    ref = module.ref_program(*(torch.from_numpy(x) for x in inputs), 64).numpy()
+    ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
+    arrays, _ = emulate_rs(lowered, *inputs, np.zeros(ref.shape, np.float16), *ws, mode=mode,
+                           race=True)  # fmt: skip
+    np.testing.assert_allclose(arrays[len(inputs)].astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+    _, machine = emulate_traced(lowered, *inputs, np.zeros(ref.shape, np.float16), *ws)
+    replay_blocks(machine, 2)
+
+
+def test_ordered_loop_without_turns_around_the_s_shared_barrier(monkeypatch):
+    """Ping-pong turns are on by default in ordered loops, but MLA's turn would span the
+    consumers' ``S_shared`` barrier before ``P @ V`` (one warpgroup holding the turn waits
+    there for the others, which wait for the turn): no turns, with a note. Forcing them
+    makes the barrier replay find the deadlock the GPU would hang in."""
+    from tilelang.backends.cuda.passes import warp_specialize_auto as ws
+
+    configs = {"tl.wgmma_overlap": True, "tl.wgmma_wait_paired_barriers": True}
+    lowered = _emulate_overlap(300, 128, 1, "late_reads", configs, traced=True)
+    notes = list(lowered.attrs["tl.tma"])
+    assert any("no ping-pong turns" in n and "S_shared" in n for n in notes), notes
+    monkeypatch.setattr(ws, "_shared_across", lambda inside, outside: set())
+    with pytest.raises(AssertionError, match="deadlock"):
+        _emulate_overlap(300, 128, 1, "late_reads", configs, traced=True)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("num_split", [1, 4])
 @pytest.mark.parametrize("example", ["dense", "paged"])
@@ -220,3 +339,29 @@ def test_dense_small_gpu():
 def test_paged_gpu(num_split):
     _needs_gpu()
     _load(PAGED).main(3, 128, (1000, 1, 4096), 4096, 512, 64, num_split, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("example", ["dense", "paged"])
+def test_overlap_prototype_gpu(example):
+    """The prototype's pass configs (benchmark/mla_decode.py --variant) on the GPU at 512 +
+    64 and 128 heads: no hang, float64 agreement."""
+    _needs_gpu()
+    import tilelang
+
+    configs = {"tl.enable_fast_math": True, **OVERLAP}
+    if example == "dense":
+        module = _load(DENSE)
+        func = module.flashattn.get_tir(4, 128, 1, 1000, 512, 64, 64, 64, 1)
+        inputs = module.make_inputs(4, 128, 1000, 512, 64, "cuda")
+        ref, out_idx = module.ref_program(*inputs), [4]
+    else:
+        module = _load(PAGED)
+        func = module.mla_decode_paged.get_tir(3, 128, 1, 4096, 512, 64, 64, 64, 1, 64)
+        inputs = module.make_inputs(3, 128, 4096, 512, 64, 64, (1000, 1, 4096), "cuda")
+        ref, out_idx = module.ref_program(*inputs, 64), [6]
+    kernel = tilelang.compile(func, out_idx=out_idx, pass_configs=configs)
+    for _ in range(2):  # a second launch: barriers and phases start fresh
+        out = kernel(*inputs)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2)

@@ -37,6 +37,19 @@ def test_loop_stats_picks_the_mma_loop():
     assert stats["shapes"] == {"HGMMA.64x32x16.F32": 2}
 
 
+def test_loop_stats_skips_slow_path_returns():
+    """An mbarrier wait retried out of line after EXIT returns with an unpredicated branch
+    to before the loop: not the loop (the ordered FlashAttention consumer's listing)."""
+    m = _load()
+    rows = ["SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R0", "@!P0 BRA 0xa0",
+            "HGMMA.64x128x16.F32 R24, gdesc[UR8], RZ, !UPT", "FMNMX R1, R2, R3, !PT",
+            "HGMMA.64x128x16.F32 R24, gdesc[UR8], R24, gsb0", "@P1 BRA 0x20", "EXIT",
+            "BRA 0x70", "NOP", "NOP",
+            "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R0", "@!P0 BRA 0xa0", "BRA 0x0"]  # fmt: skip
+    stats = m.loop_stats(_listing(rows))
+    assert stats["instructions"] == 4 and stats["HGMMA"] == 2 and "SYNCS" not in stats
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_mla_loop_barriers_in_sass():
     m = _load()

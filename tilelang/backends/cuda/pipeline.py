@@ -231,7 +231,10 @@ def stage_wgmma_wait_sinking(func, state):
         return func
     hoist = state.options.get("wgmma_issue_hoisting", True)
     past = state.options.get("wgmma_wait_past_barriers", True)
-    return func.with_body(sink_wgmma_waits(func.body, hoist_issues=hoist, past_barriers=past))
+    paired = state.options.get("wgmma_wait_paired_barriers", False)
+    return func.with_body(
+        sink_wgmma_waits(func.body, hoist_issues=hoist, past_barriers=past, paired_barriers=paired)
+    )
 
 
 def stage_drop_proxy_fences(func, state):

@@ -140,9 +140,11 @@ def plan_overlap(rest, accumulator_of, stages, tiles):
     """(OrderPlan, "") for the automatic overlap schedule (pass config ``tl.wgmma_overlap``),
     else (None, reason).
 
-    The body must hold exactly two top-level asynchronous gemms ``G`` (first) and ``P``
-    (``accumulator_of(stmt)``: the accumulator Var of a wgmma gemm, else None). Statements up
-    to ``G`` run first (stage 0, order 0); those between ``G`` and ``P`` that touch ``P``'s
+    The body must hold top-level asynchronous gemms ``G`` and then ``P``
+    (``accumulator_of(stmt)``: the accumulator Var of a wgmma gemm, else None), where ``G``
+    may be several gemms into one accumulator (MLA's scores: the latent part, then the rope
+    part into the same ``acc_s``) and ``P`` is one gemm into another. Statements up to ``G``
+    run first (stage 0, order 0); those between ``G`` and ``P`` that touch ``P``'s
     accumulator (FlashAttention's rescale of ``acc_o``) one iteration late (order 1), then
     ``P`` and what follows it (order 2), then the other statements between (the softmax;
     stage 0, order 3): upstream's ``wgmma_pipelined`` schedule. Dependences are checked as
@@ -150,10 +152,17 @@ def plan_overlap(rest, accumulator_of, stages, tiles):
     if stages < 2:
         return None, "needs num_stages >= 2"
     gemms = [i for i, st in enumerate(rest) if accumulator_of(st) is not None]
-    if len(gemms) != 2:
-        return None, f"{len(gemms)} wgmma gemms at the top of the body (the schedule needs 2)"
-    g, p = gemms
-    acc_p = {accumulator_of(rest[p]).__chandle__()}
+    accs = [accumulator_of(rest[i]).__chandle__() for i in gemms]
+    lead = 1  # the gemms into the first gemm's accumulator, one after another
+    while lead < len(gemms) and accs[lead] == accs[0]:
+        lead += 1
+    if len(gemms) - lead != 1 or len(gemms) < 2:
+        return None, (
+            f"{len(gemms)} wgmma gemms at the top of the body (the schedule needs gemms into "
+            "one accumulator, then one gemm into another)"
+        )
+    g, p = gemms[lead - 1], gemms[-1]
+    acc_p = {accs[-1]}
     late, soft = [], []
     for i in range(g + 1, p):
         (late if tensor_handles(rest[i]) & acc_p else soft).append(i)

@@ -77,7 +77,7 @@ from ....lowering.stmt import (
     substitute,
     with_launch_body,
 )
-from ....lowering.thread_utils import extern_name, i32, is_sync, new_tensor
+from ....lowering.thread_utils import extern_name, i32, is_shared, is_sync, new_tensor
 from ....lowering.thread_utils import extern_stmt as _call
 from .pipeline_copies import read_only
 
@@ -470,10 +470,17 @@ def _ordered_turns(planner, loop_stmts, threads):
     gemms = [i for i, s in enumerate(stmts) if planner._reader_of(s) is not None]
     if len(gemms) < 2:
         return loop_stmts, [], []
+    first, last = gemms[0], gemms[-1]
+    shared = _shared_across(stmts[first : last + 1], stmts[:first] + stmts[last + 1 :])
+    if shared:
+        pctx.tma_notes.append(
+            "no ping-pong turns (tl.ws_pingpong): the gemms' turn would span a consumer "
+            f"barrier (shared {', '.join(sorted(shared))} also used outside it)"
+        )
+        return loop_stmts, [], []
     turns = _turns(planner, threads)
     if turns is None:
         return loop_stmts, [], []
-    first, last = gemms[0], gemms[-1]
     body = [
         *stmts[:first],
         _call(TURN_WAIT, turns.mine, turns.count),
@@ -497,6 +504,32 @@ def _ordered_turns(planner, loop_stmts, threads):
     out = list(loop_stmts)
     out[at[0]] = new_loop
     return out, turns.open(TURN_ARRIVE), turns.close(TURN_WAIT)
+
+
+def _shared_across(inside, outside) -> set:
+    """Names of the shared tensors that statements ``inside`` a turn span and statements
+    ``outside`` it both name (MLA's ``S_shared``: written by the softmax, read by ``P @ V``).
+    The consumers' barrier that orders those accesses would fall inside the span, where one
+    warpgroup holds the turn while the others wait for it: a deadlock (the stage tiles that
+    the producer fills are not named outside their readers)."""
+    found = {}
+
+    def collect(node, into):
+        def visit(v):
+            if is_shared(v):
+                into[v.__chandle__()] = v.name
+
+        tvm_ffi.structural_walk(node, [(ir.Var, visit)])
+
+    ins, outs = {}, {}
+    for stmt in inside:
+        collect(stmt, ins)
+    for stmt in outside:
+        collect(stmt, outs)
+    for handle, name in ins.items():
+        if handle in outs:
+            found[handle] = name
+    return set(found.values())
 
 
 def _bound_vars(node) -> set:

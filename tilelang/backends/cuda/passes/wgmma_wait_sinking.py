@@ -31,6 +31,18 @@ fails the test, or at the end of its sequence (a loop body's end: the loop bound
 the softmax of one tile, the rescale of ``acc_o`` or the next gemm's issue overlap a gemm in
 flight. Pass config ``tl.wgmma_wait_sinking = False`` keeps every wait where the gemm put it.
 
+With ``paired_barriers`` (pass config ``tl.wgmma_wait_paired_barriers``, off by default)
+any wait block also passes a top-level ``tl::named_barrier_sync(id, n)`` followed later in
+the same sequence by the same call with no statement between the two writing the gemm's
+shared operand tiles and no other barrier (nested or not) there: the threads that could
+overwrite the tiles after the first barrier do so only after the second one, which this
+thread reaches after its wait (at the latest right before it, where the same test applies
+again). The consumer code around the barrier is the same for every thread that takes part
+in it (the warp-specialized consumer branch), so the statements seen here are those every
+participant runs. Unlike the TMA-only rule it may carry the wait past another gemm's issue
+(MLA with ``tl.wgmma_overlap``: ``P @ V`` of k-1 is issued after the ``S_shared`` barrier,
+while the scores of k are in flight).
+
 Before the waits sink, each gemm's whole issue (operand fences, ``wgmma_arrive``, the
 instructions, the commit and its wait block) first moves *up* its sequence past statements
 that are independent of it (:func:`_hoist_issues`, pass config ``tl.wgmma_issue_hoisting``):
@@ -267,6 +279,27 @@ def _passable(stmt, protected, tiles, barrier_ok=False) -> bool:
     return not any(n.startswith("tl::wgmma_") for n in names)
 
 
+def _barrier_passable(stmts, at, tiles) -> bool:
+    """Whether a wait block may pass the named barrier ``stmts[at]`` by the paired-barrier
+    rule (``paired_barriers``, module doc): the same barrier call follows in ``stmts`` and
+    nothing between the two writes ``tiles`` or synchronises inside a nested statement."""
+    barrier = stmts[at]
+    if extern_name(barrier) != "tl::named_barrier_sync":
+        return False
+    key = str(barrier)
+    for stmt in stmts[at + 1 :]:
+        if extern_name(stmt) == "tl::named_barrier_sync" and str(stmt) == key:
+            return True
+        if _written_tiles(stmt) & tiles:
+            return False
+        top = extern_name(stmt)
+        names = _names(stmt)
+        nested = names if top is None else [n for n in names if n != top]
+        if any(n.startswith(("__syncthreads", "tl::named_barrier")) for n in nested + [top or ""]):
+            return False  # another barrier (or this one in a branch): not the same pairing
+    return False
+
+
 def _pending_before(stmts, at) -> list:
     """The groups committed in ``stmts[:at]`` that no wait there completed, oldest first."""
     pending = []
@@ -281,10 +314,11 @@ def _pending_before(stmts, at) -> list:
     return pending
 
 
-def _sink_seq(stmts, in_flight, generic=None) -> list:
+def _sink_seq(stmts, in_flight, generic=None, paired=False) -> list:
     """The flattened sequence ``stmts`` with its wait blocks moved down (module doc).
     ``generic``: handles written other than by TMA loads (:func:`_generic_written`) when a
-    wait may pass thread barriers, else None.
+    wait may pass thread barriers, else None; ``paired``: any wait may pass a named barrier
+    by the paired-barrier rule (:func:`_barrier_passable`).
 
     Blocks are moved last first: a later gemm's wait goes as far as its own uses allow
     before an earlier gemm's wait (which stops at any other wait) follows it down, so
@@ -310,11 +344,14 @@ def _sink_seq(stmts, in_flight, generic=None) -> list:
                 passed += 1
                 j = chained
                 continue
+            by_pair = False
             if not _passable(stmts[j], protected, tiles, barrier_ok):
-                break
+                if not (paired and known and not in_flight and _barrier_passable(stmts, j, tiles)):
+                    break
+                by_pair = True  # MLA: P @ V of k-1 is issued after the S_shared barrier
             # past a barrier, not past another gemm's issue as well: more accumulators in
             # flight at once made ptxas serialize every wgmma (C7512) at head dim 256
-            crossed = crossed or extern_name(stmts[j]) in _BARRIERS
+            crossed = crossed or (extern_name(stmts[j]) in _BARRIERS and not by_pair)
             if crossed and (extern_name(stmts[j]) or "").startswith("tl::wgmma_"):
                 break
             if extern_name(stmts[j]) == "tl::wgmma_commit":
@@ -447,11 +484,12 @@ def _is_proxy_fence(stmt) -> bool:
 
 
 class _Sinker(StmtMutator):
-    def __init__(self, in_flight, hoist_issues=True, generic=None):
+    def __init__(self, in_flight, hoist_issues=True, generic=None, paired=False):
         super().__init__("cuda")
         self.in_flight = in_flight
         self.hoist_issues = hoist_issues
         self.generic = generic
+        self.paired = paired
 
     def visit_SeqStmt(self, stmt, ctx):
         flat = []
@@ -464,7 +502,7 @@ class _Sinker(StmtMutator):
         if any(extern_name(s) == "tl::wgmma_commit" for s in flat):
             if self.hoist_issues:
                 flat = _hoist_issues(flat)
-            flat = _sink_seq(flat, self.in_flight, self.generic)
+            flat = _sink_seq(flat, self.in_flight, self.generic, self.paired)
         return ir.SeqStmt(flat) if len(flat) > 1 else flat[0]
 
 
@@ -489,18 +527,20 @@ def _in_flight_registers(body) -> set:
     return regs
 
 
-def sink_wgmma_waits(body, hoist_issues=True, past_barriers=True):
+def sink_wgmma_waits(body, hoist_issues=True, past_barriers=True, paired_barriers=False):
     """``body`` with each wgmma gemm's ``wait_group 0`` moved down to its first needed
     point, and (``hoist_issues``) each gemm's issue first moved up past independent
     statements; ``past_barriers``: the wait of a gemm whose shared operands only TMA
-    loads write may pass thread barriers (module doc)."""
+    loads write may pass thread barriers; ``paired_barriers``: any wait may pass a named
+    barrier that comes again with no write of its shared operands between (module doc)."""
     if "tl::wgmma_commit" not in _names(body):
         return body
     # shared views (T.view / T.reshape) alias tiles under other Vars: neither a hoisted issue
     # nor a wait past a barrier could tell a write through a view, so both are off then
     views = bool(_view_roots(body))
     generic = _generic_written(body) if past_barriers and not views else None
-    return _Sinker(_in_flight_registers(body), hoist_issues and not views, generic)(body)
+    paired = paired_barriers and not views
+    return _Sinker(_in_flight_registers(body), hoist_issues and not views, generic, paired)(body)
 
 
 __all__ = ["sink_wgmma_waits"]
