@@ -184,7 +184,7 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128,
 @tilelang.jit
 def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32, threads=128,
                   num_stages=2, stats_from_global=False, dq_layout=True, dq_first=True,
-                  pds_shared=False):  # fmt: skip
+                  pds_shared=False, dq_atomics=True):  # fmt: skip
     """``kernel(Q, K, V, dO, lse, Delta, dQ, dK, dV)``; dQ float32 of ``dq_accum_shape``,
     zeroed by the caller; dK, dV float16.
 
@@ -196,6 +196,11 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
     are issued back to back (FlashAttention-3's order: dK runs while dQ's atomics go out);
     False: upstream's order (dK first, waited for before the store, which reads its
     register operand).
+
+    ``dq_atomics=False``: for profiling only, dQ goes to a shared tile with plain stores
+    instead of the atomics (dQ is wrong; dK and dV are right): what the 32 scalar
+    ``red.global.add.f32`` per thread and iteration cost against the shared staging a TMA
+    bulk reduce would need (``flash_attention_variants.py --bwd-cases no_dq_atomics``).
 
     ``stats_from_global``: read ``lse`` and ``Delta`` straight from global memory in the
     elementwise loops (L1-cached, each thread its own columns) instead of copying them to
@@ -243,6 +248,8 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
             dk = T.alloc_fragment([block_M, dim], accum)
             dv_shared = T.alloc_shared([block_M, dim], dtype)
             dk_shared = T.alloc_shared([block_M, dim], dtype)
+            if not dq_atomics:
+                dq_shared = T.alloc_shared([block_N, dim], accum)
 
             if dq_layout:
                 T.annotate_layout({dQ: make_dq_layout(dQ)})
@@ -305,11 +312,15 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                     T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
                     T.copy(dsT_cast, dsT_shared)
                     T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
-                if dq_layout:
+                if not dq_atomics:  # profiling only: dq to shared (plain stores), no atomics
+                    T.copy(dq, dq_shared)
+                elif dq_layout:
                     for i, j in T.Parallel(block_N, dim):
                         T.atomic_add(dQ[bz, bx, k * block_N + i, j], dq[i, j])
                 else:
                     T.atomic_add(dQ[bz, bx, k * block_N : (k + 1) * block_N, :], dq)
+            if not dq_atomics:  # keeps the dQ gemm live (the values are meaningless)
+                T.copy(dq_shared, dQ[bz, bx, 0:block_N, :])
             T.copy(dv, dv_shared)
             T.copy(dk, dk_shared)
             T.copy(dv_shared, dV[bz, bx, by * block_M : (by + 1) * block_M, :])

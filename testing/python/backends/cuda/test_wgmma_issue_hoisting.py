@@ -266,3 +266,13 @@ def test_back_to_back_waits_merge():
         for a, b in zip(waits, waits[1:]):
             between = lines[a + 1 : b]
             assert not all("wgmma_fence_operand" in x for x in between), lines[a : b + 1]
+
+
+def test_bwd_profiling_without_dq_atomics():
+    """``dq_atomics=False`` (profiling): dq goes to a shared tile with plain stores; the dQ
+    gemm stays (its 8 wgmmas), no atomic is left in the loop, the loop is still
+    warp-specialized with the same two barriers."""
+    loop = _bwd_loop(dq_atomics=False)
+    body = loop[: loop.index("mbarrier_arrive")]
+    assert "AtomicAdd" not in body and "dq_shared[" in body
+    assert body.count("wgmma_commit") == 5 and body.count("named_barrier_sync") == 2

@@ -399,7 +399,7 @@ _HOIST_PASSES = (
     "tl::ptx_ldmatrix",
 )
 #: Substrings of other (intrinsic) call ops that stop it.
-_HOIST_STOPS = ("sync", "barrier", "fence", "tma", "async", "wgmma")
+_HOIST_STOPS = ("sync", "barrier", "fence", "tma", "async", "wgmma", "wait", "commit", "arrive")
 
 
 def _blocks_hoisting(call) -> bool:
