@@ -116,6 +116,9 @@ KERNELS = {"gemm": gemm_func, "fa": fa_func}
 
 
 # ------------------------------------------------------------------------------ child
+_GROUPS = ("sequential", "_pipeline")  # TIRx pass groups: their passes are listed instead
+
+
 def _wrap(owner, name, sink, key):
     original = getattr(owner, name)
 
@@ -228,10 +231,11 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
                 continue
             if rec.depth == 0 and rec.name == "tirx.Filter":
                 split = True  # host/device split done: host, then device finalization follow
-            if not split:  # the lowering pipeline: passes at depth 2, its total at depth 0
+            if not split:  # the lowering pipeline: its total at depth 0, then its passes
                 if rec.depth == 0:
                     rows["TIRx lowering"] += rec.seconds
-                elif rec.depth == 2:
+                elif rec.name not in _GROUPS and (rec.depth >= 2 or rec.name.endswith("SSA")):
+                    # (the compact pipeline wraps TIRx's in one more level: passes at depth 3)
                     tirx_passes[rec.name] = tirx_passes.get(rec.name, 0.0) + rec.seconds
                 continue
             if rec.depth == 0 and rec.name != "tirx.Filter":
