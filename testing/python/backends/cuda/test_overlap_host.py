@@ -156,10 +156,12 @@ def runtime_factory():
     fallback = tvm_ffi.get_global_func(cuda_headers._FALLBACK_FACTORY_NAME)
 
     def factory(data, fmt, fmap, source_map):
+        # as TIRx's CUDA runtime does: the compile callback, with the group's backend config
         calls.append((str(fmt), time.monotonic()))
-        config = cuda_headers._STATE.config
-        binary, binary_format = cuda_headers._compile_device_source(bytes(data).decode(), config)
-        return fallback(binary, binary_format, fmap, source_map)
+        compile_callback = tvm_ffi.get_global_func("tvm_callback_cuda_compile")
+        code = bytes(data).decode()
+        binary, binary_format = compile_callback(code, source_map["backend_config"])
+        return fallback(bytes(binary), str(binary_format), fmap, source_map)
 
     tvm_ffi.register_global_func(name, factory)
     try:
