@@ -534,7 +534,9 @@ def build_cuda(
             if compact:
                 pipeline = compact_pipeline(pipeline)
                 stack.enter_context(unroll_in_device_compiler())
-            stack.enter_context(_device_factory(record=direct_launch))
+            # (the recording wrapper of a CUDA runtime's factory is also what defers it)
+            record = direct_launch or _overlap_module.overlap_enabled()
+            stack.enter_context(_device_factory(record=record))
             request = stack.enter_context(_overlap_module.overlapped(direct_launch))
             executable = tirx.compile(mod, target=target, pipeline=pipeline)
     except Exception as err:

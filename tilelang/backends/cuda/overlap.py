@@ -19,9 +19,10 @@ compilation (NVRTC: ~0.4 s for the README GEMM) and the C compile of the host co
 The export then links the early object when its C file is the one compiled early (text
 and options compared); otherwise it compiles as before. What is built is the same: the
 same device binary, the same host code. Off with ``TILELANG_CUDA_OVERLAP_HOST=0`` or the
-module flag :data:`OVERLAP_HOST` (``False``); only used where tilelang's module factory
-hook is in place (always without the CUDA runtime; with it, when direct launch records
-the kernels' FunctionInfo).
+module flag :data:`OVERLAP_HOST` (``False``). With TIRx's CUDA runtime loaded (a GPU
+host) the deferred call is the runtime's factory, wrapped by ``headers._recording_factory``
+(which ``build_cuda`` installs whenever the overlap or direct launch is on); without it,
+tilelang's cross-compile factory.
 """
 
 from __future__ import annotations

@@ -171,8 +171,11 @@ def runtime_factory():
         cuda_headers._REAL_FACTORY = None
 
 
-def test_overlap_with_the_cuda_runtime_factory(monkeypatch, runtime_factory, early_jobs):
-    sequential = _build(False, monkeypatch)
+@pytest.mark.parametrize("direct_launch", [True, False])
+def test_overlap_with_the_cuda_runtime_factory(
+    monkeypatch, runtime_factory, early_jobs, direct_launch
+):
+    sequential = _build(False, monkeypatch, direct_launch=direct_launch)
     started = []
     original_start = cuda_host_library.HostObject.start
 
@@ -181,7 +184,7 @@ def test_overlap_with_the_cuda_runtime_factory(monkeypatch, runtime_factory, ear
         return original_start(self, cc)
 
     monkeypatch.setattr(cuda_host_library.HostObject, "start", start)
-    overlapped = _build(True, monkeypatch)
+    overlapped = _build(True, monkeypatch, direct_launch=direct_launch)
     _same_artifact(overlapped, sequential)
     assert [fmt for fmt, _ in runtime_factory] == ["cuda", "cuda"]
     (job,) = early_jobs
