@@ -244,11 +244,18 @@ def start_host_object(host_module: Any, kernels: dict | None) -> HostObject | No
     ``kernels`` (the device module's FunctionInfo, see ``direct_launch``) when the export
     will rewrite the launches for direct launch: the early compile takes the rewritten text.
     Returns None where the export would not use a C compiler (no ``$CC``/gcc/cc/clang,
-    not Linux). The result is a guess the export checks (:meth:`HostObject.matches`).
+    not Linux) or a C host hook is registered (``tilelang.register_c_postproc``: the export
+    runs it, once). The result is a guess the export checks (:meth:`HostObject.matches`).
     """
+    import tvm_ffi
+
+    from ...engine.callback import GLOBAL_NAMES
+
     cc = _c_compiler()
     if not cc or not sys.platform.startswith("linux"):
         return None
+    if tvm_ffi.get_global_func(GLOBAL_NAMES["c"], allow_missing=True) is not None:
+        return None  # a C host hook (register_c_postproc) runs at the export, once
     text = str(host_module.inspect_source())
     if kernels and "TVMFFIFunctionCall(" in text:
         patched, applied, _skipped = _direct_launch_source(text, kernels)

@@ -212,3 +212,28 @@ def test_readme_gemm_source_is_unchanged(monkeypatch, early_jobs):
     assert "wgmma" in overlapped.kernel_source and overlapped.device_binary
     (job,) = early_jobs
     assert job.used and _closed(job)
+
+
+def test_c_host_hook_runs_only_at_the_export(monkeypatch, early_jobs):
+    """With ``register_c_postproc`` hooked, the host file is compiled by the export only
+    (after the hook), and the hook runs as often as without the overlap."""
+    import tilelang
+    from tilelang.engine import callback
+
+    seen = []
+
+    def hook(code, target):
+        seen.append(code)
+        return code + "\nint tilelang_overlap_hook_marker = 1;\n"
+
+    tilelang.register_c_postproc(hook)
+    try:
+        sequential = _build(False, monkeypatch)
+        calls = len(seen)
+        overlapped = _build(True, monkeypatch)
+    finally:
+        callback.clear("c")
+    assert early_jobs == [None]
+    assert calls >= 1 and len(seen) == 2 * calls
+    _same_artifact(overlapped, sequential)
+    assert b"tilelang_overlap_hook_marker" in overlapped.host_library
