@@ -24,10 +24,18 @@ plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing sess
 * ``CUDA codegen``: ``target.build.cuda`` minus the device compiler;
 * ``NVRTC/nvcc``: ``backends.cuda.headers._compile_device_source`` (tilelang's NVRTC
   driver, or TIRx's ``compile_source``);
-* ``host library``: C host codegen + ``_export_host_library`` (gcc, link);
-* ``other``: the rest (tracing-free glue, metadata, lazy imports).
+* ``host library``: C host codegen + ``_export_host_library`` (gcc, link). With the
+  overlap (``backends/cuda/overlap.py``) gcc compiles the host C file while NVRTC runs,
+  so this row keeps only what is left to wait for (the link, and gcc if it outlasted
+  NVRTC); the CPU row still counts all of gcc;
+* ``other``: the rest (tracing-free glue, metadata, lazy imports). Two rows below it:
+  ``target resolution`` (part of ``other``: ``registry.resolve_target``; on a GPU host
+  ``target="cuda"`` asks torch for the device's architecture, which initializes CUDA)
+  and ``first imports`` (modules first imported during the compile, in whichever row).
 
-``--compare`` also builds the ``before`` way: the pass config ``tl.compact_source=False``
+``--modes`` picks the builds: ``after`` (the default build), ``sequential`` (the default
+build with the host C compile after the device compile: ``overlap.OVERLAP_HOST = False``)
+and ``before``. ``--compare`` (= ``--modes before after``) also builds the ``before`` way: the pass config ``tl.compact_source=False``
 (TIRx's own pipeline: ``T.unroll`` bodies expanded, device-side StmtSimplify) and
 ``tilelang.backends.cuda.nvrtc.USE_TILELANG_NVRTC = False`` (TIRx's NVRTC driver), the
 build before issue 11; ``after`` is the default build. ``--sass`` prints HGMMA / local-memory (LDL/STL) counts of the
@@ -52,8 +60,12 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-# mode -> (pass config tl.compact_source, nvrtc.USE_TILELANG_NVRTC)
-MODES = {"after": (True, True), "before": (False, False)}
+# mode -> (pass config tl.compact_source, nvrtc.USE_TILELANG_NVRTC, overlap.OVERLAP_HOST)
+MODES = {
+    "after": (True, True, True),
+    "sequential": (True, True, False),
+    "before": (False, False, False),
+}
 ROWS = (
     "tilelang stages",
     "TIRx lowering",
@@ -64,6 +76,12 @@ ROWS = (
     "host library",
     "other",
 )
+# shown below "other": target resolution is part of it, imports may fall in any row
+OTHER_PARTS = ("target resolution", "imports")
+_OTHER_LABELS = {
+    "target resolution": "target resolution (in other)",
+    "imports": "first imports (in any row)",
+}
 
 
 # ------------------------------------------------------------------------------ kernels
@@ -98,6 +116,9 @@ KERNELS = {"gemm": gemm_func, "fa": fa_func}
 
 
 # ------------------------------------------------------------------------------ child
+_GROUPS = ("sequential", "_pipeline")  # TIRx pass groups: their passes are listed instead
+
+
 def _wrap(owner, name, sink, key):
     original = getattr(owner, name)
 
@@ -122,28 +143,48 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
     import tvm_tirx.tirx._compile as tirx_compile
 
     import tilelang
+    from tilelang.backends import registry
     from tilelang.backends.cuda import headers as cuda_headers
-    from tilelang.backends.cuda import host_library, nvrtc
+    from tilelang.backends.cuda import host_library, nvrtc, overlap
     from tilelang.engine import instrument
 
-    compact, nvrtc.USE_TILELANG_NVRTC = MODES[mode]
+    compact, nvrtc.USE_TILELANG_NVRTC, overlap.OVERLAP_HOST = MODES[mode]
     parts: dict[str, float] = {}
+    inside = {"cuda build": False, "device compile in cuda build": 0.0}
     # every device compile of a build goes through headers._compile_device_source (the
-    # cross-compile factory and the tvm_callback_cuda_compile dispatcher call it)
-    _wrap(cuda_headers, "_compile_device_source", parts, "NVRTC/nvcc")
+    # cross-compile factory and the tvm_callback_cuda_compile dispatcher call it); with
+    # the overlap (backends/cuda/overlap.py) it runs after the CUDA codegen, not inside it
+    original_device_compile = cuda_headers._compile_device_source
+
+    def device_compile(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original_device_compile(*args, **kwargs)
+        finally:
+            took = time.perf_counter() - start
+            parts["NVRTC/nvcc"] = parts.get("NVRTC/nvcc", 0.0) + took
+            if inside["cuda build"]:
+                inside["device compile in cuda build"] += took
+
+    cuda_headers._compile_device_source = device_compile
     _wrap(host_library, "_export_host_library", parts, "host export")
+    _wrap(registry, "resolve_target", parts, "target resolution")
     builds = parts.setdefault("builds", {})
     original_build = tirx_compile._build_for_target
 
     def build_for_target(mod, target):
         start = time.perf_counter()
+        kind = str(target.kind.name)
+        inside["cuda build"] = kind == "cuda"
         try:
             return original_build(mod, target)
         finally:
-            kind = str(target.kind.name)
+            inside["cuda build"] = False
             builds[kind] = builds.get(kind, 0.0) + time.perf_counter() - start
 
     tirx_compile._build_for_target = build_for_target
+    if observe:
+        _time_imports(parts)
     sessions = []
     original_session = instrument.session
 
@@ -190,10 +231,11 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
                 continue
             if rec.depth == 0 and rec.name == "tirx.Filter":
                 split = True  # host/device split done: host, then device finalization follow
-            if not split:  # the lowering pipeline: passes at depth 2, its total at depth 0
+            if not split:  # the lowering pipeline: its total at depth 0, then its passes
                 if rec.depth == 0:
                     rows["TIRx lowering"] += rec.seconds
-                elif rec.depth == 2:
+                elif rec.name not in _GROUPS and (rec.depth >= 2 or rec.name.endswith("SSA")):
+                    # (the compact pipeline wraps TIRx's in one more level: passes at depth 3)
                     tirx_passes[rec.name] = tirx_passes.get(rec.name, 0.0) + rec.seconds
                 continue
             if rec.depth == 0 and rec.name != "tirx.Filter":
@@ -205,13 +247,39 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
             tirx_passes[key] = tirx_passes.get(key, 0.0) + rec.seconds
             if side == "device" and rec.name in ("tirx.StmtSimplify", "tirx.LowerIntrin"):
                 rows[f"TIRx device {rec.name[5:]}"] += rec.seconds
-        compile_time = parts.get("NVRTC/nvcc", 0.0)
-        rows["NVRTC/nvcc"] = compile_time
-        rows["CUDA codegen"] = builds.get("cuda", 0.0) - compile_time
+        rows["NVRTC/nvcc"] = parts.get("NVRTC/nvcc", 0.0)
+        rows["CUDA codegen"] = builds.get("cuda", 0.0) - inside["device compile in cuda build"]
         rows["host library"] = builds.get("c", 0.0) + parts.get("host export", 0.0)
         rows["other"] = wall - sum(v for k, v in rows.items() if k != "other")
-        result.update(rows=rows, stages=stages, tirx=tirx_passes)
+        other = {key: parts.get(key, 0.0) for key in OTHER_PARTS}
+        result.update(rows=rows, stages=stages, tirx=tirx_passes, other=other)
     return result
+
+
+def _time_imports(parts: dict) -> None:
+    """Add the wall time of the imports first made during the compile to parts["imports"]
+    (outermost import statements only; a module imported before the clock costs nothing)."""
+    import builtins
+
+    original = builtins.__import__
+    depth = [0]
+
+    def timed_import(name, *args, **kwargs):
+        if depth[0] or name in sys.modules:
+            depth[0] += 1
+            try:
+                return original(name, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+        depth[0] += 1
+        start = time.perf_counter()
+        try:
+            return original(name, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+            parts["imports"] = parts.get("imports", 0.0) + time.perf_counter() - start
+
+    builtins.__import__ = timed_import
 
 
 # ------------------------------------------------------------------------------ parent
@@ -248,6 +316,7 @@ def summarize(runs: list[dict], observed: list[dict]) -> dict:
             k: _best([o["stages"].get(k, 0.0) for o in observed]) for k in observed[0]["stages"]
         },
         "tirx": {k: _best([o["tirx"].get(k, 0.0) for o in observed]) for k in observed[0]["tirx"]},
+        "other": {k: _best([o["other"].get(k, 0.0) for o in observed]) for k in OTHER_PARTS},
     }
     return out
 
@@ -269,6 +338,10 @@ def table(kernel: str, results: dict, detail: bool) -> str:
         if detail and key == "tilelang stages":
             for name in results[modes[0]]["stages"]:
                 row(f"&nbsp;&nbsp;{name}", [results[m]["stages"].get(name, 0) * 1e3 for m in modes])
+        if key == "other":
+            for name in OTHER_PARTS:
+                label = _OTHER_LABELS[name]
+                row(f"&nbsp;&nbsp;{label}", [results[m]["other"][name] * 1e3 for m in modes])
         if detail and key == "TIRx lowering":
             names = [n for n in results[modes[0]]["tirx"] if not n.startswith(("device", "host"))]
             for name in names:
@@ -320,6 +393,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--compare", action="store_true", help="also time TIRx's own pipeline")
     parser.add_argument("--detail", action="store_true", help="one row per stage / TIRx pass")
+    parser.add_argument(
+        "--modes", nargs="+", choices=sorted(MODES), help="builds to time (see MODES)"
+    )
     parser.add_argument("--pass-timing", action="store_true")
     parser.add_argument("--save", default=None, help="write kernel.cu / cubin per kernel and mode")
     parser.add_argument(
@@ -335,7 +411,7 @@ def main() -> None:
         return
     if args.sass and not args.save:
         parser.error("--sass needs --save DIR")
-    modes = ["before", "after"] if args.compare else ["after"]
+    modes = args.modes or (["before", "after"] if args.compare else ["after"])
     everything = {}
     for kernel in args.kernels:
         results = {}

@@ -70,6 +70,7 @@ from typing import Any
 
 from . import direct_launch as _direct_launch_module
 from . import host_library as _host_library_module
+from . import overlap as _overlap_module
 from .compact_source import compact_pipeline, unroll_in_device_compiler
 from .direct_launch import _DirectLaunch
 from .errors import CorruptArtifactError, CudaBuildError
@@ -527,14 +528,20 @@ def build_cuda(
     state.config = config if compile_here else None
     state.fmap = None
     state.hints = _source_hints(functions)
+    request = None  # overlap.py: the host C compile started during tirx.compile
     try:
         with contextlib.ExitStack() as stack:
             if compact:
                 pipeline = compact_pipeline(pipeline)
                 stack.enter_context(unroll_in_device_compiler())
-            stack.enter_context(_device_factory(record=direct_launch))
+            # (the recording wrapper of a CUDA runtime's factory is also what defers it)
+            record = direct_launch or _overlap_module.overlap_enabled()
+            stack.enter_context(_device_factory(record=record))
+            request = stack.enter_context(_overlap_module.overlapped(direct_launch))
             executable = tirx.compile(mod, target=target, pipeline=pipeline)
     except Exception as err:
+        if request is not None and request.early is not None:
+            request.early.close()
         raise CudaBuildError(
             f"TIRx compilation for {arch} with {compiler} failed: {_summarize_error(err)}"
         ) from err
@@ -544,6 +551,53 @@ def build_cuda(
         function_info = state.fmap
         state.active, state.request, state.headers, state.captured = False, [], [], []
         state.config, state.fmap, state.hints = None, None, {}
+
+    early = request.early if request is not None else None
+    try:
+        return _package(
+            executable,
+            config,
+            captured,
+            header_list,
+            function_info,
+            functions,
+            entry_name,
+            arch=arch,
+            compiler=compiler,
+            compile_flags=compile_flags,
+            ptxas_flags=ptxas_flags,
+            fast_math=fast_math,
+            direct_launch=direct_launch,
+            compact=compact,
+            compile_here=compile_here,
+            early=early,
+        )
+    finally:
+        if early is not None:
+            early.close()  # (idempotent: the export closes it)
+
+
+def _package(
+    executable,
+    config,
+    captured,
+    header_list,
+    function_info,
+    functions,
+    entry_name,
+    *,
+    arch,
+    compiler,
+    compile_flags,
+    ptxas_flags,
+    fast_math,
+    direct_launch,
+    compact,
+    compile_here,
+    early,
+) -> CudaArtifact:
+    """The artifact of a compiled executable: device binary, host library, metadata."""
+    import tvm_tirx
 
     host = executable.mod
     devices = [m for m in host.imports if m.kind == "cuda"]
@@ -580,7 +634,8 @@ def build_cuda(
         else:
             direct = _DirectLaunch(kernels=function_info, device_binary=device_binary)
     export = _host_library_module._export_host_library  # looked up at call time
-    host_library = export(executable, direct) if direct else export(executable)
+    extra = {"early": early} if early is not None else {}
+    host_library = export(executable, direct, **extra) if direct else export(executable, **extra)
     host_source = str(host.inspect_source())
     direct_kernels: list[str] = []
     if direct is not None:

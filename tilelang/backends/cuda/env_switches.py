@@ -10,6 +10,9 @@ the switches here only pick a build driver, and are read each time they are used
   ``cuLaunchKernel`` itself (``direct_launch.py``); ``0``: TIRx's packed call. Overridden in
   a process by ``direct_launch.DIRECT_LAUNCH = True/False``; the kernel cache key includes
   the variable (not the module attribute).
+- ``TILELANG_CUDA_OVERLAP_HOST`` (default ``1``): the C compiler starts on the host code
+  while the device compiler runs (``overlap.py``); ``0``: one after the other. Overridden in
+  a process by ``overlap.OVERLAP_HOST = True/False``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 
 NVRTC_DRIVER_ENV = "TILELANG_CUDA_NVRTC_DRIVER"
 DIRECT_LAUNCH_ENV = "TILELANG_CUDA_DIRECT_LAUNCH"
+OVERLAP_HOST_ENV = "TILELANG_CUDA_OVERLAP_HOST"
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")

@@ -1,11 +1,16 @@
 """Host library of a CUDA artifact: the C host module exported as a shared library.
 
 The C host code is compiled by a C compiler (:func:`_c_compiler`: ``$CC``, gcc, cc or
-clang; TIRx's default is the slower C++ compiler), in parallel with the packed device
-module, which is an assembler ``.incbin`` of its bytes (:func:`_pack_imports_to_asm`)
-rather than a C byte array; then linked (:func:`_shared_library_compiler`). With a
+clang; TIRx's default is the slower C++ compiler); the packed device module is an
+assembler ``.incbin`` of its bytes (:func:`_pack_imports_to_asm`) rather than a C byte
+array, assembled by the link command itself (:func:`_shared_library_compiler`). With a
 :class:`~.direct_launch._DirectLaunch` the kernel launches are rewritten for direct launch
 on the way. Entry point: :func:`_export_host_library`.
+
+The C file can be compiled before the export, while the device compiler runs
+(:func:`start_host_object`, used by ``overlap.py``): the export then links that object
+when the C file it writes and the compiler options are exactly the ones compiled early,
+and compiles the file itself otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .direct_launch import _apply_direct_launch, _DirectLaunch
+from .direct_launch import _apply_direct_launch, _direct_launch_source, _DirectLaunch
 from .errors import CudaBuildError
 from .tensor_map import HOST_HELPERS
 
@@ -164,22 +169,143 @@ def _apply_c_postproc(sources, originals: dict) -> None:
                 originals[source] = callback.apply("c", originals[source], {"kind": "c"})
 
 
-def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None) -> Any:
-    """An ``export_library`` ``fcompile``: compile every input in parallel, then link.
+_TYPES_HEADER_FILE = "tilelang_host_types.h"
+_EARLY_FOLDER = "early"  # beside "workspace": the early compile's C file and object
 
+
+def _default_include_options() -> list[str]:
+    """The ``-I`` options TIRx's ``export_library`` adds for a C host module."""
+    import tvm_ffi.libinfo
+    import tvm_tirx.libinfo
+
+    paths = [
+        tvm_tirx.libinfo.find_include_path(),
+        tvm_ffi.libinfo.find_include_path(),
+        tvm_ffi.libinfo.find_dlpack_include_path(),
+    ]
+    return ["-I" + path for path in paths]
+
+
+class HostObject:
+    """A C host file being compiled to an object in the background (:func:`start_host_object`).
+
+    Owns a temporary directory (the export's, see :func:`_export_host_library`) holding the
+    host types header, ``early/lib0.c`` and ``early/lib0.o``. :meth:`close` stops the
+    compiler if it still runs and removes the directory.
+    """
+
+    def __init__(self, folder: tempfile.TemporaryDirectory, text: str, options: list[str]):
+        self.folder = folder
+        self.root = folder.name
+        self.text = text
+        self.options = list(options)
+        early = os.path.join(self.root, _EARLY_FOLDER)
+        os.mkdir(early)
+        self.source = os.path.join(early, "lib0.c")
+        self.obj = os.path.join(early, "lib0.o")
+        Path(self.source).write_text(text)
+        self.proc: subprocess.Popen | None = None
+        self.used = False
+
+    def start(self, cc: list[str]) -> None:
+        """Start ``cc -c`` on the C file (the command :func:`_shared_library_compiler` runs)."""
+        self.cc = list(cc)
+        self.cmd = [*cc, "-c", "-fPIC", "-o", self.obj, *self.options, self.source]
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def matches(self, cc: list[str], text: str, options: Sequence[str]) -> bool:
+        """Whether ``cc`` compiling ``text`` with ``options`` is what this object is from."""
+        return (
+            self.proc is not None
+            and list(cc) == self.cc
+            and text == self.text
+            and list(options) == self.options
+        )
+
+    def wait(self) -> str | None:
+        """Wait for the compiler; None when it succeeded, else its command and output."""
+        assert self.proc is not None
+        out, _ = self.proc.communicate()
+        if self.proc.returncode == 0:
+            return None
+        return f"{' '.join(self.cmd)}\n{out.decode(errors='replace')}"
+
+    def close(self) -> None:
+        """Stop the compiler if it still runs; remove the temporary directory."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        self.folder.cleanup()
+
+
+def start_host_object(host_module: Any, kernels: dict | None) -> HostObject | None:
+    """Compile ``host_module``'s C source to an object now, in the background.
+
+    ``kernels`` (the device module's FunctionInfo, see ``direct_launch``) when the export
+    will rewrite the launches for direct launch: the early compile takes the rewritten text.
+    Returns None where the export would not use a C compiler (no ``$CC``/gcc/cc/clang,
+    not Linux) or a C host hook is registered (``tilelang.register_c_postproc``: the export
+    runs it, once). The result is a guess the export checks (:meth:`HostObject.matches`).
+    """
+    import tvm_ffi
+
+    from ...engine.callback import GLOBAL_NAMES
+
+    cc = _c_compiler()
+    if not cc or not sys.platform.startswith("linux"):
+        return None
+    if tvm_ffi.get_global_func(GLOBAL_NAMES["c"], allow_missing=True) is not None:
+        return None  # a C host hook (register_c_postproc) runs at the export, once
+    text = str(host_module.inspect_source())
+    if kernels and "TVMFFIFunctionCall(" in text:
+        patched, applied, _skipped = _direct_launch_source(text, kernels)
+        if applied:
+            text = patched
+    folder = tempfile.TemporaryDirectory(prefix="tilelang_cuda_")
+    try:
+        header = os.path.join(folder.name, _TYPES_HEADER_FILE)
+        Path(header).write_text(_HOST_TYPES_HEADER)
+        job = HostObject(folder, text, ["-include", header, *_default_include_options()])
+        job.start(cc)
+    except Exception:
+        folder.cleanup()
+        raise
+    return job
+
+
+def _shared_library_compiler(
+    cc: list[str], direct: _DirectLaunch | None = None, early: HostObject | None = None
+) -> Any:
+    """An ``export_library`` ``fcompile``: compile the C inputs in parallel, then link.
+
+    Assembler inputs (the ``.incbin`` files) go to the link command, which assembles them.
     With ``direct``, the C host file's kernel launches are rewritten for direct launch
     (:func:`_direct_launch_source`) and the device binary is embedded a second time as
     the raw image ``__tilelang_cubin``. If the rewritten file fails to compile, the
-    original file is compiled instead (``direct.error`` says why).
+    original file is compiled instead (``direct.error`` says why). A C file that ``early``
+    (:func:`start_host_object`) compiled with the same text and options is not compiled
+    again: its object is linked.
     """
 
-    def run_all(jobs: list[tuple[list[str], str]]) -> list[tuple[str, str]]:
+    def run_all(jobs: list[tuple[list[str], str, HostObject | None]]) -> list[tuple[str, str]]:
         procs = [
-            (cmd, source, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-            for cmd, source in jobs
+            (
+                cmd,
+                source,
+                job,
+                None
+                if job is not None
+                else subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+            )
+            for cmd, source, job in jobs
         ]
         failures = []
-        for cmd, source, proc in procs:
+        for cmd, source, job, proc in procs:
+            if job is not None:
+                error = job.wait()
+                if error is not None:
+                    failures.append((source, error))
+                continue
             out, _ = proc.communicate()
             if proc.returncode != 0:
                 failures.append((source, f"{' '.join(cmd)}\n{out.decode(errors='replace')}"))
@@ -193,15 +319,18 @@ def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None)
             sources = _apply_direct_launch(sources, output, direct, originals)
         _apply_c_postproc(sources, originals)
         for source in sources:
-            if source.endswith((".o", ".a", ".so")):
+            if source.endswith((".o", ".a", ".so", ".s")):
                 linked.append(source)
                 continue
             obj = os.path.splitext(source)[0] + ".o"
-            cmd = [*cc, "-c", "-fPIC", "-o", obj]
-            if not source.endswith(".s"):  # -include / -I are for the C files
-                cmd += options
-            cmd.append(source)
-            jobs.append((cmd, source))
+            cmd = [*cc, "-c", "-fPIC", "-o", obj, *options, source]
+            if early is not None and not early.used and source.endswith(".c"):
+                if early.matches(cc, Path(source).read_text(), options):
+                    early.used = True
+                    jobs.append((cmd, source, early))
+                    linked.append(early.obj)
+                    continue
+            jobs.append((cmd, source, None))
             linked.append(obj)
         failures = run_all(jobs)
         if failures and direct is not None and all(src in originals for src, _ in failures):
@@ -210,7 +339,13 @@ def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None)
             direct.applied, direct.host_source = [], None
             for source, _ in failures:
                 Path(source).write_text(originals[source])
-            failures = run_all([job for job in jobs if job[1] in originals])
+            retry = []
+            for cmd, source, job in jobs:
+                if source in originals:
+                    retry.append((cmd, source, None))
+                    if job is not None:  # compiled early: link the fresh object instead
+                        linked[linked.index(job.obj)] = os.path.splitext(source)[0] + ".o"
+            failures = run_all(retry)
         if failures:
             raise RuntimeError("Compilation error:\n" + "\n".join(text for _, text in failures))
         extra = ["-ldl", "-lpthread"]  # direct launch, __tl_sm_count (persistent kernels)
@@ -225,33 +360,45 @@ def _shared_library_compiler(cc: list[str], direct: _DirectLaunch | None = None)
     return fcompile
 
 
-def _export_host_library(executable: Any, direct: _DirectLaunch | None = None) -> bytes:
+def _export_host_library(
+    executable: Any, direct: _DirectLaunch | None = None, early: HostObject | None = None
+) -> bytes:
     """Export the C host module (with its device import) as a shared library's bytes.
 
-    With a C compiler on PATH (``$CC``, gcc, cc, clang) the host C file and the packed
-    device module (an ``.incbin`` assembler file on Linux) compile in parallel and are
-    then linked; otherwise TIRx's default compiler builds the C host and a C byte array.
+    With a C compiler on PATH (``$CC``, gcc, cc, clang) the host C file is compiled and
+    linked with the packed device module (an ``.incbin`` assembler file on Linux);
+    otherwise TIRx's default compiler builds the C host and a C byte array.
     ``direct`` (Linux with a C compiler only) turns on the direct-launch rewrite; its
-    ``applied`` / ``skipped`` / ``error`` fields report what happened.
+    ``applied`` / ``skipped`` / ``error`` fields report what happened. ``early``
+    (:func:`start_host_object`): the C file compiled ahead, whose directory the export
+    uses and then removes (closing it in every case).
     """
     cc = _c_compiler()
     linux = sys.platform.startswith("linux")
     if direct is not None and not (cc and linux):
         direct.error = "direct launch needs Linux and a C compiler ($CC, gcc, cc or clang)"
         direct = None
-    with tempfile.TemporaryDirectory(prefix="tilelang_cuda_") as tmp:
+    if early is not None and not cc:
+        early.close()
+        early = None
+    folder = (
+        early.folder if early is not None else tempfile.TemporaryDirectory(prefix="tilelang_cuda_")
+    )
+    tmp = folder.name
+    try:
         if direct is not None and not re.fullmatch(r"[A-Za-z0-9_./-]+", tmp):
             direct.error = f"the temporary directory {tmp!r} cannot be named in .incbin"
             direct = None
-        types_header = os.path.join(tmp, "tilelang_host_types.h")
-        Path(types_header).write_text(_HOST_TYPES_HEADER)
+        types_header = os.path.join(tmp, _TYPES_HEADER_FILE)
+        if early is None:  # (the early compile may be reading its copy right now)
+            Path(types_header).write_text(_HOST_TYPES_HEADER)
         library_path = os.path.join(tmp, HOST_LIBRARY_FILE)
         workspace = os.path.join(tmp, "workspace")
         os.mkdir(workspace)
         try:
             executable.export_library(
                 library_path,
-                fcompile=_shared_library_compiler(cc, direct) if cc else None,
+                fcompile=_shared_library_compiler(cc, direct, early) if cc else None,
                 fpack_imports=_pack_imports_to_asm if cc and linux else _pack_imports_to_c,
                 workspace_dir=workspace,
                 options=["-include", types_header],
@@ -259,3 +406,8 @@ def _export_host_library(executable: Any, direct: _DirectLaunch | None = None) -
         except Exception as err:
             raise CudaBuildError(f"exporting the host library failed: {err}") from err
         return Path(library_path).read_bytes()
+    finally:
+        if early is not None:
+            early.close()  # stops its compiler first if the export did not use it
+        else:
+            folder.cleanup()

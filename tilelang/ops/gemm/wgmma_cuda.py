@@ -155,6 +155,24 @@ def warpgroup_partition(m: int, n: int, num_wg: int, policy, mn_major_b: bool = 
 # ---------------------------------------------------------------------------------------
 # operands
 # ---------------------------------------------------------------------------------------
+# Layouts are immutable values, and the plans of one kernel ask for the same few of them
+# many times (layout inference, pipeline planning, synchronization, lowering: 15-30
+# plans per gemm); each costs ~1 ms of expression building and simplification. Keyed by
+# the constructor's arguments; bounded.
+_LAYOUTS: dict[tuple, object] = {}
+_LAYOUTS_MAX = 512
+
+
+def _layout(key: tuple, make):
+    """``make()``, built once per ``key`` (see ``_LAYOUTS``)."""
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = make()
+    return layout
+
+
 @dataclass
 class WgmmaOperand:
     """One shared operand: its stored tile, major-ness, swizzle and descriptor constants."""
@@ -193,11 +211,21 @@ class WgmmaOperand:
         return 0 if self.k_major else 1
 
     def layout_2d(self):
-        return make_swizzle_layout_for_mode(((self.rows, self.cols), self.view.dtype), self.mode)
+        shape, dtype = (self.rows, self.cols), self.view.dtype
+        return _layout(
+            ("swizzle", shape, str(dtype), self.mode),
+            lambda: make_swizzle_layout_for_mode((shape, dtype), self.mode),
+        )
 
     def full_layout(self):
         """The layout over the whole tensor (leading dimensions map identically)."""
-        return self.layout_2d().expand([int(_const(s)) for s in self.view.shape[:-2]])
+        leading = tuple(int(_const(s)) for s in self.view.shape[:-2])
+        if not leading:
+            return self.layout_2d()
+        return _layout(
+            ("swizzle", (self.rows, self.cols), str(self.view.dtype), self.mode, leading),
+            lambda: self.layout_2d().expand(list(leading)),
+        )
 
     def origin(self, mn, kk):
         """Stored ``(row, col)`` of the instruction element (mn, k) = (mn, kk)."""
@@ -223,7 +251,8 @@ class WgmmaRegisterA:
 
     def fragment(self, plan):
         """The wgmma A-register fragment of ``plan``'s ``m x k`` A (``make_wgmma_a_fragment``)."""
-        return make_wgmma_a_fragment(plan.m, plan.k, plan.wg_m, plan.wg_n)
+        key = (plan.m, plan.k, plan.wg_m, plan.wg_n)
+        return _layout(("a_fragment", *key), lambda: make_wgmma_a_fragment(*key))
 
 
 def _i32(x):
@@ -340,7 +369,8 @@ class WgmmaPlan:
         return plan, ""
 
     def c_fragment(self):
-        return make_wgmma_accumulator_fragment(self.m, self.n, self.wg_m, self.wg_n, self.instr_n)
+        key = (self.m, self.n, self.wg_m, self.wg_n, self.instr_n)
+        return _layout(("c_fragment", *key), lambda: make_wgmma_accumulator_fragment(*key))
 
     def a_layout(self):
         """The layout A must have: its fragment (register A) or its swizzle (shared A)."""

@@ -220,7 +220,11 @@ def _staged(body, effects) -> frozenset:
 
     def leaf(x):
         if isinstance(x, ir.Evaluate):
-            out.update(effects.setdefault(x.__chandle__(), effect(x)).async_writes)
+            key = x.__chandle__()
+            known = effects.get(key)  # (computed once per statement: one check per fence)
+            if known is None:
+                known = effects[key] = effect(x)
+            out.update(known.async_writes)
 
     tvm_ffi.structural_walk(body, [(ir.Evaluate, leaf)])
     return frozenset(out)
@@ -288,13 +292,15 @@ def drop_proxy_fences(body):
     """``body`` without the fences that order nothing (module docstring); unchanged when
     the kernel breaks the model's rules as lowered or no fence can go."""
     fences = _fences(body)
-    if not fences or _violations(body, set(), {}) != 0:
+    # effects of the leaf statements by handle, shared by every check below: the rebuilt
+    # body keeps the leaves, and `original` keeps the replaced nodes alive (no handle reuse)
+    original, effects = body, {}
+    if not fences or _violations(body, set(), effects) != 0:
         return body
     # one candidate before each loop with fences: an in-loop fence the back edge does not
     # need can then go even when the path entering the loop needs one
     body = _rebuild(body, set(), True)
     fences = _fences(body)
-    effects = {}
     dropped = set()
     for f in reversed(fences):  # innermost/last first: the loop candidates are tried last
         if _name(f.value) != FENCES[0]:  # a user's T.fence_proxy_async stays as written
@@ -302,4 +308,5 @@ def drop_proxy_fences(body):
         trial = dropped | {f.__chandle__()}
         if _violations(body, trial, effects) == 0:
             dropped = trial
+    del original
     return _rebuild(body, dropped, False)
