@@ -189,13 +189,13 @@ def test_gqa_fwd_ordered_emulated(causal, rng):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_gqa_fwd_order_annotations_vs_serial_and_derived():
-    """``tl.pipeline_order = False`` (the annotations ignored) gives the serial loop (each
-    gemm waited for where it is issued, no turns: the example before its annotations, the
-    benchmark's ``serial`` variant); ``tl.wgmma_overlap`` derives the annotations' order
-    from the plain loop: the same CUDA source."""
+    """``tl.pipeline_order = False`` with ``tl.wgmma_overlap = False`` (the annotations
+    ignored, nothing derived) gives the serial loop (each gemm waited for where it is issued,
+    no turns: the example before its annotations); ``tl.wgmma_overlap`` derives the
+    annotations' order from the plain loop: the same CUDA source."""
     m = _load(GQA_FWD)
     tir = m.flashattn.get_tir(1, 8, 1000, 128, False, 4, **m.default_config(128))
-    serial = pipeline.lower(tir, SM90A, {"tl.pipeline_order": False})
+    serial = pipeline.lower(tir, SM90A, {"tl.pipeline_order": False, "tl.wgmma_overlap": False})
     assert not any("software-pipelined" in n for n in serial.attrs["tl.tma"])
     assert "ws_turn_wait" not in str(serial)
     ordered = pipeline.build(tir, SM90A, compiler="nvcc").kernel_source

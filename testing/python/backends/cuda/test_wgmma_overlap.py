@@ -251,12 +251,15 @@ def test_pipelined_example_structure():
 
 def test_plain_example_is_ordered_and_overlap_derives_the_schedule():
     """The plain example's annotations cover its causal body too (one softmax statement
-    more: Check_inf); without them (``tl.pipeline_order = False``) the loop keeps its order,
-    and ``tl.wgmma_overlap`` derives the same schedule."""
+    more: Check_inf); without them (``tl.pipeline_order = False``) and without the derived
+    schedule (``tl.wgmma_overlap = False``) the loop keeps its order, and ``tl.wgmma_overlap``
+    (unset: by default for this two-gemm loop) derives the same schedule."""
     func = _fa_tir(PLAIN, True, 4096, batch=4, heads=16, dim=128)
     assert any("consumer software-pipelined" in n for n in _notes(_lower(func)))
-    off = {"tl.pipeline_order": False}
+    off = {"tl.pipeline_order": False, "tl.wgmma_overlap": False}
     assert not any("software-pipelined" in n for n in _notes(_lower(func, off)))
+    unannotated = {"tl.pipeline_order": False}  # the overlap derived by default
+    assert any("consumer software-pipelined" in n for n in _notes(_lower(func, unannotated)))
     lowered = _lower(func, {**off, **OVERLAP})
     assert any("consumer software-pipelined" in n for n in _notes(lowered))
     loop = _steady_loop(str(lowered))
@@ -285,7 +288,8 @@ def test_pingpong_turns_around_the_ordered_gemms():
 
 
 def test_pipeline_order_pass_config_off():
-    lowered = _lower(_fa_tir(PIPELINED, False, 300), {"tl.pipeline_order": False})
+    off = {"tl.pipeline_order": False, "tl.wgmma_overlap": False}
+    lowered = _lower(_fa_tir(PIPELINED, False, 300), off)
     assert not any("software-pipelined" in n for n in _notes(lowered))
     assert "for k in range(1," not in str(lowered)
 
@@ -298,7 +302,8 @@ def test_pipeline_order_pass_config_off():
         (PIPELINED, False, 128, None),  # one block: prologue and epilogue only
         (PIPELINED, True, 257, None),
         (PIPELINED, False, 200, {"tl.wgmma_wait_sinking": False}),
-        (PIPELINED, True, 200, {"tl.pipeline_order": False}),
+        (PIPELINED, True, 200, {"tl.pipeline_order": False, "tl.wgmma_overlap": False}),
+        (PIPELINED, True, 200, {"tl.pipeline_order": False}),  # derived by default
         (PLAIN, True, 300, OVERLAP),
         (PLAIN, False, 200, {**OVERLAP, "tl.pipeline_order": False}),
         (PLAIN, False, 300, (128, 64, 128)),  # one consumer warpgroup
@@ -350,7 +355,7 @@ def test_chained_legal_order_emulated(n1, rng):
 )
 def test_illegal_annotations_are_ignored_with_a_note(ann, why, rng):
     func = chained(200, 64, ann["order"], ann["stage"], ann.get("group"))
-    lowered = _lower(func)
+    lowered = _lower(func, {"tl.wgmma_overlap": False})  # (else the derived order applies)
     notes = _notes(lowered)
     assert any("order/stage/group ignored" in n and why in n for n in notes), notes
     assert not any("software-pipelined" in n for n in notes)

@@ -136,7 +136,7 @@ def _check_dependences(groups, rest, tiles) -> str:
     return ""
 
 
-def plan_overlap(rest, accumulator_of, stages, tiles):
+def plan_overlap(rest, accumulator_of, stages, tiles, several_scores=True):
     """(OrderPlan, "") for the automatic overlap schedule (pass config ``tl.wgmma_overlap``),
     else (None, reason).
 
@@ -148,7 +148,8 @@ def plan_overlap(rest, accumulator_of, stages, tiles):
     accumulator (FlashAttention's rescale of ``acc_o``) one iteration late (order 1), then
     ``P`` and what follows it (order 2), then the other statements between (the softmax;
     stage 0, order 3): upstream's ``wgmma_pipelined`` schedule. Dependences are checked as
-    for annotated loops."""
+    for annotated loops. ``several_scores=False`` (the pass config unset): ``G`` must be one
+    gemm."""
     if stages < 2:
         return None, "needs num_stages >= 2"
     gemms = [i for i, st in enumerate(rest) if accumulator_of(st) is not None]
@@ -161,6 +162,8 @@ def plan_overlap(rest, accumulator_of, stages, tiles):
             f"{len(gemms)} wgmma gemms at the top of the body (the schedule needs gemms into "
             "one accumulator, then one gemm into another)"
         )
+    if lead > 1 and not several_scores:
+        return None, f"{lead} gemms into the first accumulator (tl.wgmma_overlap=True takes them)"
     g, p = gemms[lead - 1], gemms[-1]
     acc_p = {accs[-1]}
     late, soft = [], []

@@ -430,9 +430,12 @@ class _Planner(StmtMutator):
             plan, why = plan_order(loop, rest_index, copy_index, stages, rest, tiles)
             if why:
                 notes.append(f"loop {loop.var.name}: order/stage/group ignored ({why})")
-        if plan is None and options.get("wgmma_overlap", False):
-            plan, why = plan_overlap(rest, self._accumulator_of, stages, tiles)
-            if why:
+        overlap = options.get("wgmma_overlap")  # None: FlashAttention's shape only
+        if plan is None and overlap is not False:
+            plan, why = plan_overlap(
+                rest, self._accumulator_of, stages, tiles, several_scores=overlap is True
+            )
+            if why and overlap is True:
                 notes.append(f"loop {loop.var.name}: no automatic wgmma overlap ({why})")
         if plan is None:
             return None
