@@ -1,0 +1,75 @@
+"""Upstream's mma layout helpers: the shared-memory swizzle and the mma fragment index maps.
+
+Each map is a plain function of ints or PrimExprs, usable inside a ``T.Layout`` transform or
+while tracing a kernel.
+"""
+
+from __future__ import annotations
+
+from ....dtypes import bits as _bits
+from ....dtypes import canonical as _canonical
+
+
+def _dtype_bits(dtype) -> int:
+    if hasattr(dtype, "bits"):
+        return int(dtype.bits)
+    return _bits(_canonical(str(dtype)))
+
+
+def get_swizzle_layout(row_idx, col_idx, row_size, dtype, swizzle_bytes=None):
+    """``(col_tile, row, swizzled_col)`` of element ``(row_idx, col_idx)`` of a shared tile
+    with ``row_size`` elements per row: 16-byte chunks of each row are XOR-permuted by the
+    row (``swizzle_bytes``: 32, 64 or 128 bytes; default ``min(128, row bytes)``), so that
+    eight consecutive rows read by ``ldmatrix`` fall in different banks."""
+    row_bytes = _dtype_bits(dtype) * int(row_size) // 8
+    if row_bytes % 32:
+        raise ValueError(
+            f"get_swizzle_layout: a row of {row_size} x {dtype} is {row_bytes} bytes; it must be "
+            "a multiple of 32 bytes"
+        )
+    if swizzle_bytes is None:
+        swizzle_bytes = min(128, row_bytes)
+    if int(swizzle_bytes) not in (32, 64, 128):
+        raise ValueError(f"get_swizzle_layout: swizzle_bytes={swizzle_bytes} must be 32, 64 or 128")
+    elem_per_16b = 128 // _dtype_bits(dtype)
+    vectors = int(swizzle_bytes) // 16
+    chunk, within = col_idx // elem_per_16b, col_idx % elem_per_16b
+    col_tile, c = chunk // vectors, chunk % vectors
+    src = (row_idx % 8) // (8 // vectors)
+    return col_tile, row_idx, (c ^ src) * elem_per_16b + within
+
+
+def make_mma_swizzle_layout(shared_buf, is_smooth: bool = False):
+    """A ``T.Layout`` for a shared tile: the swizzle of :func:`get_swizzle_layout` when a row
+    is a multiple of 64 bytes (and not ``is_smooth``), else the identity."""
+    from ....layout import Layout
+
+    dtype, shape = shared_buf.dtype, list(shared_buf.shape)
+    if is_smooth or (int(shape[-1]) * _dtype_bits(dtype)) % 512:
+        return Layout(shape, lambda *args: list(args))
+
+    def transform(*args):
+        i, j = args[-2:]
+        return [*args[:-2], *get_swizzle_layout(i, j, shape[-1], dtype)]
+
+    return Layout(shape, transform)
+
+
+def mma_store_32x8_to_shared_16x16_layout(thread_id, local_id):
+    """(row, col) in a 16x16 C tile of accumulator ``local_id`` (< 8) of lane ``thread_id``."""
+    row = 8 * (local_id % 4 // 2) + (thread_id // 4)
+    col = 8 * (local_id // 4) + (thread_id % 4) * 2 + (local_id % 2)
+    return row, col
+
+
+def ldmatrix_32x8_to_shared_16x16_layout(thread_id, local_id):
+    """(row, col) in a 16x16 A tile of element ``local_id`` (< 8) of lane ``thread_id``."""
+    row = 8 * (local_id % 4 // 2) + (thread_id // 4)
+    col = 8 * (local_id // 4) + (thread_id % 4) * 2 + (local_id % 2)
+    return row, col
+
+
+def shared_16x16_to_mma_32x8_layout(i, j):
+    """(lane, element) holding element ``(i, j)`` of a 16x16 A/C tile (inverse of the above)."""
+    thread_id = 4 * (i % 8) + (j % 8) // 2
+    return thread_id, 4 * (j // 8) + (i // 8) * 2 + (j % 2)
