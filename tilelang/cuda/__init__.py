@@ -5,3 +5,5 @@ provided; the rest of upstream's CUDA target package (its dialect, passes, other
 is tilelang.backends.cuda and the one ``T`` namespace here, and importing it raises a
 ModuleNotFoundError that says so (``tilelang/utils/upstream_modules.py``).
 """
+
+from . import intrinsics  # noqa: F401,E402 - upstream's tilelang.cuda.intrinsics attribute

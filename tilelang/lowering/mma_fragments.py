@@ -9,8 +9,8 @@ lane's group ``g = lane // 4``, its thread-in-group ``t = lane % 4`` and the reg
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

@@ -112,9 +112,7 @@ class _Block:
     def array(self, key, size, dtype):
         """A block-shared array, one per ``key`` for the whole block."""
         if key not in self.arrays:
-            var = ir.Var(
-                f"warp_mma_{len(self.arrays)}", _T.Tensor((size,), dtype, scope="shared")
-            )
+            var = ir.Var(f"warp_mma_{len(self.arrays)}", _T.Tensor((size,), dtype, scope="shared"))
             self.allocs.append(make_alloc(var))
             self.arrays[key] = var
         return self.arrays[key]
@@ -138,7 +136,9 @@ class _Block:
         if isinstance(s, ir.If):
             dep = guarded or uses_any(s.condition, dependent)
             then = self.stmt(s.then_case, dependent, dep, parallel)
-            other = None if s.else_case is None else self.stmt(s.else_case, dependent, dep, parallel)
+            other = (
+                None if s.else_case is None else self.stmt(s.else_case, dependent, dep, parallel)
+            )
             return ir.If(s.condition, then, other, s.loc)
         if isinstance(s, ir.While):
             dep = guarded or uses_any(s.condition, dependent)
@@ -263,7 +263,9 @@ class _Block:
                 f"`{name}`: {dst.name} is {dst.ty.dtype} but {src.name} is {dtype}", loc
             )
         if bits not in (8, 16):
-            raise errors.compile_error(f"`{name}` on cpu: 8- or 16-bit elements only, got {dtype}", loc)
+            raise errors.compile_error(
+                f"`{name}` on cpu: 8- or 16-bit elements only, got {dtype}", loc
+            )
         if trans and bits != 16:
             raise errors.compile_error(f"`{name}`: .trans needs 16-bit elements, got {dtype}", loc)
         per = 32 // bits  # elements of one 32-bit register

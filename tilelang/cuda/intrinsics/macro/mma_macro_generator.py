@@ -41,7 +41,13 @@ from ....lowering.mma_fragments import MMA_BY_DTYPES, ldmatrix_name
 from ..layout.mma_layout import mma_store_32x8_to_shared_16x16_layout
 from ..layout.utils import mma_store_index_map
 
-_ABBREV = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int8": "int8", "int32": "int32"}
+_ABBREV = {
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "int8": "int8",
+    "int32": "int32",
+}
 
 
 def _dtype_name(dtype, what) -> str:
@@ -311,7 +317,9 @@ class TensorCoreIntrinEmitter:
             else:
                 k, n = shape.b_map(g, t, r)
                 idx = (wk + k, wi + 8 * half + n)  # B stored (K, N)
-            value = ir.TensorLoad(buf, [_as_index(x) for x in (*other, base0 + idx[0], base1 + idx[1])])
+            value = ir.TensorLoad(
+                buf, [_as_index(x) for x in (*other, base0 + idx[0], base1 + idx[1])]
+            )
             builder.store(local, [_as_index(dst + e)], value)
 
     # ------------------------------------------------------------------ mma
@@ -360,7 +368,9 @@ class TensorCoreIntrinEmitter:
             )
         is_global = pid_m is not None and pid_n is not None
         if (pid_m is None) != (pid_n is None):
-            raise ValueError("TensorCoreIntrinEmitter.stmatrix: give both pid_m and pid_n, or neither")
+            raise ValueError(
+                "TensorCoreIntrinEmitter.stmatrix: give both pid_m and pid_n, or neither"
+            )
         if is_global and dims != 2:
             raise ValueError("TensorCoreIntrinEmitter.stmatrix: a global C_buf must be 2-d")
         tx, warp_n, warp_m = self.extract_thread_binding(self.get_thread_binding())
@@ -370,7 +380,11 @@ class TensorCoreIntrinEmitter:
 
         def index_of(n):
             """C_buf index of accumulator ``n`` of this thread (tile ``(i, j)``, slot ``r``)."""
-            i, j, r = n // (self.warp_cols * per_tile), (n // per_tile) % self.warp_cols, n % per_tile
+            i, j, r = (
+                n // (self.warp_cols * per_tile),
+                (n // per_tile) % self.warp_cols,
+                n % per_tile,
+            )
             row, col = mma_store_32x8_to_shared_16x16_layout(tx, r)
             tile_m, tile_n = warp_m * self.warp_rows + i, warp_n * self.warp_cols + j
             if is_global:
