@@ -13,6 +13,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 
 _INTERNAL = "upstream's {what}, which tilelang does not reproduce"
 _TARGET_PACKAGE = (
@@ -61,15 +62,38 @@ ALIASES: dict[str, str] = {"tvm": "tilelang.tvm"}
 class _AliasLoader(importlib.abc.Loader):
     """Loads an alias as the module it stands for (the same object, not a copy)."""
 
-    def __init__(self, target: str):
+    def __init__(self, target):
         self.target = target
 
     def create_module(self, spec):
-        """The target module itself."""
-        return importlib.import_module(self.target)
+        """The target module itself (``target``: a module name, or the module object). An
+        alias of a top-level package gets an empty ``__path__`` so that ``import tvm.tirx``
+        reaches this finder, which hands out ``tilelang.tvm.tirx``."""
+        if not isinstance(self.target, str):
+            return self.target
+        module = importlib.import_module(self.target)
+        if not hasattr(module, "__path__"):
+            module.__path__ = []
+        return module
 
     def exec_module(self, module):
         """Nothing to run: the target module is already initialized."""
+
+
+def _aliased_submodule(fullname: str):
+    """``tvm.tirx`` -> ``tilelang.tvm.tirx`` when ``tvm`` is the alias and the attribute is a
+    module (``import tvm.tirx``, ``from tvm.tirx import IndexMap``); else None."""
+    top, _, rest = fullname.partition(".")
+    if not rest or top not in ALIASES:
+        return None
+    module = sys.modules.get(top)
+    if module is None or getattr(module, "__name__", None) != ALIASES[top]:
+        return None
+    for part in rest.split("."):
+        module = getattr(module, part, None)
+        if module is None:
+            return None
+    return module if isinstance(module, types.ModuleType) else None
 
 
 def reason(fullname: str) -> str | None:
@@ -98,6 +122,9 @@ class UpstreamModuleFinder:
         for a listed absent module; None otherwise."""
         if fullname in ALIASES:
             return importlib.util.spec_from_loader(fullname, _AliasLoader(ALIASES[fullname]))
+        sub = _aliased_submodule(fullname)
+        if sub is not None:
+            return importlib.util.spec_from_loader(fullname, _AliasLoader(sub))
         why = reason(fullname)
         if why is None:
             return None

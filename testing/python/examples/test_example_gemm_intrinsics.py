@@ -109,3 +109,23 @@ def test_main_gpu():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     _load(EXAMPLE).main()
+
+
+def test_plot_layout_fragment_mma_load_a(tmp_path, monkeypatch):
+    """Upstream's ``examples/plot_layout/fragment_mma_load_a.py`` unchanged: the mma A-operand
+    fragment from ``tilelang.cuda.intrinsics.layout.mma_layout`` (through ``tvm.tirx.IndexMap``),
+    repeated to warp and block level and plotted (files under ./tmp)."""
+    monkeypatch.chdir(tmp_path)
+    module = _load("plot_layout/fragment_mma_load_a.py")
+    base = module.base_layout
+    assert base.get_input_shape() == [16, 16] and base.get_thread_size() == 32
+    # lane 4 g + t holds A[g + 8 (i // 2 % 2), 2 t + i % 2 + 8 (i // 4)] in element i (PTX ISA)
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        for i in range(8):
+            row, col = g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)
+            assert base.forward_thread_point(row, col) == lane
+            assert int(base.map_forward_index([row, col])[0]) == i
+    assert module.block_layout.get_input_shape() == [128, 32]
+    plots = {p.name for p in (tmp_path / "tmp").iterdir()}
+    assert {"base_layout.pdf", "warp_layout.pdf", "block_layout.pdf"} <= plots

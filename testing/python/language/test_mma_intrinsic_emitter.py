@@ -325,3 +325,51 @@ def test_cpu_rejects_thread_dependent_condition():
 
     with pytest.raises(tilelang.errors.CompileError, match="depends on the thread index"):
         tilelang.compile(bad, target="cpu")
+
+
+# PTX fragment tables (PTX ISA "Matrix Fragments for mma.m16n8k*"), element i of lane 4 g + t:
+# bits -> (A (m, k), B (k, n) of one n8 half, A/B elements per lane per n8 half)
+_PTX = {
+    32: (lambda g, t, i: (g + 8 * (i % 2), t + 4 * (i // 2)), lambda g, t, i: (t + 4 * i, g), 4, 2),
+    16: (
+        lambda g, t, i: (g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)),
+        lambda g, t, i: (2 * t + i % 2 + 8 * (i // 2), g),
+        8,
+        4,
+    ),
+    8: (
+        lambda g, t, i: (g + 8 * (i // 4 % 2), 4 * t + i % 4 + 16 * (i // 8)),
+        lambda g, t, i: (4 * t + i % 4 + 16 * (i // 4), g),
+        16,
+        8,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "bits,size", [(32, "16x8_to_mma_32x4"), (16, "16x16_to_mma_32x8"), (8, "16x32_to_mma_32x16")]
+)
+def test_operand_layouts_match_ptx(bits, size):
+    """Upstream's shared -> (lane, element) maps (``mma_layout``) agree with PTX's tables,
+    in (spatial, k) order (``sr``), swapped (``rs`` / ``_trans``), for A and both n8 halves of B."""
+    from tilelang.cuda.intrinsics.layout import mma_layout
+
+    a_map, b_map, a_elems, b_elems = _PTX[bits]
+    sr_a, sr_b = (
+        getattr(mma_layout, f"shared_{size}_layout_sr_a"),
+        getattr(mma_layout, f"shared_{size}_layout_sr_b"),
+    )
+    rs_a, rs_b = (
+        getattr(mma_layout, f"shared_{size}_layout_rs_a"),
+        getattr(mma_layout, f"shared_{size}_layout_rs_b"),
+    )
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        for i in range(a_elems):
+            m, k = a_map(g, t, i)
+            assert sr_a(m, k) == (lane, i) and rs_a(k, m) == (lane, i)
+        for half in range(2):
+            for i in range(b_elems):
+                k, n = b_map(g, t, i)
+                assert sr_b(n + 8 * half, k) == (lane, half * b_elems + i)
+                assert rs_b(k, n + 8 * half) == (lane, half * b_elems + i)

@@ -152,6 +152,8 @@ def test_upstream_tvm_import_is_tilelang_tvm():
         "import tilelang\n"
         "from tvm import DataType\n"
         "import tvm\n"
+        "from tvm.tirx import IndexMap\n"
+        "assert IndexMap is tilelang.tvm.tirx.IndexMap\n"
         "assert tvm is tilelang.tvm and DataType('float16').bits == 16\n"
         "assert tilelang.cuda.intrinsics.TensorCoreIntrinEmitter\n"
         "print('ok')\n"

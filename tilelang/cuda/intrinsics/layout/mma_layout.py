@@ -73,3 +73,61 @@ def shared_16x16_to_mma_32x8_layout(i, j):
     """(lane, element) holding element ``(i, j)`` of a 16x16 A/C tile (inverse of the above)."""
     thread_id = 4 * (i % 8) + (j % 8) // 2
     return thread_id, 4 * (j // 8) + (i // 8) * 2 + (j % 2)
+
+
+# ---------------------------------------------------------------------------------------
+# shared tile element -> (lane, register element) of the mma.sync operand fragments
+# ---------------------------------------------------------------------------------------
+# A 32-bit register holds ``per = 32 // bits`` consecutive k of one row; the four (A) or
+# two-per-n8-half (B) registers of a lane tile 16 x (4 per) elements. Names are upstream's:
+# ``sr`` = (spatial, reduction) index order, ``rs`` = (reduction, spatial); ``_trans`` swaps.
+def _operand_inverse(bits: int, matrix: str):
+    per = 32 // bits
+    span = 4 * per  # k covered by one register column
+
+    def inverse(s, r):
+        lane = 4 * (s % 8) + (r % span) // per
+        if matrix == "A":  # registers: (row half, k block) with the row half fastest
+            return lane, per * (2 * (r // span) + s // 8) + r % per
+        return lane, per * (2 * (s // 8) + r // span) + r % per  # B: n8 half slowest
+
+    inverse.__doc__ = (
+        f"(lane, element) holding element (spatial={'m' if matrix == 'A' else 'n'}, k) of a "
+        f"{bits}-bit mma.sync {matrix} operand tile."
+    )
+    return inverse
+
+
+def _swapped(fn):
+    def swapped(i, j):
+        return fn(j, i)
+
+    swapped.__doc__ = (fn.__doc__ or "") + " Arguments in (k, spatial) order."
+    return swapped
+
+
+shared_16x8_to_mma_a_32x4_layout = _operand_inverse(32, "A")
+shared_16x8_to_mma_b_32x4_layout = _operand_inverse(32, "B")
+shared_16x16_to_mma_a_32x8_layout = _operand_inverse(16, "A")
+shared_16x16_to_mma_b_32x8_layout = _operand_inverse(16, "B")
+shared_16x32_to_mma_a_32x16_layout = _operand_inverse(8, "A")
+shared_16x32_to_mma_b_32x16_layout = _operand_inverse(8, "B")
+shared_16x8_to_mma_a_32x4_layout_trans = _swapped(shared_16x8_to_mma_a_32x4_layout)
+shared_16x8_to_mma_b_32x4_layout_trans = _swapped(shared_16x8_to_mma_b_32x4_layout)
+shared_16x16_to_mma_a_32x8_layout_trans = _swapped(shared_16x16_to_mma_a_32x8_layout)
+shared_16x16_to_mma_b_32x8_layout_trans = _swapped(shared_16x16_to_mma_b_32x8_layout)
+shared_32x16_to_mma_a_32x16_layout_trans = _swapped(shared_16x32_to_mma_a_32x16_layout)
+shared_32x16_to_mma_b_32x16_layout_trans = _swapped(shared_16x32_to_mma_b_32x16_layout)
+
+shared_16x8_to_mma_32x4_layout_sr_a = shared_16x8_to_mma_a_32x4_layout
+shared_16x8_to_mma_32x4_layout_sr_b = shared_16x8_to_mma_b_32x4_layout
+shared_16x8_to_mma_32x4_layout_rs_a = shared_16x8_to_mma_a_32x4_layout_trans
+shared_16x8_to_mma_32x4_layout_rs_b = shared_16x8_to_mma_b_32x4_layout_trans
+shared_16x16_to_mma_32x8_layout_sr_a = shared_16x16_to_mma_a_32x8_layout
+shared_16x16_to_mma_32x8_layout_sr_b = shared_16x16_to_mma_b_32x8_layout
+shared_16x16_to_mma_32x8_layout_rs_a = shared_16x16_to_mma_a_32x8_layout_trans
+shared_16x16_to_mma_32x8_layout_rs_b = shared_16x16_to_mma_b_32x8_layout_trans
+shared_16x32_to_mma_32x16_layout_sr_a = shared_16x32_to_mma_a_32x16_layout
+shared_16x32_to_mma_32x16_layout_sr_b = shared_16x32_to_mma_b_32x16_layout
+shared_16x32_to_mma_32x16_layout_rs_a = shared_32x16_to_mma_a_32x16_layout_trans
+shared_16x32_to_mma_32x16_layout_rs_b = shared_32x16_to_mma_b_32x16_layout_trans
