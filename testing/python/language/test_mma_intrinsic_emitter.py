@@ -373,3 +373,29 @@ def test_operand_layouts_match_ptx(bits, size):
                 k, n = b_map(g, t, i)
                 assert sr_b(n + 8 * half, k) == (lane, half * b_elems + i)
                 assert rs_b(k, n + 8 * half) == (lane, half * b_elems + i)
+
+
+def test_cpu_clear_of_per_thread_registers(rng):
+    """``T.clear`` / ``T.fill`` of a ``T.alloc_local`` that thread-dependent code writes (as
+    the emitter's accumulators are): every thread resets its own copy on the CPU backend."""
+    threads, n = 64, 4
+
+    @T.prim_func
+    def acc(A: T.Tensor((threads * n,), "float32"), B: T.Tensor((threads * n,), "float32")):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            L = T.alloc_local((n,), "float32")
+            for it in T.serial(3):
+                if it == 2:
+                    T.fill(L, 2.5)
+                else:
+                    T.clear(L)
+                for r in T.serial(n):
+                    L[r] += A[tx * n + r] * (it + 1)
+            for r in T.serial(n):
+                B[tx * n + r] = L[r]
+
+    a = torch.from_numpy(rng.standard_normal(threads * n))
+    b = torch.full((threads * n,), float("nan"), dtype=torch.float32)
+    tilelang.compile(acc, target="cpu")(a.float(), b)
+    torch.testing.assert_close(b.double(), 2.5 + a.float().double() * 3, rtol=1e-6, atol=1e-6)
