@@ -62,14 +62,16 @@ def test_cpu(m, n, k, dtypes, rng):
 
 
 @pytest.mark.parametrize(
-    "m,n,k,dtypes", [(200, 136, 96, FP16), (130, 200, 64, INT8)], ids=["f16", "i8"]
+    "m,n,k,dtypes,arch",
+    [(200, 136, 96, FP16, "sm_80"), (130, 200, 64, INT8, "sm_80"), (72, 136, 64, FP16, "sm_90a")],
+    ids=["f16-sm_80", "i8-sm_80", "f16-sm_90a"],
 )
-def test_cuda_emulated(m, n, k, dtypes, rng):
-    """The sm_80 lowering (ldmatrix / mma.sync helpers) run by the CUDA emulator."""
+def test_cuda_emulated(m, n, k, dtypes, arch, rng):
+    """The CUDA lowering (ldmatrix / mma.sync helpers) run by the CUDA emulator."""
     a, b, ref = _inputs(rng, m, n, k, dtypes)
     func = _load(EXAMPLE).tl_matmul.get_tir(M=m, N=n, K=k, **dtypes)
     c = np.full((m, n), np.nan, np.float16) if dtypes is FP16 else np.zeros((m, n), np.int32)
-    out = cuda_emulator.emulate(pipeline.lower(func, {"kind": "cuda", "arch": "sm_80"}), a, b, c)
+    out = cuda_emulator.emulate(pipeline.lower(func, {"kind": "cuda", "arch": arch}), a, b, c)
     _check(out[2], ref, dtypes)
 
 
