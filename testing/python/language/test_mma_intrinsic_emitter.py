@@ -373,6 +373,17 @@ def test_operand_layouts_match_ptx(bits, size):
                 k, n = b_map(g, t, i)
                 assert sr_b(n + 8 * half, k) == (lane, half * b_elems + i)
                 assert rs_b(k, n + 8 * half) == (lane, half * b_elems + i)
+    # the forward maps (lane, element) -> (spatial, k) invert them
+    shape = {32: "32x4_to_shared_16x8", 16: "32x8_to_shared_16x16", 8: "32x16_to_shared_16x32"}[
+        bits
+    ]
+    load_a = getattr(mma_layout, f"mma_load_a_{shape}_layout")
+    load_b = getattr(mma_layout, f"mma_load_b_{shape}_layout")
+    for lane in range(32):
+        for i in range(a_elems):
+            assert sr_a(*load_a(lane, i)) == (lane, i)
+        for i in range(2 * b_elems):
+            assert sr_b(*load_b(lane, i)) == (lane, i)
 
 
 def test_cpu_clear_of_per_thread_registers(rng):

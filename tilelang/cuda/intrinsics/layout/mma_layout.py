@@ -62,17 +62,16 @@ def mma_store_32x8_to_shared_16x16_layout(thread_id, local_id):
     return row, col
 
 
+def mma_32x8_to_shared_16x16_layout(thread_id, local_id):
+    """(row, col) in a 16x16 C tile of accumulator ``local_id`` of lane ``thread_id``."""
+    return mma_store_32x8_to_shared_16x16_layout(thread_id, local_id)
+
+
 def ldmatrix_32x8_to_shared_16x16_layout(thread_id, local_id):
-    """(row, col) in a 16x16 A tile of element ``local_id`` (< 8) of lane ``thread_id``."""
-    row = 8 * (local_id % 4 // 2) + (thread_id // 4)
-    col = 8 * (local_id // 4) + (thread_id % 4) * 2 + (local_id % 2)
-    return row, col
-
-
-def shared_16x16_to_mma_32x8_layout(i, j):
-    """(lane, element) holding element ``(i, j)`` of a 16x16 A/C tile (inverse of the above)."""
-    thread_id = 4 * (i % 8) + (j % 8) // 2
-    return thread_id, 4 * (j // 8) + (i // 8) * 2 + (j % 2)
+    """(row, col) in a 16x16 tile of element ``local_id`` (< 8) of the 16-byte row that lane
+    ``thread_id`` addresses in an ``ldmatrix.x4`` (matrices column-major: lanes 0-15 give
+    the rows of columns 0-7, lanes 16-31 those of columns 8-15)."""
+    return thread_id % 16, 8 * (thread_id // 16) + local_id % 8
 
 
 # ---------------------------------------------------------------------------------------
@@ -131,3 +130,29 @@ shared_16x32_to_mma_32x16_layout_sr_a = shared_16x32_to_mma_a_32x16_layout
 shared_16x32_to_mma_32x16_layout_sr_b = shared_16x32_to_mma_b_32x16_layout
 shared_16x32_to_mma_32x16_layout_rs_a = shared_32x16_to_mma_a_32x16_layout_trans
 shared_16x32_to_mma_32x16_layout_rs_b = shared_32x16_to_mma_b_32x16_layout_trans
+
+
+def _operand_forward(bits: int, matrix: str):
+    per = 32 // bits
+    span = 4 * per
+
+    def forward(thread_id, local_id):
+        g, t = thread_id // 4, thread_id % 4
+        reg, e = local_id // per, local_id % per
+        if matrix == "A":  # (m, k)
+            return g + 8 * (reg % 2), span * (reg // 2) + per * t + e
+        return g + 8 * (reg // 2), span * (reg % 2) + per * t + e  # B: (n, k)
+
+    forward.__doc__ = (
+        f"(row, col) = ({'m' if matrix == 'A' else 'n'}, k) of element ``local_id`` of lane "
+        f"``thread_id`` in a {bits}-bit mma.sync {matrix} operand tile."
+    )
+    return forward
+
+
+mma_load_a_32x4_to_shared_16x8_layout = _operand_forward(32, "A")
+mma_load_b_32x4_to_shared_16x8_layout = _operand_forward(32, "B")
+mma_load_a_32x8_to_shared_16x16_layout = _operand_forward(16, "A")
+mma_load_b_32x8_to_shared_16x16_layout = _operand_forward(16, "B")
+mma_load_a_32x16_to_shared_16x32_layout = _operand_forward(8, "A")
+mma_load_b_32x16_to_shared_16x32_layout = _operand_forward(8, "B")
