@@ -170,7 +170,12 @@ def test_emitter_gemm_cuda_emulated(M, N, K, dtype, opts, rng):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize(
-    "dtype,opts", [("float16", {"a_trans": True, "b_trans": False}), ("int8", {})]
+    "dtype,opts",
+    [
+        ("float16", {"a_trans": True, "b_trans": False}),
+        ("bfloat16", {"warp_tiles": (16, 24)}),
+        ("int8", {}),
+    ],
 )
 def test_emitter_builds_with_nvcc(arch, dtype, opts):
     accum = "int32" if dtype == "int8" else "float32"
