@@ -108,7 +108,8 @@ NOT_PROVIDED = {
     "tilelang:metal": "no Metal backend",
     "tilelang:webgpu": "no WebGPU backend",
     "tilelang:cpu": "upstream's CPU target package; tilelang's is tilelang.backends.cpu",
-    "tilelang:cuda": "upstream's CUDA target package (intrinsics, target helpers); tilelang's is "
+    "tilelang:cuda": "upstream's CUDA target package; only tilelang.cuda.intrinsics (the mma.sync "
+    "TensorCoreIntrinEmitter and its layout helpers) is provided; the backend is "
     "tilelang.backends.cuda",
     "tilelang:backend": "upstream's target/pass-pipeline registry; target helpers are in "
     "tilelang.utils.target (determine_target)",
@@ -294,7 +295,10 @@ for _name in ("annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc"):
 _INTERNAL = "upstream's internal module ({}); not part of the API tilelang reproduces"
 #: Reasons for whole upstream modules that are deliberately absent, by module prefix.
 NOT_PROVIDED_MODULES = {
-    "tilelang.cuda": _INTERNAL.format("CUDA target package: intrinsic emitters, layouts, passes"),
+    "tilelang.cuda": _INTERNAL.format(
+        "CUDA target package: dialect, passes, wgmma/tcgen05/sparse emitters; only "
+        "tilelang.cuda.intrinsics' mma.sync emitter and layout helpers are provided"
+    ),
     "tilelang.rocm": _INTERNAL.format("ROCm target package"),
     "tilelang.metal": _INTERNAL.format("Metal target package"),
     "tilelang.webgpu": "no WebGPU backend",

@@ -49,5 +49,10 @@ _upstream_modules.install()  # `import tilelang.cuda...` (upstream-only): a clea
 
 
 def __getattr__(name: str):
-    """``tilelang.cuda`` and the other upstream-only packages: an AttributeError saying why."""
+    """``tilelang.cuda`` (upstream's intrinsic emitters) is imported on first use; the other
+    upstream-only packages: an AttributeError saying why."""
+    if name == "cuda":
+        import importlib
+
+        return importlib.import_module(".cuda", __name__)
     raise _upstream_modules.attribute_error(__name__, name)

@@ -55,8 +55,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("language",),
     # the disk store of artifacts
     ("cache",),
-    # upstream's helper modules: env (reads the cache switches), nvcc, device models, utils
-    ("env", "contrib", "carver", "utils"),
+    # upstream's helper modules: env (reads the cache switches), nvcc, device models, utils;
+    # cuda: upstream's hand-written intrinsic emitters (they emit through the frontend)
+    ("env", "contrib", "carver", "utils", "cuda"),
     # benchmarks a kernel it is handed (JITKernel.get_profiler returns one, as upstream)
     ("profiler",),
     # compile / jit / JITKernel and the in-memory cache

@@ -9,7 +9,11 @@ they would stop at "No module named 'tilelang.cuda'". :func:`install` appends a 
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.util
 import sys
+import types
 
 _INTERNAL = "upstream's {what}, which tilelang does not reproduce"
 _TARGET_PACKAGE = (
@@ -20,7 +24,8 @@ _TARGET_PACKAGE = (
 
 #: upstream module prefix -> why it is absent (the longest matching prefix is used)
 ABSENT: dict[str, str] = {
-    "tilelang.cuda": _TARGET_PACKAGE.format(target="CUDA", backend="cuda"),
+    "tilelang.cuda": _TARGET_PACKAGE.format(target="CUDA", backend="cuda")
+    + " (only tilelang.cuda.intrinsics, the hand-written mma.sync emitter, is provided)",
     "tilelang.rocm": _TARGET_PACKAGE.format(target="ROCm", backend="rocm"),
     "tilelang.metal": _TARGET_PACKAGE.format(target="Metal", backend="metal"),
     "tilelang.cpu": _TARGET_PACKAGE.format(target="CPU", backend="cpu"),
@@ -47,6 +52,50 @@ ABSENT: dict[str, str] = {
 }
 
 
+#: top-level module names upstream makes importable -> the tilelang module they stand for.
+#: Upstream puts its bundled TVM on ``sys.path``, so its examples write ``from tvm import
+#: DataType`` after ``import tilelang``; here ``tvm`` is ``tilelang.tvm`` unless a real
+#: ``tvm`` package is installed (the alias finder runs after the real ones).
+ALIASES: dict[str, str] = {"tvm": "tilelang.tvm"}
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Loads an alias as the module it stands for (the same object, not a copy)."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def create_module(self, spec):
+        """The target module itself (``target``: a module name, or the module object). An
+        alias of a top-level package gets an empty ``__path__`` so that ``import tvm.tirx``
+        reaches this finder, which hands out ``tilelang.tvm.tirx``."""
+        if not isinstance(self.target, str):
+            return self.target
+        module = importlib.import_module(self.target)
+        if not hasattr(module, "__path__"):
+            module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        """Nothing to run: the target module is already initialized."""
+
+
+def _aliased_submodule(fullname: str):
+    """``tvm.tirx`` -> ``tilelang.tvm.tirx`` when ``tvm`` is the alias and the attribute is a
+    module (``import tvm.tirx``, ``from tvm.tirx import IndexMap``); else None."""
+    top, _, rest = fullname.partition(".")
+    if not rest or top not in ALIASES:
+        return None
+    module = sys.modules.get(top)
+    if module is None or getattr(module, "__name__", None) != ALIASES[top]:
+        return None
+    for part in rest.split("."):
+        module = getattr(module, part, None)
+        if module is None:
+            return None
+    return module if isinstance(module, types.ModuleType) else None
+
+
 def reason(fullname: str) -> str | None:
     """Why upstream module ``fullname`` is absent here, or None when it is not listed."""
     for prefix in sorted(ABSENT, key=len, reverse=True):
@@ -69,7 +118,13 @@ class UpstreamModuleFinder:
 
     @staticmethod
     def find_spec(fullname, path=None, target=None):
-        """Raise ModuleNotFoundError with the reason for a listed module; None otherwise."""
+        """A spec for an alias of :data:`ALIASES`; raise ModuleNotFoundError with the reason
+        for a listed absent module; None otherwise."""
+        if fullname in ALIASES:
+            return importlib.util.spec_from_loader(fullname, _AliasLoader(ALIASES[fullname]))
+        sub = _aliased_submodule(fullname)
+        if sub is not None:
+            return importlib.util.spec_from_loader(fullname, _AliasLoader(sub))
         why = reason(fullname)
         if why is None:
             return None

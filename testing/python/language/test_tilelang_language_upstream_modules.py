@@ -87,7 +87,7 @@ def test_upstream_passes_explain_themselves(name):
 @pytest.mark.parametrize(
     "module,words",
     [
-        ("tilelang.cuda.intrinsics.macro.mma_macro_generator", "CUDA target package"),
+        ("tilelang.cuda.intrinsics.macro.wgmma_macro_generator", "CUDA target package"),
         ("tilelang.rocm", "ROCm target package"),
         ("tilelang.tileop.base", "tile-op classes"),
         ("tilelang.jit.adapter.cutedsl.checks", "execution adapters"),
@@ -107,14 +107,15 @@ def test_from_import_of_an_upstream_module_names_it():
     code = (
         "import tilelang\n"
         "try:\n"
-        "    from tilelang.cuda.intrinsics import make_mma_swizzle_layout\n"
+        "    from tilelang.cuda.intrinsics.macro.wgmma_macro_generator import X\n"
         "except ImportError as err:\n"
         "    print(type(err).__name__, err)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert (
-        "ModuleNotFoundError No module named 'tilelang.cuda': it is upstream's CUDA" in out.stdout
+        "ModuleNotFoundError No module named 'tilelang.cuda.intrinsics.macro.wgmma_macro_generator'"
+        ": it is upstream's CUDA" in out.stdout
     )
 
 
@@ -133,15 +134,32 @@ def test_unlisted_and_real_modules_are_untouched():
 @pytest.mark.parametrize(
     "get,words",
     [
-        (lambda: tilelang.cuda, "tilelang.cuda is upstream's CUDA target package"),
+        (lambda: tilelang.rocm, "tilelang.rocm is upstream's ROCm target package"),
         (lambda: tilelang.tileop, "tilelang.tileop is upstream's tile-op classes"),
         (lambda: T.tir, "tilelang.language.tir is upstream's TIR export tables"),
     ],
-    ids=["tilelang.cuda", "tilelang.tileop", "T.tir"],
+    ids=["tilelang.rocm", "tilelang.tileop", "T.tir"],
 )
 def test_attribute_access_of_upstream_packages_explains(get, words):
     with pytest.raises(AttributeError, match=words):
         get()
+
+
+def test_upstream_tvm_import_is_tilelang_tvm():
+    """Upstream's examples write ``from tvm import DataType`` after ``import tilelang``; the
+    ``tilelang.cuda`` package (upstream's mma emitter) is importable and an attribute."""
+    code = (
+        "import tilelang\n"
+        "from tvm import DataType\n"
+        "import tvm\n"
+        "from tvm.tirx import IndexMap\n"
+        "assert IndexMap is tilelang.tvm.tirx.IndexMap\n"
+        "assert tvm is tilelang.tvm and DataType('float16').bits == 16\n"
+        "assert tilelang.cuda.intrinsics.TensorCoreIntrinEmitter\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
 
 
 def test_unknown_attributes_keep_the_usual_message():

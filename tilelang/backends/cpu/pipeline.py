@@ -35,6 +35,7 @@ from ...transform.ws_schedule import program_order as ws_program_order
 from .fp8_convert import legalize_fp8_casts
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
+from .warp_mma import lower_warp_mma
 from .warp_ops import lower_warp_ops
 
 TARGET = {"kind": "llvm"}  # plus "mcpu": see host_target()
@@ -102,6 +103,7 @@ def _lower_kernel(func, pass_configs):
         # T.Parallel selects on a tile-uniform condition: select-free copies under an `if`
         *([("unswitch_uniform_select", unswitch_uniform_select)] if unswitch else []),
         ("lower_warp_ops", on_body(lower_warp_ops)),
+        ("lower_warp_mma", on_body(lower_warp_mma)),  # ldmatrix / mma.sync helpers
         ("lower_atomic_mem", on_body(lower_atomic_mem)),  # T.atomic_load/store: plain
         ("lower_threads", on_body(lower_threads)),
         ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),

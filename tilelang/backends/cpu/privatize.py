@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
 from tvm_tirx.script import tirx as _T
 
 from ... import errors
@@ -115,6 +116,9 @@ def privatize(body, tvars):
     }
     if not priv and not binds:
         return body
+    if priv:
+        body = _per_thread_fills(body, priv)
+        units = _units(body, [])
     for kind, unit in units:
         if kind == "tile" and uses_any(unit, list(priv.values())):
             raise errors.compile_error(
@@ -123,6 +127,33 @@ def privatize(body, tvars):
                 tile_op_loc(unit),
             )
     return _rewrite(body, priv, binds, flat, total)
+
+
+def _per_thread_fills(body, priv):
+    """``T.fill`` / ``T.clear`` of a privatized local tensor as a plain store loop: on a GPU
+    each thread fills its own registers, so it becomes per-thread code here."""
+    from ...lowering import irb
+    from ...lowering.region import RegionView
+
+    def on_eval(stmt):
+        found = tile_op_of(stmt)
+        if found is None or found[0].name != "fill":
+            return stmt
+        view = found[0].view(found[1])
+        dst = RegionView.of(view.dst)
+        if dst.tensor.__chandle__() not in priv:
+            return stmt
+        axes = list(range(len(dst.extents)))
+        value = view.value
+        if str(value.ty) != dst.dtype:
+            value = _tirx.Cast(dst.dtype, value)
+
+        def store(vars_):
+            return ir.TensorStore(dst.tensor, dst.index(dict(zip(axes, vars_))), value, stmt.loc)
+
+        return irb.loop_nest(dst.extents, store, loc=stmt.loc)
+
+    return tvm_ffi.structural_map(body, [(ir.Evaluate, on_eval)])
 
 
 def _defines(unit, var) -> bool:
