@@ -22,6 +22,7 @@ from ...lowering.region import RegionView, _const
 from ...lowering.thread_utils import alloc, for_, fragment_points, is_fragment, new_tensor
 from ..registry import layout_rule, lower_rule
 from .layouts import rows_consistent, source_from_destination
+from .memory import lower_reduce_from_memory, reads_memory
 from .op import combine, init_value, reduce_axes
 
 
@@ -180,9 +181,14 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
     reduce instead of two per row) in the compact layout of :func:`exchange_slots`, when
     that layout is no larger than one slot per thread."""
     src, dst, dim, pairs = reduce_axes(v)
+    if reads_memory(src, dst):
+        return lower_reduce_from_memory(v, ctx, src, dst, dim, pairs)
     if not (is_fragment(src.tensor) and is_fragment(dst.tensor)):
         raise errors.compile_error(
-            f"T.reduce on {ctx.backend} needs fragment src and dst ({src.name}, {dst.name})", v.loc
+            f"T.reduce_{v.reduce_type} on {ctx.backend}: src must be a fragment or a shared "
+            f"tile, and dst a fragment (or a shared tile when src is shared); got "
+            f"{src.name} ({src.scope}) -> {dst.name} ({dst.scope})",
+            v.loc,
         )
     for view, what in ((src, "src"), (dst, "dst")):
         if not _whole(view):
