@@ -302,16 +302,20 @@ def test_parallel_extent_bounded_by_a_constant(n, two_d):
     np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
-def test_unbounded_parallel_extent_on_cuda_names_the_line():
+def test_unbounded_parallel_writing_a_fragment_on_cuda_names_the_line():
+    """T.Parallel(n) runs as a strided loop over the threads on CUDA
+    (backends/cuda/test_parallel_runtime_extent.py); a fragment written there is an error."""
     from tilelang.backends.cuda import pipeline
 
     @T.prim_func
     def main(A: T.Tensor((300,), "float32"), n: T.int32):
         with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((300,), "float32")
             for i in T.Parallel(n):
-                A[i] = 0.0  # the line the error names
+                f[i] = 0.0  # the line the error names
+            T.copy(f, A)
 
     with pytest.raises(tilelang.errors.CompileError) as info:
         pipeline.lower(main, {"kind": "cuda", "arch": "sm_80"})
     assert "test_tilelang_language_loops.py:" in str(info.value)
-    assert "T.min(n, 256)" in str(info.value)
+    assert "writes the fragment f" in str(info.value)

@@ -59,6 +59,7 @@ from .loop_fragment_access import (
     inner_loops,
     spread_positions,
 )
+from .strided_parallel import check_strided_nest, is_strided_nest
 
 
 @dataclass
@@ -102,15 +103,11 @@ def _int(x):
 def parallel_nest(stmt) -> ParallelNest | None:
     if not _is_parallel(stmt):
         return None
+    if is_strided_nest(stmt):  # a run-time extent: a strided loop, no layout (its module)
+        check_strided_nest(stmt, stmt.loc if errors.where(stmt.loc) else first_loc(stmt.body))
+        return None
     vars_, extents, s = [], [], stmt
     while _is_parallel(s):
-        if _int(s.begin) != 0 or _int(s.end) is None:
-            raise errors.compile_error(
-                f"T.Parallel on CUDA needs static extents starting at 0 (got {s.begin}.."
-                f"{s.end}); bound a run-time extent by a constant, e.g. T.Parallel(T.min(n, "
-                "256)), which runs 256 iterations with the body guarded",
-                s.loc if errors.where(s.loc) else first_loc(s.body),
-            )
         vars_.append(s.var)
         extents.append(_int(s.end))
         s = s.body

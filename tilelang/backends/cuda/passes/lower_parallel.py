@@ -47,6 +47,7 @@ from ....lowering.vectorize import (
     with_fallback,
 )
 from .layout_inference import loop_key
+from .strided_parallel import is_strided_nest, lower_strided_nest
 
 # Loops over a thread's fragment slots unroll up to this many slots: a register array
 # indexed at run time lives in local memory (the HOPPER.md habit), and 256 registers is
@@ -84,6 +85,13 @@ class LowerParallel(StmtMutator):
         if stmt.annotations is None or "tl.parallel" not in stmt.annotations:
             return super().visit_For(stmt, ctx)
         layout = self.loops.get(loop_key(stmt))
+        if layout is None and is_strided_nest(stmt):  # a run-time extent
+            self.count += 1
+            lower = lambda body, inner: guard_globals(self.body(body, inner), inner, {})  # noqa: E731
+            loop = lower_strided_nest(
+                stmt, ctx, self.thread_var, self.threads, lower, f"pl{self.count}"
+            )
+            return seq([loop])
         if layout is None:
             raise errors.compile_error(
                 f"internal: T.Parallel loop over {stmt.var.name} has no inferred layout "
