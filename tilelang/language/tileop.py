@@ -253,18 +253,66 @@ def _atomic_op(kind, dst, value, memory_order=None, annotations=None):
         _emit(call)
 
 
+_MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
+
+
+def _check_order(memory_order, what):
+    if memory_order is not None and memory_order not in _MEMORY_ORDERS:
+        raise errors.TraceError(
+            f"{what}: memory_order must be one of {_MEMORY_ORDERS}, got {memory_order!r}"
+        )
+
+
+def _atomic_prev(kind, dst, value, memory_order, annotations=None):
+    """``return_prev=True``: one element's atomic update whose old value is returned."""
+    from ..ops.atomic import prev as _prev
+    from . import allocate
+
+    st = builder.state()
+    st.uses_atomics = True
+    dst, value = _operand(dst), _operand(value)
+    if region_extents(value) is not None or not isinstance(dst, ir.TensorLoad):
+        raise errors.TraceError(
+            f"T.atomic_{kind}(return_prev=True) needs one element as dst (A[i]) and a scalar "
+            "value (as upstream, tile-region atomics do not return previous values)"
+        )
+    dst_r = to_region(dst, what=f"T.atomic_{kind} dst")
+    dtype = str(dst_r.source.ty.dtype)
+    operand = dtypes.scalar_value(value, dtype, f"T.atomic_{kind} value")
+    cell = allocate.alloc_local((1,), dtype)
+    call = _prev.ATOMIC_PREV.make(
+        dst_r,
+        operand,
+        to_region(cell, what="prev"),
+        loc=builder.user_loc(),
+        kind=kind,
+        memory_order=memory_order or "",
+    )
+    with _ws_tagged(_annotations(annotations, f"T.atomic_{kind}"), f"T.atomic_{kind}"):
+        _emit(call)
+    return ir.TensorLoad(cell, [ir.const(0, "int32")])
+
+
 def atomic_add(dst, value, memory_order=None, return_prev=False, annotations=None):
-    """Atomically ``dst += value`` (a scalar element or a whole tile)."""
+    """Atomically ``dst += value`` (a scalar element or a whole tile); with
+    ``return_prev=True`` (one element) returns the value ``dst`` held before."""
+    _check_order(memory_order, "T.atomic_add")
     if return_prev:
-        raise errors.TraceError("T.atomic_add(return_prev=True) is not supported yet")
+        return _atomic_prev("add", dst, value, memory_order, annotations)
     _atomic_op("add", dst, value, memory_order, annotations)
 
 
-def atomic_max(dst, value, memory_order=None, annotations=None):
-    """Atomically ``dst = max(dst, value)``."""
+def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """Atomically ``dst = max(dst, value)``; ``return_prev=True``: returns the old value."""
+    _check_order(memory_order, "T.atomic_max")
+    if return_prev:
+        return _atomic_prev("max", dst, value, memory_order, annotations)
     _atomic_op("max", dst, value, memory_order, annotations)
 
 
-def atomic_min(dst, value, memory_order=None, annotations=None):
-    """Atomically ``dst = min(dst, value)``."""
+def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """Atomically ``dst = min(dst, value)``; ``return_prev=True``: returns the old value."""
+    _check_order(memory_order, "T.atomic_min")
+    if return_prev:
+        return _atomic_prev("min", dst, value, memory_order, annotations)
     _atomic_op("min", dst, value, memory_order, annotations)

@@ -639,7 +639,15 @@ class _Machine:
         value = np.broadcast_to(self.eval(args[1], mask), (self.lanes,)).astype(b.data.dtype)
         old = b.data[flat].copy()
         ufunc = ATOMICS[fname]
-        ufunc.at(b.data, flat[active], value[active])
+        hit = flat[active]
+        if len(np.unique(hit)) == len(hit):
+            ufunc.at(b.data, hit, value[active])
+            return old
+        # lanes updating one address: one after another in lane order, each returning
+        # the value the lanes before it left (CUDA serializes them in some order)
+        for lane in np.flatnonzero(active):
+            old[lane] = b.data[flat[lane]]
+            b.data[flat[lane]] = ufunc(b.data[flat[lane]], value[lane])
         return old
 
     # ------------------------------------------------------------------ statements

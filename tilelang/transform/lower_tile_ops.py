@@ -8,18 +8,38 @@ user's line.
 
 from __future__ import annotations
 
-from ..lowering.stmt import StmtMutator
+from ..lowering.stmt import StmtMutator, uses_any
 from ..ops import lowering_for, tile_op_of
 
 
 class LowerTileOps(StmtMutator):
+    """Rules see ``ctx.thread_guarded``: whether the op sits under an ``if`` whose condition
+    reads the thread index (then only some threads run it: an atomic update that does not
+    depend on the thread is done by each of them, not once per block by thread 0)."""
+
+    _guarded = False
+
+    def visit_If(self, stmt, ctx):
+        t = getattr(ctx, "thread_var", None)
+        if self._guarded or t is None or not uses_any(stmt.condition, [t]):
+            return super().visit_If(stmt, ctx)
+        self._guarded = True
+        try:
+            return super().visit_If(stmt, ctx)
+        finally:
+            self._guarded = False
+
     def visit_Evaluate(self, stmt, ctx):
         found = tile_op_of(stmt)
         if found is None:
             return stmt
         op, call = found
         rule = lowering_for(op, self.backend, call)
-        return rule(op.view(call), ctx)
+        ctx.thread_guarded = self._guarded
+        try:
+            return rule(op.view(call), ctx)
+        finally:
+            ctx.thread_guarded = False
 
 
 def lower_tile_ops(func, backend: str):

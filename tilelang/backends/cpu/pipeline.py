@@ -74,7 +74,7 @@ def host_target() -> dict:
 def _uses_atomics(body) -> bool:
     def is_atomic(x):
         found = isinstance(x, ir.Evaluate) and tile_op_of(x)
-        return bool(found) and found[0].name == "atomic"
+        return bool(found) and found[0].name in ("atomic", "atomic_prev", "atomic_or")
 
     return contains(body, is_atomic)
 

@@ -2,7 +2,8 @@
 
 - Scalar form (``dst`` one element): every thread that reaches the statement performs
   its own atomic when the address or the value depends on the thread (the usual case
-  inside a ``T.Parallel`` loop, e.g. a histogram); a thread-independent update (serial
+  inside a ``T.Parallel`` loop, e.g. a histogram), or when it sits under an ``if`` on the
+  thread index (the threads the user picked); a thread-independent update (serial
   code, which every thread of the block runs) is done once per block, by thread 0.
 - Tile form from a fragment: each thread applies the elements its layout gives it;
   for replicated fragments only replica 0 does, so nothing is counted twice.
@@ -59,6 +60,8 @@ def lower_atomic_cuda(v, ctx):
         stmt = _guarded(atomic_stmt(v.kind, dst.tensor, idx, v.value, v.loc), dst.tensor, idx, ctx)
         t = ctx.thread_var
         if uses_any(v.value, [t]) or any(uses_any(b, [t]) for b in dst.begins):
+            return stmt
+        if getattr(ctx, "thread_guarded", False):  # under `if tx == k`: the threads chosen
             return stmt
         return ir.If(t == 0, stmt, None)
     src = RegionView.of(v.value)
