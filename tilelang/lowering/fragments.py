@@ -2,7 +2,8 @@
 
 ``project_fragment`` (a reduction result's fragment from its input's), ``default_fragment``
 (a loop nest's fragment when nothing constrains it), ``replicated_fragment`` and
-``same_threads`` (do two fragments place elements on the same threads).
+``same_threads`` (do two fragments place elements on the same threads), ``owner_guard``
+(the threads a fragment spans, as a condition on the thread index).
 """
 
 from __future__ import annotations
@@ -133,3 +134,53 @@ def same_threads(a: Fragment, b: Fragment) -> bool:
         return ta.shape == tb.shape and bool(np.all(np.sort(ta, 0) == np.sort(tb, 0)))
     except Exception:  # noqa: BLE001
         return False
+
+
+def owner_guard(frag: Fragment, thread_var, threads: int):
+    """The condition ``lo <= t < hi`` under which thread ``t`` holds elements of ``frag``
+    (the threads ``[lo, hi)`` it spans), or None when that is every thread of the block.
+
+    A fragment may start at a later thread (one owned by a later warpgroup: thread
+    ``128 + ...``); threads outside its span hold nothing, and the fragment's inverse map
+    gives them coordinates outside the tile. Threads inside the span must all hold some
+    element: a fragment with holes raises ValueError (callers name the op)."""
+    import numpy as np
+
+    try:
+        owners = np.unique(frag.thread_table())
+    except Exception:  # noqa: BLE001 - not tabulable: the bounds of the thread expression
+        lo, hi = 0, frag.get_thread_size()
+    else:
+        lo, hi = int(owners[0]), int(owners[-1]) + 1
+        if len(owners) != hi - lo:
+            raise ValueError(
+                f"the fragment {frag!r} holds elements on threads {lo}..{hi - 1} with gaps "
+                f"({hi - lo - len(owners)} threads in between hold none)"
+            )
+    conds = []
+    if lo > 0:
+        conds.append(thread_var >= lo)
+    if hi < threads:
+        conds.append(thread_var < hi)
+    if not conds:
+        return None
+    if len(conds) == 1:
+        return conds[0]
+    from tvm_tirx import tirx as _tirx
+
+    return _tirx.all(*conds)
+
+
+def within_owners(stmt, frag: Fragment, ctx, what: str, loc=None):
+    """``stmt`` run only by the threads holding elements of ``frag`` (:func:`owner_guard`
+    with the block's ``ctx.thread_var``/``ctx.threads``); a fragment whose threads have
+    gaps is a CompileError naming ``what`` (the op and buffer) at ``loc``."""
+    from tvm_tirx import ir
+
+    from .. import errors
+
+    try:
+        cond = owner_guard(frag, ctx.thread_var, ctx.threads)
+    except ValueError as err:
+        raise errors.compile_error(f"{what}: {err}", loc) from None
+    return stmt if cond is None else ir.If(cond, stmt, None)

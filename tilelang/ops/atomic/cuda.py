@@ -20,6 +20,7 @@ from tvm_tirx import tirx as _tirx
 from ... import errors
 from ...lowering.bounds import in_bounds
 from ...lowering.fragment_region import is_whole, region_offsets, region_predicate
+from ...lowering.fragments import within_owners
 from ...lowering.region import RegionView
 from ...lowering.stmt import uses_any
 from ...lowering.thread_utils import for_, fragment_points, is_fragment, physical
@@ -123,9 +124,7 @@ def _fragment_loop(v, src, dst, sa, da, layout, ctx, pairs):
         body = ir.If(inside, body, None)
     if layout.get_replicate() > 1:
         body = ir.If(pts[-1] == 0, body, None)  # replica 0 only
-    span = layout.get_thread_size()
-    if span < ctx.threads:
-        body = ir.If(ctx.thread_var < span, body, None)
+    body = within_owners(body, layout, ctx, f"T.atomic_{v.kind}({src.name})", v.loc)
     count = n // 2 if pairs else n
     kind = ir.ForKind.UNROLLED if count <= 64 else ir.ForKind.DEFAULT
     return for_(lvar, count, body, kind, loc=v.loc)

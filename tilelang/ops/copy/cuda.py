@@ -20,6 +20,7 @@ from ... import errors
 from ...layout import expr as E
 from ...lowering.bounds import in_bounds
 from ...lowering.fragment_region import is_whole, region_offsets, region_predicate
+from ...lowering.fragments import within_owners
 from ...lowering.irb import store
 from ...lowering.region import RegionView
 from ...lowering.stmt import substitute
@@ -198,10 +199,7 @@ def lower_fragment_side(frag_view, other_view, fa, oa, ctx, to_frag, loc, cast=N
             if replica0 is not None:
                 vector = only_replica0(vector, vpts[-1] == 0)
             out = with_fallback(site, for_(lo, n // vec, vector, kind, loc=loc), out)
-    span = layout.get_thread_size()
-    if span < ctx.threads:
-        out = ir.If(ctx.thread_var < span, out, None)
-    return out
+    return within_owners(out, layout, ctx, "T.copy of a fragment", loc)
 
 
 def _same_part(src, dst, ctx) -> bool:

@@ -14,6 +14,7 @@ from tvm_tirx import ir
 from ... import errors
 from ...layout import expr as E
 from ...lowering.fragment_region import is_whole
+from ...lowering.fragments import within_owners
 from ...lowering.irb import seq, store
 from ...lowering.thread_utils import (
     alloc,
@@ -52,9 +53,7 @@ def _fragment_moves(frag_view, scratch, ctx, to_scratch, loc):
     else:
         value = ir.TensorLoad(scratch, physical(scratch, idx, inner)).astype(frag_view.dtype)
         body = store(local, [lvar], value, loc=loc)
-    span = layout.get_thread_size()
-    if span < ctx.threads:
-        body = ir.If(ctx.thread_var < span, body, None)
+    body = within_owners(body, layout, ctx, f"T.cumsum({frag_view.name})", loc)
     n = layout.get_local_size()
     return for_(lvar, n, body, ir.ForKind.UNROLLED if n <= 64 else None, loc=loc)
 

@@ -37,6 +37,7 @@ from tvm_tirx import ir, tirx
 from ... import errors
 from ...lowering import irb
 from ...lowering.bounds import in_bounds
+from ...lowering.fragments import within_owners
 from ...lowering.region import RegionView
 from ...lowering.stmt import uses_any
 from ...lowering.thread_utils import (
@@ -133,9 +134,7 @@ def _print_fragment(prefix, view, ctx, loc):
         conds.append(replica == 0)
     if conds:
         body = ir.If(tirx.all(*conds) if len(conds) > 1 else conds[0], body, None)
-    span = layout.get_thread_size()
-    if span < ctx.threads:
-        body = ir.If(ctx.thread_var < span, body, None)
+    body = within_owners(body, layout, ctx, "T.print of a fragment", loc)
     return for_(slot, n, body, loc=loc)
 
 

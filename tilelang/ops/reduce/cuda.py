@@ -17,6 +17,7 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from ... import errors
+from ...lowering.fragments import owner_guard
 from ...lowering.irb import seq, store
 from ...lowering.region import RegionView, _const
 from ...lowering.thread_utils import alloc, for_, fragment_points, is_fragment, new_tensor
@@ -86,14 +87,19 @@ def _span(gens) -> set:
     return span
 
 
-def xor_group(frag, dim, idle_from=None, threads=None):
+def xor_group(frag, dim, idle_from=None, threads=None, idle_below=0, base=0):
     """Generator bits g such that the threads sharing a reduced row are ``t ^ span(g)``.
 
     With ``idle_from``/``threads``: a row's threads may also be completed to such a group
-    by threads in ``[idle_from, threads)``, which hold no element of ``frag`` and so add
-    the reduction's identity (a 1-d fragment of 100 elements on 128 threads: the row's
-    threads 0..99 are completed by 100..127)."""
-    table = frag.thread_table()  # (rep, *shape)
+    by threads in ``[idle_from, threads)`` (or below ``idle_below``), which hold no
+    element of ``frag`` and so add the reduction's identity (a 1-d fragment of 100
+    elements on 128 threads: the row's threads 0..99 are completed by 100..127).
+
+    ``base``: the group is of the threads' offsets ``t - base`` (a fragment starting at a
+    later warp: its rows form a xor group relative to its first thread)."""
+    table = frag.thread_table() - base  # (rep, *shape)
+    if idle_from is not None and threads is not None:
+        idle_from, threads, idle_below = idle_from - base, threads - base, idle_below - base
     moved = np.moveaxis(table, dim + 1, -1).reshape(-1, table.shape[dim + 1])
     rows = [sorted(set(int(x) for x in row)) for row in moved]
     groups = {frozenset(o ^ owners[0] for o in owners) for owners in rows}
@@ -113,7 +119,8 @@ def xor_group(frag, dim, idle_from=None, threads=None):
     for owners in rows:
         coset = {(owners[0] & ~bits) | s for s in span}
         extra = coset - set(owners)
-        if not set(owners) <= coset or any(t < idle_from or t >= threads for t in extra):
+        idle = [t for t in extra if idle_below <= t < idle_from or t >= threads]
+        if not set(owners) <= coset or idle:
             return None
     return gens
 
@@ -200,7 +207,16 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
             )
     s_layout, d_layout = ctx.get_layout(src.tensor), ctx.get_layout(dst.tensor)
     check_layouts(v, s_layout, d_layout, pairs)
-    gens = xor_group(s_layout, dim, s_layout.get_thread_size(), ctx.threads)
+    t = ctx.thread_var
+    try:  # the threads [lo, hi) holding src (a later warpgroup's fragment: lo > 0)
+        owners = owner_guard(s_layout, t, ctx.threads)
+    except ValueError as err:
+        raise errors.compile_error(f"T.reduce_{v.reduce_type}({src.name}): {err}", v.loc) from None
+    table = s_layout.thread_table()
+    lo, hi = int(table.min()), int(table.max()) + 1
+    gens, rel = xor_group(s_layout, dim, hi, ctx.threads, idle_below=lo), 0
+    if gens is None and lo % warp == 0:  # a later warp's fragment: groups of t - lo
+        gens, rel = xor_group(s_layout, dim, hi, ctx.threads, idle_below=lo, base=lo), lo
     if gens is None:
         raise errors.compile_error(
             f"T.reduce: the threads sharing a row of {src.name} do not form a xor group", v.loc
@@ -209,7 +225,6 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
     merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
     nan = bool(v.nan_propagate) and dtype.startswith(("float", "bfloat"))
 
-    t = ctx.thread_var
     n_d = d_layout.get_local_size()
     sl, dl = ctx.local_of(src.tensor), ctx.local_of(dst.tensor)
     red = new_tensor(f"{dst.name}_red", [n_d], dtype, "local")
@@ -227,8 +242,8 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
     value = ir.TensorLoad(sl, [ls]).astype(dtype)
     acc = store(red, [slot], combine(kind, ir.TensorLoad(red, [slot]), value, nan))
     partial = for_(ls, s_layout.get_local_size(), acc, ir.ForKind.UNROLLED)
-    if s_layout.get_thread_size() < ctx.threads:  # the other threads hold no src element
-        partial = ir.If(t < s_layout.get_thread_size(), partial, None)
+    if owners is not None:  # the other threads hold no src element
+        partial = ir.If(owners, partial, None)
     stmts.append(partial)
     lanes = [g for g in gens if g < warp]
     warps = [g for g in gens if g >= warp]
@@ -263,13 +278,13 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
         group_bits = 0
         for g in warps:
             group_bits |= g
-        base = t - (t & group_bits)
+        base = t - ((t - rel) & group_bits) if rel else t - (t & group_bits)
         order = sorted(span)
         # threads past the last whole group (idle ones, when the block size is no multiple
         # of the group's) read slots past the block: the workspace covers them too, and the
         # compact slots (which assume whole groups) are not used
-        ws_size = ((ctx.threads - 1) | group_bits) + 1
-        if ws_size != ctx.threads:
+        ws_size = rel + ((ctx.threads - 1 - rel) | group_bits) + 1
+        if ws_size != ctx.threads or rel:
             compact = None
     if warps and compact is not None:
         # all rows written (one lane per lane group), then all read: one RAW barrier
@@ -298,7 +313,8 @@ def lower_reduce_threads(v, ctx, shuffle, warp: int, whole_warp=None, merged_exc
         total = ir.TensorLoad(ws, [base + order[0]])
         for o in order[1:]:
             total = combine(merge, total, ir.TensorLoad(ws, [base + o]), nan)
-        body.append(store(red, [ld2], total))
+        read = store(red, [ld2], total)
+        body.append(ir.If(t >= rel, read, None) if rel else read)  # below rel: no group
     if body:
         stmts.append(for_(ld2, n_d, seq(body), ir.ForKind.UNROLLED if not warps else None))
     ld3 = ir.Var("ro", "int32")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from tvm_tirx import ir
 
 from ... import errors
+from ...lowering.fragments import owner_guard
 from ...lowering.irb import seq, store
 from ...lowering.region import _const
 from ...lowering.thread_utils import (
@@ -84,8 +85,12 @@ def lower_reduce_from_memory(v, ctx, src, dst, dim, pairs):
             ]
         )
         loop = for_(slot, n, body, loc=v.loc)
-        if layout.get_thread_size() < ctx.threads:
-            loop = ir.If(t < layout.get_thread_size(), loop, None)
+        try:
+            owners = owner_guard(layout, t, ctx.threads)
+        except ValueError as err:
+            raise errors.compile_error(f"T.reduce_{kind}({dst.name}): {err}", v.loc) from None
+        if owners is not None:  # the other threads hold no dst element
+            loop = ir.If(owners, loop, None)
         return seq([*stmts, loop])
     extents = [_const(dst.extents[b]) for _, b in pairs]
     if None in extents:

@@ -29,6 +29,7 @@ from tvm_tirx import ir
 from .... import errors
 from ....layout import expr as E
 from ....lowering.bounds import in_bounds
+from ....lowering.fragments import within_owners
 from ....lowering.irb import seq
 from ....lowering.stmt import StmtMutator, substitute
 from ....lowering.thread_utils import (
@@ -124,9 +125,7 @@ class LowerParallel(StmtMutator):
         if vector is not None:
             site, loop = vector
             out = with_fallback(site, loop, out)
-        span = layout.get_thread_size()
-        if span < self.threads:
-            out = ir.If(t < span, out, None)
+        out = within_owners(out, layout, ctx, "T.Parallel loop", stmt.loc)
         return seq([out])
 
     def _vectorized(self, s, vars_, raw, lvar, n, ctx, replicated, loc):
