@@ -663,6 +663,10 @@ def setitem(target, key, value):
         return
     if isinstance(target, ir.Var) and hasattr(target.ty, "shape"):
         indices = _normalize_key(key)
+        hook = _store_hook(target)
+        if hook is not None and not any(isinstance(i, slice) for i in indices):
+            hook(list(indices), unwrap(value))  # a replication= reducer (reducer.py)
+            return
         if any(isinstance(i, slice) for i in indices):
             _T.setitem_(target, indices, dtypes.convert(value, str(target.ty.dtype)))
             return
@@ -674,6 +678,12 @@ def setitem(target, key, value):
         store(target, indices, value)
         return
     target[key] = value  # a Python container
+
+
+def _store_hook(target):
+    """The store handler a tensor registered in ``TraceState.store_hooks`` (by handle)."""
+    hooks = getattr(state(), "store_hooks", None) if _STATES.stack else None
+    return None if not hooks else hooks.get(target.__chandle__())
 
 
 def aug_setitem(target, key, op: str, value):

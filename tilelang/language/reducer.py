@@ -19,6 +19,21 @@ register-level plan, so slower on a GPU. ``sum``, ``max`` and ``min`` are suppor
 bitwise combines raise an error naming the op (no shared-memory atomic for them here).
 Reading or writing the reducer other than through these calls is the user's error upstream;
 it is not checked here.
+
+Upstream's deprecated v1 reducer, ``T.alloc_reducer(shape, dtype, op, replication="all"
+| "none")``, is accepted too (:func:`_v1_store`)::
+
+    acc = T.alloc_reducer((M,), "float32", op="sum", replication="all")
+    T.clear(acc)                             # the combine's identity, by the user
+    for i, k in T.Parallel(M, K):
+        acc[i] += A[i, k]                    # max: acc[i] = T.max(acc[i], v)
+    T.finalize_reducer(acc)                  # in place: acc[i] holds the result
+
+The same block-shared tile holds it: each update written ``acc[idx] = acc[idx] (+) v`` is an
+atomic combine of ``v`` (the replication choice only picks upstream's register plan, so both
+values behave alike here), other stores are plain, and ``finalize_reducer(acc)`` waits for
+the block. An update-shaped store that does not match the reducer's op (``+`` on a max
+reducer), or that reads the reducer elsewhere, is a TraceError.
 """
 
 from __future__ import annotations
@@ -63,16 +78,80 @@ def alloc_reducer(shape, dtype, op="sum", replication=None):
         raise errors.TraceError(
             f"T.alloc_reducer: bitwise reducer op {op!r} requires an integer dtype, got {dtype}"
         )
-    if op not in _ATOMIC:
-        raise errors.TraceError(f"T.alloc_reducer: op {op!r} is not supported yet (sum/max/min)")
-    if replication is not None:
+    if replication is not None and replication not in ("all", "none"):
         raise errors.TraceError(
-            "T.alloc_reducer: replication= (upstream's deprecated v1 reducer) is not supported; "
-            "use T.reducer_init / T.reducer_update / T.finalize_reducer(acc, dst)"
+            f"T.alloc_reducer: replication must be 'all' or 'none', got {replication!r}"
         )
+    if op not in _ATOMIC:
+        what = "the replication= (v1) reducer supports" if replication else "supported:"
+        raise errors.TraceError(f"T.alloc_reducer: op {op!r} is not supported ({what} sum/max/min)")
     acc = allocate.alloc_shared(shape, dtype)
-    _reducers().append((acc, {"op": op, "dtype": dtype, "init": None, "open": False}))
+    info = {"op": op, "dtype": dtype, "init": None, "open": False, "v1": replication is not None}
+    _reducers().append((acc, info))
+    if info["v1"]:
+        st = builder.state()
+        hooks = getattr(st, "store_hooks", None)
+        if hooks is None:
+            hooks = st.store_hooks = {}
+        hooks[acc.__chandle__()] = lambda indices, value: _v1_store(acc, info, indices, value)
     return acc
+
+
+def _strip_cast(x):
+    while isinstance(x, ir.prim.Cast):
+        x = x.value
+    return x
+
+
+def _is_element(x, acc, indices) -> bool:
+    x = _strip_cast(x)
+    return (
+        isinstance(x, ir.TensorLoad)
+        and x.source.same_as(acc)
+        and len(x.indices) == len(indices)
+        and all(_tirx_equal(a, b) for a, b in zip(x.indices, indices))
+    )
+
+
+def _tirx_equal(a, b) -> bool:
+    from ..layout import expr as E
+
+    return E.same_expr(E.as_expr(a), E.as_expr(b))
+
+
+def _reads(x, acc) -> bool:
+    from ..lowering.stmt import uses_any
+
+    return builder.is_expr(x) and uses_any(x, [acc])
+
+
+_UPDATE = {"sum": "Add", "max": "Max", "min": "Min"}
+
+
+def _v1_store(acc, info, indices, value):
+    """``acc[indices] = value`` for a replication= reducer (module docstring)."""
+    op = info["op"]
+    x = _strip_cast(value) if builder.is_expr(value) else value
+    kind = type(x).__name__ if builder.is_expr(x) else None
+    if kind in _UPDATE.values():
+        for mine, other in ((x.a, x.b), (x.b, x.a)):
+            if _is_element(mine, acc, indices) and not _reads(other, acc):
+                if kind != _UPDATE[op]:
+                    raise errors.TraceError(
+                        f"T.alloc_reducer(op={op!r}): {acc.name}[...] is updated with "
+                        f"{kind.lower()}; a {op} reducer is updated as "
+                        + ("acc[i] += v" if op == "sum" else f"acc[i] = T.{op}(acc[i], v)")
+                    )
+                target = ir.TensorLoad(acc, list(indices))
+                _ATOMIC[op](target, dtypes.convert(other, info["dtype"]))
+                return
+    if _reads(value, acc):
+        raise errors.TraceError(
+            f"T.alloc_reducer(replication=...): a store into {acc.name} that reads it must be "
+            f"an update of the same element: "
+            + ("acc[i] += v" if op == "sum" else f"acc[i] = T.{op}(acc[i], v)")
+        )
+    builder.store(acc, indices, value)
 
 
 def _identity(op, dtype):
@@ -115,6 +194,11 @@ def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
     if batch < 1:
         raise errors.TraceError(f"T.finalize_reducer: batch must be >= 1, got {batch}")
     info = _info(reducer, "finalize_reducer")
+    if info["v1"]:  # upstream's in-place v1 form: the atomics are done, wait for the block
+        sync_threads()
+        if dst is not None:
+            _copy_out(builder.unwrap(reducer), builder.unwrap(dst), None, info["op"])
+        return
     if dst is None:
         raise errors.TraceError(
             "T.finalize_reducer(acc) without dst is upstream's deprecated in-place form; "
@@ -134,7 +218,13 @@ def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
             f"T.finalize_reducer: dst has dtype {dst.ty.dtype}, the reducer {info['dtype']}"
         )
     sync_threads()
-    cell, op = info["init"], info["op"]
+    _copy_out(acc, dst, info["init"], info["op"])
+    info["open"] = False
+
+
+def _copy_out(acc, dst, cell, op):
+    """``dst = acc (+) cell[0]`` elementwise (``cell``: the init value, or None), then a
+    barrier (the reducer's next epoch overwrites ``acc``)."""
     rank = len(acc.ty.shape)
     names = ", ".join(f"r{k}" for k in range(rank))
     for idx in builder.for_(Parallel(*list(acc.ty.shape)), f"({names})"):
@@ -144,5 +234,4 @@ def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
             seed = ir.TensorLoad(cell, [ir.const(0, "int32")])
             value = {"sum": lambda a, b: a + b, "max": _tirx.max, "min": _tirx.min}[op](value, seed)
         builder.store(dst, idx, value)
-    info["open"] = False
     sync_threads()
