@@ -293,9 +293,10 @@ def _atomic_prev(kind, dst, value, memory_order, annotations=None):
     return ir.TensorLoad(cell, [ir.const(0, "int32")])
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False, annotations=None):
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     """Atomically ``dst += value`` (a scalar element or a whole tile); with
-    ``return_prev=True`` (one element) returns the value ``dst`` held before."""
+    ``return_prev=True`` (one element) returns the value ``dst`` held before. ``use_tma``
+    (upstream's sm_90 bulk reduction of a shared tile) changes only speed: ignored."""
     _check_order(memory_order, "T.atomic_add")
     if return_prev:
         return _atomic_prev("add", dst, value, memory_order, annotations)
