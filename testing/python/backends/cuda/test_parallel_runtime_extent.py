@@ -166,3 +166,49 @@ def test_extent_read_from_a_tensor_gpu():
     load(ragged_rows(W, 32))(torch.from_numpy(lens).cuda(), a.cuda(), out)
     torch.cuda.synchronize()
     np.testing.assert_allclose(out.cpu().numpy(), _ragged_want(lens, a.numpy()), rtol=1e-6)
+
+
+def histogram(bins, threads=128):
+    """Hist[v] += 1 over a run-time number of values (a per-thread atomic in the loop)."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def main(V: T.Tensor((N,), "int32"), Hist: T.Tensor((bins,), "int32")):
+        with T.Kernel(1, threads=threads):
+            for i in T.Parallel(N):
+                T.atomic_add(Hist[V[i]], 1)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", *TARGETS], ids=["cpu", "sm_80", "sm_90a"])
+def test_histogram_with_runtime_extent(rng, target):
+    bins, n = 13, 1000
+    v = rng.integers(0, bins, n).astype(np.int32)
+    hist = np.zeros(bins, np.int32)
+    if target == "cpu":
+        out = torch.from_numpy(hist)
+        tilelang.compile(histogram(bins), target="cpu")(torch.from_numpy(v), out)
+        got = out.numpy()
+    else:
+        got = emulate(pipeline.lower(histogram(bins), target), v, hist)[1]
+    np.testing.assert_array_equal(got, np.bincount(v, minlength=bins))
+
+
+@pytest.mark.parametrize("inner", ["tile_op", "parallel"])
+def test_block_wide_work_inside_a_strided_loop_is_an_error(inner):
+    @T.prim_func
+    def main(A: T.Tensor((300, 4), "float32"), n: T.int32):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((4,), "float32")
+            for i in T.Parallel(n):
+                if inner == "tile_op":
+                    T.copy(A[i, 0:4], s)  # the refused line
+                else:
+                    A[i, 0] = 1.0
+                    for j in T.Parallel(4):  # not perfectly nested: a loop of its own
+                        A[i, j] = 0.0
+
+    with pytest.raises(tilelang.errors.CompileError, match="inside a T.Parallel loop") as info:
+        pipeline.lower(main, TARGETS[0])
+    assert "test_parallel_runtime_extent.py:" in str(info.value)

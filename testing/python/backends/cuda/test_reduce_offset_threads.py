@@ -7,7 +7,8 @@ threads had written: a silently wrong result), or slots outside the register arr
 (``T.reduce`` indexed ``r_red[-1]``). Now every fragment loop runs on exactly the threads
 ``[lo, hi)`` holding elements (``lowering.fragments.owner_guard``); a fragment whose
 threads have gaps is refused (``owner_guard`` raises; such layouts have no inverse
-either). Checked against float64 numpy in the CUDA emulator
+either). A block-wide tile op or ``T.Parallel`` loop under an ``if`` on the thread index
+(``if tx >= 128: T.copy(A, f)``) is a CompileError: its work is split over all threads. Checked against float64 numpy in the CUDA emulator
 (sm_80, sm_90a, race check), with nvcc and on the GPU.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import tilelang.language as T
+from tilelang import errors
 from tilelang.backends.cuda import pipeline
 from tilelang.layout import Fragment
 from tilelang.lowering.fragments import owner_guard
@@ -128,6 +130,56 @@ def test_owner_guard():
     gaps = Fragment((64,), forward_thread_fn=lambda i: i * 2)
     with pytest.raises(ValueError, match="gaps"):
         owner_guard(gaps, t, 128)
+
+
+def _guarded_kernel(what):
+    M, N = 64, 32
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), O: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=256):
+            tx = T.get_thread_binding()
+            f = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            if what != "copy":
+                T.copy(A, f)
+            if tx >= 128:
+                if what == "copy":
+                    T.copy(A, f)  # the refused line
+                elif what == "reduce":
+                    T.reduce_max(f, r, dim=1)  # the refused line
+                else:
+                    for i in T.Parallel(M):  # the refused line
+                        O[i] = f[i, 0]
+            T.copy(r, O)
+
+    return main
+
+
+@pytest.mark.parametrize("what", ["copy", "reduce", "parallel"])
+def test_block_wide_work_under_a_thread_condition_is_an_error(what):
+    """``if tx >= 128: T.copy(A, f)`` split the copy over all 256 threads, so threads
+    0..127 skipped their half: a silently partial tile (upstream re-plans the op over the
+    guarded threads; here a CompileError naming the line)."""
+    with pytest.raises(errors.CompileError, match=r"under `if tx >= 128`.*block-wide") as info:
+        pipeline.lower(_guarded_kernel(what), TARGETS[1])
+    assert "test_reduce_offset_threads.py:" in str(info.value)
+
+
+def test_per_thread_code_under_a_thread_condition_still_runs(rng):
+    """Element code under the ``if`` is per-thread: unchanged (emulated)."""
+    N = 200
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), O: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=256):
+            tx = T.get_thread_binding()
+            if tx < N:
+                O[tx] = A[tx] * 3.0
+
+    a = rng.standard_normal(N).astype(np.float32)
+    got = emulate(pipeline.lower(main, TARGETS[0]), a, np.zeros_like(a))[1]
+    np.testing.assert_allclose(got, a.astype(np.float64) * 3.0, rtol=1e-6)
 
 
 @needs_nvcc

@@ -47,6 +47,7 @@ from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
     replicated_fragment,
     same_threads,
 )
+from ....lowering.stmt import launch_of, uses_any
 from ....lowering.target_info import backend_of
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
@@ -171,6 +172,7 @@ class _Inference:
         self.annotated: list = []  # (Var, Layout, loc) of T.annotate_layout statements
         self.loop_layouts: dict = {}
         self.body = func.body
+        self.thread_vars: list = []  # threadIdx launch variables seen so far
         self._collect(func.body, in_nest=False)
         for var, layout in (annotations or {}).items():
             self._set(var, layout, None, "T.annotate_layout")
@@ -186,8 +188,10 @@ class _Inference:
             )
         self._set(var, layout, loc, "T.annotate_layout")
 
-    def _collect(self, stmt, in_nest):
+    def _collect(self, stmt, in_nest, guard=None):
         nest = parallel_nest(stmt) if not in_nest else None
+        if guard is not None and (nest is not None or _block_wide(stmt)):
+            _refuse_under_thread_guard(stmt, nest, guard)
         if nest is not None:
             self.nests.append(nest)
             self._collect(nest.body, in_nest=True)
@@ -219,8 +223,14 @@ class _Inference:
             if not in_nest:
                 for t in _fragments_in(stmt, shallow=True):
                     self.serial_frags.append(t)
+        launch = launch_of(stmt)
+        if launch is not None and launch[0].startswith("threadIdx"):
+            self.thread_vars.append(launch[2])
+        if guard is None and isinstance(stmt, ir.If) and self.thread_vars:
+            if uses_any(stmt.condition, self.thread_vars):
+                guard = stmt
         for child in _children(stmt):
-            self._collect(child, in_nest)
+            self._collect(child, in_nest, guard)
 
     # --- bookkeeping
     def get(self, var):
@@ -416,6 +426,37 @@ class _Inference:
             self.body, self.nests, self.get, self.threads, lambda s: tile_op_of(s) is not None
         )
         return InferResult(self.layout_map, self.loop_layouts, self.nests)
+
+
+def _block_wide(stmt) -> bool:
+    """Whether ``stmt`` is a tile op every thread of the block takes part in."""
+    found = tile_op_of(stmt)
+    if found is None:
+        return False
+    op, call = found
+    if op.name == "atomic":
+        return bool(op.view(call).value_is_region)
+    return op.name in _BLOCK_WIDE_OPS and op.name != "sync_threads"
+
+
+def _refuse_under_thread_guard(stmt, nest, guard) -> None:
+    """A CompileError: a block-wide tile op or ``T.Parallel`` nest under an ``if`` on the
+    thread index. Its work is split over all the block's threads, so the threads the
+    condition leaves out would skip their share (a silently partial result); upstream
+    re-plans it over the guarded thread range, which is not supported here."""
+    if nest is not None:
+        what, loc = "a T.Parallel loop", nest.loc
+    else:
+        found = tile_op_of(stmt)
+        what, loc = f"T.{found[0].name}", found[1].loc
+    where = errors.where(guard.loc) if errors.where(guard.loc) else ""
+    raise errors.compile_error(
+        f"{what} under `if {guard.condition}`{f' ({where})' if where else ''}: a condition on "
+        "the thread index leaves threads out, but the block's threads share this work (each "
+        "would skip its part); move it out of the `if` (tile ops and T.Parallel loops are "
+        "block-wide), or write per-thread code under the `if`",
+        loc,
+    )
 
 
 def _same_layout(old, new, exact=False) -> bool:

@@ -8,7 +8,7 @@ nest has no Fragment (its iteration count is not static), so:
   this path: some level's extent is not a constant, or it does not start at 0;
 - :func:`check_strided_nest` refuses fragment stores in its body (each iteration runs on
   one thread, so a fragment element written there would differ between the threads'
-  copies) and fragment reads at thread-dependent indices of a non-replicated fragment are
+  copies), inner ``T.Parallel`` loops and block-wide tile ops; fragment reads at thread-dependent indices of a non-replicated fragment are
   left to the serial-code checks (``loop_fragment_access.check_serial_accesses``), which
   see the body as code every thread may run;
 - :func:`lower_strided_nest` builds the loop: the levels flattened into one iteration
@@ -22,6 +22,9 @@ from tvm_tirx import ir
 from .... import errors
 from ....layout import expr as E
 from ....lowering.thread_utils import for_, is_fragment
+
+#: Tile ops one thread runs on its own (an element atomic): allowed in a strided nest.
+_PER_THREAD_OPS = ("atomic", "atomic_prev", "atomic_or")
 
 
 def _is_parallel(s) -> bool:
@@ -49,8 +52,25 @@ def is_strided_nest(stmt) -> bool:
 
 
 def check_strided_nest(stmt, loc=None) -> None:
-    """Raise a CompileError when the strided nest at ``stmt`` writes a fragment."""
+    """Raise a CompileError when the strided nest at ``stmt`` writes a fragment, holds
+    another ``T.Parallel`` loop or a tile op (each iteration runs on one thread)."""
+    from ....ops import tile_op_of
+
     levels, body = _levels(stmt)
+    inner = [f for f in E.collect(body, ir.For) if _is_parallel(f)]
+    ops = [
+        found
+        for x in E.collect(body, ir.Evaluate)
+        if (found := tile_op_of(x)) is not None and found[0].name not in _PER_THREAD_OPS
+    ]
+    if inner or ops:
+        what = "a T.Parallel loop" if inner else f"T.{ops[0][0].name}"
+        raise errors.compile_error(
+            f"{what} inside a T.Parallel loop with a run-time extent ({levels[0].var.name} in "
+            f"{levels[0].begin}..{levels[0].end}): each of its iterations runs on one thread, "
+            "but this work is block-wide; write the element accesses in the loop itself",
+            (ops[0][1].loc if ops else None) or (loc if loc is not None else levels[0].loc),
+        )
     stores = E.collect(body, ir.TensorStore)
     written = [x.dest for x in stores if is_fragment(x.dest)]
     if written:
