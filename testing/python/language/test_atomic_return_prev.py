@@ -223,6 +223,28 @@ def test_return_prev_errors():
         pipeline.lower(local, TARGETS[0])
 
 
+def test_return_prev_in_a_replicated_loop_is_an_error():
+    """A loop writing a replicated fragment runs each iteration on several threads; only
+    one applies the atomic, so the others would get no old value: refused."""
+
+    @T.prim_func
+    def main(C: T.Tensor((16,), "int32"), O: T.Tensor((16, 8), "int32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((16, 8), "int32")
+            r = T.alloc_fragment((16,), "int32")
+            T.copy(O, f)
+            T.reduce_sum(f, r, dim=1)
+            for i in T.Parallel(16):
+                r[i] = T.atomic_add(C[i], r[i], return_prev=True)  # the refused line
+            for i, j in T.Parallel(16, 8):
+                f[i, j] = r[i]
+            T.copy(f, O)
+
+    with pytest.raises(errors.CompileError, match=r"replicated") as info:
+        pipeline.lower(main, TARGETS[0])
+    assert "test_atomic_return_prev.py:" in str(info.value)
+
+
 @needs_nvcc
 @pytest.mark.parametrize("target", TARGETS, ids=IDS[1:])
 def test_nvcc_compiles(target):

@@ -115,6 +115,8 @@ class LowerParallel(StmtMutator):
         inner = ctx.with_range(lvar, 0, n)
         points = [inner.simplify(p) for p in raw]
         replicated = layout.get_replicate() > 1
+        if replicated:
+            _refuse_replicated_prev(s, stmt.loc)
         body = self.body(substitute(s, dict(zip(vars_, points[: len(vars_)]))), inner)
         body = guard_globals(body, inner, {})
         if replicated:
@@ -153,6 +155,24 @@ class LowerParallel(StmtMutator):
         m = n // vec
         kind = ir.ForKind.UNROLLED if n <= UNROLL_LIMIT else ir.ForKind.DEFAULT
         return site, for_(lo, m, body, kind, loc=loc)
+
+
+def _refuse_replicated_prev(body, loc) -> None:
+    """A CompileError for ``return_prev`` atomics in a replicated nest: replica 0 alone
+    applies the atomic (once per iteration), so the other replicas would have no old value."""
+    from ....ops import tile_op_of
+
+    for x in E.collect(body, ir.Evaluate):
+        found = tile_op_of(x)
+        if found is not None and found[0].name == "atomic_prev":
+            raise errors.compile_error(
+                f"T.atomic_{found[0].view(found[1]).kind}(return_prev=True) in a T.Parallel "
+                "loop whose iterations run on several threads (its layout is replicated, "
+                "as a replicated fragment it writes): only one of them applies the atomic, "
+                "so the others would not get the old value; write the result to a "
+                "non-replicated fragment or to shared/global memory",
+                found[1].loc or loc,
+            )
 
 
 def lower_parallel(body, loops, thread_var, threads, ctx):
