@@ -23,6 +23,11 @@ class LowerTileOps(StmtMutator):
         t = getattr(ctx, "thread_var", None)
         if self._guarded or t is None or not uses_any(stmt.condition, [t]):
             return super().visit_If(stmt, ctx)
+        threads = getattr(ctx, "threads", None)
+        if threads and ctx.with_range(t, 0, threads).prove(stmt.condition):
+            # true for every thread of the user's block (warp specialization's consumer
+            # branch `tx < threads`, its producer threads added past them): no guard
+            return super().visit_If(stmt, ctx)
         self._guarded = True
         try:
             return super().visit_If(stmt, ctx)
