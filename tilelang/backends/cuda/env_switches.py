@@ -10,8 +10,9 @@ the switches here only pick a build driver, and are read each time they are used
   ``cuLaunchKernel`` itself (``direct_launch.py``); ``0``: TIRx's packed call. Overridden in
   a process by ``direct_launch.DIRECT_LAUNCH = True/False``; the kernel cache key includes
   the variable (not the module attribute).
-- ``TILELANG_CUDA_OVERLAP_HOST`` (default ``1``): the C compiler starts on the host code
-  while the device compiler runs (``overlap.py``); ``0``: one after the other. Overridden in
+- ``TILELANG_CUDA_OVERLAP_HOST`` (default ``0``): ``1`` starts the C compiler on the host
+  code while the device compiler runs (``overlap.py``; measured slower on the H200 host);
+  ``0``: one after the other. Overridden in
   a process by ``overlap.OVERLAP_HOST = True/False``.
 """
 

@@ -83,6 +83,8 @@ def test_overlapped_build_is_the_sequential_build(monkeypatch, early_jobs, direc
 
 def test_switch_reads_the_environment(monkeypatch):
     monkeypatch.setattr(overlap, "OVERLAP_HOST", None)
+    monkeypatch.delenv("TILELANG_CUDA_OVERLAP_HOST", raising=False)
+    assert not overlap.overlap_enabled()  # opt-in
     monkeypatch.setenv("TILELANG_CUDA_OVERLAP_HOST", "0")
     assert not overlap.overlap_enabled()
     monkeypatch.setenv("TILELANG_CUDA_OVERLAP_HOST", "1")
