@@ -46,7 +46,7 @@ def check_cluster_mask(cluster_mask, what: str):
         raise errors.TraceError(
             f"{what}: cluster_mask must be a positive int bitmask, got {cluster_mask!r}"
         )
-    _, dims = _cluster_dims(f"{what}(cluster_mask=...)")
+    _, dims = _cluster_dims(f"{what}(cluster_mask=...): a multicast")
     size = dims[0] * dims[1] * dims[2]
     if cluster_mask >> size:
         raise errors.TraceError(

@@ -425,13 +425,14 @@ class _Planner(StmtMutator):
         warp-specialized loop (``passes/pipeline_order.py``), or None (a note says why)."""
         options, notes = self.pctx.options, self.pctx.tma_notes
         tiles = list(mapping)
-        plan = None
+        plan, why = None, ""
         if options.get("pipeline_order", True):
             plan, why = plan_order(loop, rest_index, copy_index, stages, rest, tiles)
             if why:
                 notes.append(f"loop {loop.var.name}: order/stage/group ignored ({why})")
         overlap = options.get("wgmma_overlap")  # None: FlashAttention's shape only
-        if plan is None and overlap is not False:
+        annotated = plan is None and bool(why)  # the user's order, refused: program order
+        if plan is None and overlap is not False and not (annotated and overlap is None):
             plan, why = plan_overlap(
                 rest, self._accumulator_of, stages, tiles, several_scores=overlap is True
             )
