@@ -32,6 +32,8 @@ class TileOpDef:
     name: str
     operands: tuple[str, ...]
     options: dict
+    #: how users write the op, for errors (default ``T.<name>``)
+    spelling: str = ""
 
     def __post_init__(self):
         self.op_name = f"tl.{self.name}"
@@ -93,7 +95,7 @@ def lowering_for(op: TileOpDef, backend: str, call: ir.Call):
     fn = _LOWERINGS.get((op.name, backend))
     if fn is None:
         raise errors.compile_error(
-            f"T.{op.name} is not supported on the {backend} target", call.loc
+            f"{op.spelling or 'T.' + op.name} is not supported on the {backend} target", call.loc
         )
     return fn
 

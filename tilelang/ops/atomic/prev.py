@@ -34,7 +34,10 @@ from .cuda import HELPERS, _check_dst
 from .op import apply
 
 ATOMIC_PREV = TileOpDef(
-    "atomic_prev", ("dst", "value", "prev"), {"kind": "add", "memory_order": ""}
+    "atomic_prev",
+    ("dst", "value", "prev"),
+    {"kind": "add", "memory_order": ""},
+    spelling="T.atomic_add/atomic_max/atomic_min(..., return_prev=True)",
 )
 
 
