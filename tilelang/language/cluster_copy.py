@@ -21,6 +21,8 @@ remote_barrier=None, ...)``:
 
 from __future__ import annotations
 
+import math
+
 from tvm_tirx import ir
 
 from .. import errors
@@ -47,7 +49,7 @@ def check_cluster_mask(cluster_mask, what: str):
             f"{what}: cluster_mask must be a positive int bitmask, got {cluster_mask!r}"
         )
     _, dims = _cluster_dims(f"{what}(cluster_mask=...): a multicast")
-    size = dims[0] * dims[1] * dims[2]
+    size = math.prod(dims)
     if cluster_mask >> size:
         raise errors.TraceError(
             f"{what}: cluster_mask {cluster_mask:#b} names blocks beyond the cluster's {size}"
@@ -99,13 +101,13 @@ def _shared_region(value, other_extents, what: str):
 
 
 def _block_to_block(src, dst, dst_block, remote_barrier, coalesced_width):
-    from .hopper import _barrier, mbarrier_arrive
+    from .hopper import _barrier, is_cluster_barrier, mbarrier_arrive
     from .kernel import get_thread_binding
     from .loops import Parallel
     from .misc import sync_threads
 
-    kernel, dims = _cluster_dims("T.copy_cluster(dst_block=...)")
-    size = dims[0] * dims[1] * dims[2]
+    _, dims = _cluster_dims("T.copy_cluster(dst_block=...)")
+    size = math.prod(dims)
     block = builder.unwrap(dst_block)
     if isinstance(block, bool) or not (isinstance(block, int) or builder.is_expr(block)):
         raise errors.TraceError(f"T.copy_cluster: dst_block must be a block rank, got {block!r}")
@@ -136,8 +138,7 @@ def _block_to_block(src, dst, dst_block, remote_barrier, coalesced_width):
     bar = None
     if remote_barrier is not None:
         bar = _barrier(remote_barrier, "copy_cluster")
-        known = getattr(kernel, "_tl_cluster_barriers", [])
-        if not any(bar.source.same_as(t) for t in known):
+        if not is_cluster_barrier(bar):
             raise errors.TraceError(
                 "T.copy_cluster: remote_barrier must be an element of a cluster barrier "
                 "(T.alloc_cluster_barrier), which another block arrives on"

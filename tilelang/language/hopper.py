@@ -86,9 +86,7 @@ def mbarrier_arrive(mbarrier, cta_id=None):
     if cta_id is None:
         _emit(_op.MBARRIER_ARRIVE, bar)
         return
-    kernel = builder.state().kernels[-1] if builder.state().kernels else None
-    known = getattr(kernel, "_tl_cluster_barriers", [])
-    if not any(bar.source.same_as(t) for t in known):
+    if not is_cluster_barrier(bar):
         raise errors.TraceError(
             "T.mbarrier_arrive(..., cta_id=...): the barrier must be a cluster barrier "
             "(T.alloc_cluster_barrier), which its peers may arrive on"
@@ -108,6 +106,14 @@ def alloc_cluster_barrier(arrive_count):
         raise errors.TraceError("T.alloc_cluster_barrier must be inside T.Kernel")
     kernel._tl_cluster_barriers = [*getattr(kernel, "_tl_cluster_barriers", []), bars]
     return bars
+
+
+def is_cluster_barrier(bar) -> bool:
+    """Whether the barrier element ``bar`` (:func:`_barrier`) belongs to a tensor made by
+    :func:`alloc_cluster_barrier` in the enclosing kernel."""
+    st = builder.state()
+    kernel = st.kernels[-1] if st.kernels else None
+    return any(bar.source.same_as(t) for t in getattr(kernel, "_tl_cluster_barriers", []))
 
 
 def mbarrier_expect_tx(mbarrier, tx):
@@ -135,10 +141,7 @@ def mbarrier_wait_parity(mbarrier, parity):
     if not builder.is_expr(p):
         p = _count(p, "mbarrier_wait_parity", "parity")
     bar = _barrier(mbarrier, "mbarrier_wait_parity")
-    kernel = builder.state().kernels[-1] if builder.state().kernels else None
-    known = getattr(kernel, "_tl_cluster_barriers", [])
-    cluster = int(any(bar.source.same_as(t) for t in known))
-    _emit(_op.MBARRIER_WAIT_PARITY, bar, p % 2, cluster=cluster)
+    _emit(_op.MBARRIER_WAIT_PARITY, bar, p % 2, cluster=int(is_cluster_barrier(bar)))
 
 
 def barrier_arrive(mbarrier):
