@@ -4,7 +4,7 @@
 
 ``T.__ldg(A[i])`` reads ``A[i]`` through CUDA's read-only data cache (``__ldg(&A[i])`` in the
 CUDA source; a plain load on the CPU). The others become function attributes the CUDA backend
-reads (:data:`ATTRS`):
+reads (``lowering/kernel_hints.py``):
 
 - ``T.disable_warp_group_reg_alloc()`` / ``T.no_set_max_nreg()``: a warp-specialized kernel
   (sm_90a) keeps the default register split: no ``setmaxnreg``.
@@ -25,6 +25,12 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
 from .. import errors
+from ..lowering.kernel_hints import (
+    ATTR_L2_HIT_RATIO,
+    ATTR_MIN_BLOCKS_PER_SM,
+    ATTR_NO_SET_MAX_NREG,
+    ATTR_NON_RESTRICT,
+)
 from . import builder
 
 LDG = "__ldg"
@@ -51,14 +57,6 @@ def ldg(load):
     return _tirx.call_extern(LDG, _tirx.address_of(load), ty=dtype)
 
 
-#: function attributes the hints set (read by the CUDA backend)
-ATTR_NO_SET_MAX_NREG = "tl.no_set_max_nreg"
-ATTR_MIN_BLOCKS_PER_SM = "tl.min_blocks_per_sm"
-ATTR_NON_RESTRICT = "tl.non_restrict_params"
-ATTR_L2_HIT_RATIO = "tl.l2_hit_ratio"
-ATTRS = (ATTR_NO_SET_MAX_NREG, ATTR_MIN_BLOCKS_PER_SM, ATTR_NON_RESTRICT, ATTR_L2_HIT_RATIO)
-
-
 def _set_attr(key: str, value) -> None:
     builder.state().func_attrs[key] = value
 
@@ -66,13 +64,11 @@ def _set_attr(key: str, value) -> None:
 def disable_warp_group_reg_alloc():
     """Keep the warp groups of a warp-specialized kernel at the default register split (no
     ``setmaxnreg``)."""
-    builder.state()
     _set_attr(ATTR_NO_SET_MAX_NREG, True)
 
 
 def no_set_max_nreg():
     """Emit no ``setmaxnreg`` in a warp-specialized kernel."""
-    builder.state()
     _set_attr(ATTR_NO_SET_MAX_NREG, True)
 
 

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...lowering.kernel_hints import ATTR_MIN_BLOCKS_PER_SM, ATTR_NON_RESTRICT
 from . import direct_launch as _direct_launch_module
 from . import host_library as _host_library_module
 from . import overlap as _overlap_module
@@ -396,12 +397,13 @@ def _nvrtc_available() -> bool:
 
 def _source_hints(functions) -> dict:
     """The hints of ``language/hints.py`` the CUDA source carries, over all ``functions``."""
+
     min_blocks, names = None, []
     for func in functions.values():
         attrs = func.attrs or {}
-        if "tl.min_blocks_per_sm" in attrs:
-            min_blocks = max(min_blocks or 0, int(attrs["tl.min_blocks_per_sm"]))
-        names += [str(n) for n in attrs.get("tl.non_restrict_params", [])]
+        if ATTR_MIN_BLOCKS_PER_SM in attrs:
+            min_blocks = max(min_blocks or 0, int(attrs[ATTR_MIN_BLOCKS_PER_SM]))
+        names += [str(n) for n in attrs.get(ATTR_NON_RESTRICT, [])]
     hints = {}
     if min_blocks:
         hints["min_blocks"] = min_blocks

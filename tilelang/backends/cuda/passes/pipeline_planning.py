@@ -97,6 +97,7 @@ from tvm_tirx.tirx.tensor import TensorType
 from ....layout.swizzle import dtype_bits
 from ....lowering.context import LowerContext
 from ....lowering.global_layouts import vectorizable
+from ....lowering.kernel_hints import ATTR_NO_SET_MAX_NREG
 from ....lowering.region import RegionView, _const
 from ....lowering.shared_address import shared_ptr
 from ....lowering.stmt import StmtMutator, alloc_of, launch_of, substitute, uses_any
@@ -643,7 +644,7 @@ def plan_pipelines(func, ctx):
         body = _ReplaceAllocs(planner.replaced)(body)
     if planner.ws_parts is not None:
         parts = planner.ws_parts
-        keep_regs = bool((func.attrs or {}).get("tl.no_set_max_nreg", False))  # the user's hint
+        keep_regs = bool((func.attrs or {}).get(ATTR_NO_SET_MAX_NREG, False))  # the user's hint
         regs = ws.register_split(parts.threads) if ctx.arch == "sm_90a" and not keep_regs else None
         body = ws.split_kernel(body, parts, regs)
     return func.with_body(body)
