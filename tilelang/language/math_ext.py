@@ -176,7 +176,8 @@ def _ieee(op: str, operands, rounding_mode: str):
             f"T.ieee_{op} takes float32 or float64 operands (CUDA's directed-rounding "
             f"instructions), got {dtype}"
         )
-    return _tirx.call_pure_extern(cuda_function(op, dtype, mode), *exprs, ty=dtype)
+    name = cuda_function(op, dtype, mode)
+    return _tirx.call_pure_extern(name, *exprs, ty=dtype, loc=builder.user_loc())
 
 
 def ieee_add(x, y, rounding_mode="rn"):

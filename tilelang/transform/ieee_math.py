@@ -83,10 +83,11 @@ def portable_ieee_calls(body, backend: str):
             return call
         which, mode = CUDA_FUNCTIONS[name]
         if mode != "rn":
-            raise errors.CompileError(
+            raise errors.compile_error(
                 f"T.ieee_{which}(..., rounding_mode={mode!r}) is CUDA's directed-rounding "
                 f"instruction ({name}); the {backend} backend has no per-operation rounding "
-                f"mode. Use rounding_mode='rn' there, or compile for CUDA."
+                f"mode. Use rounding_mode='rn' there, or compile for CUDA.",
+                call.loc,
             )
         return _portable(which, list(call.args[1:]), str(call.ty), backend)
 
