@@ -448,6 +448,7 @@ def _watchdog(seconds, what):
         faulthandler.cancel_dump_traceback_later()
 
 
+@pytest.mark.no_sanitizer  # graph capture: memcheck turns torch's caching allocator off
 @pytest.mark.cuda
 def test_cuda_graph_capture_of_compiled_model_replays():
     """torch.compile(mode="reduce-overhead") records CUDA graphs; a manual capture replays too."""

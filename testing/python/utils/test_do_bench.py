@@ -166,6 +166,7 @@ def test_profiler_upstream_checks(add_kernel):
         profiler.manual_assert_close(lambda x, y: x + y)
 
 
+@pytest.mark.no_sanitizer  # timings (and CUPTI, which the sanitizer holds)
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("backend", ["event", "cupti", "cudagraph", "wall"])

@@ -138,6 +138,7 @@ except Exception as err:
 """
 
 
+@pytest.mark.no_sanitizer  # a deliberate device assert (trap) the sanitizer reports
 @pytest.mark.cuda
 def test_print_and_assert_on_gpu(tmp_path):
     torch = pytest.importorskip("torch")
