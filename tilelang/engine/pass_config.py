@@ -90,6 +90,13 @@ class PassConfigKey(str, Enum):
     (FlashAttention backward: ``dP^T`` issued with ``S^T``, overlapping ``exp2``).
     Default: True."""
 
+    TL_WGMMA_UNIFORM_WARPGROUP = "tl.wgmma_uniform_warpgroup"
+    """CUDA sm_90a: a wgmma gemm reads its warpgroup index ``threadIdx.x / 128`` through
+    ``__shfl_sync`` from lane 0, so nvcc knows it is warp-uniform and keeps the shared-memory
+    descriptors in uniform registers (without it they are per-thread registers, hoisted out
+    of the loop and spilled when the accumulators fill the register file: FA backward at
+    head dim 128, 56 bytes of spills reloaded before its HGMMAs). Default: True."""
+
     TL_WGMMA_WAIT_PAST_BARRIERS = "tl.wgmma_wait_past_barriers"
     """CUDA sm_90a, with ``tl.wgmma_wait_sinking``: the wait of a wgmma gemm whose shared
     operands only TMA loads write (a warp-specialized stage) may move past thread barriers
@@ -453,6 +460,7 @@ def build_options(pass_configs) -> dict:
         "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),
         "wgmma_issue_hoisting": flag(PassConfigKey.TL_WGMMA_ISSUE_HOISTING, True),
         "wgmma_wait_past_barriers": flag(PassConfigKey.TL_WGMMA_WAIT_PAST_BARRIERS, True),
+        "wgmma_uniform_warpgroup": flag(PassConfigKey.TL_WGMMA_UNIFORM_WARPGROUP, True),
         "wgmma_wait_paired_barriers": flag(PassConfigKey.TL_WGMMA_WAIT_PAIRED_BARRIERS, False),
         "pipeline_order": flag(PassConfigKey.TL_PIPELINE_ORDER, True),
         "unswitch_uniform_select": flag(PassConfigKey.TL_UNSWITCH_UNIFORM_SELECT, True),

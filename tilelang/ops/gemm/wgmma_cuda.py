@@ -452,6 +452,20 @@ def _addr(local, index):
     return tirx.address_of(ir.TensorLoad(local, [ir.const(int(index), "int32")]))
 
 
+def warp_uniform(value):
+    """``value`` (int32, equal on every lane of a warp) read from lane 0 with ``__shfl_sync``.
+
+    The warpgroup index ``threadIdx.x / 128`` is warp-uniform, but nvcc cannot prove it: the
+    descriptor arithmetic derived from it then lives in per-thread registers, is hoisted out
+    of the loop and (with 240-register consumers full of accumulators) spilled; the FA
+    backward at head dim 128 reloaded its descriptors from local memory before its HGMMAs
+    (ncu, H200: long-scoreboard stalls on the spill loads). Broadcast from lane 0, nvcc keeps
+    it and the descriptors in uniform registers. All 32 lanes call it (wgmma is
+    ``.sync.aligned``: whole warpgroups)."""
+    return tirx.call_extern("__shfl_sync", ir.const(0xFFFFFFFF, "uint32"), value,
+                             ir.const(0, "int32"), ty="int32")  # fmt: skip
+
+
 def _attr(v, key) -> bool:
     attrs = v.call.attrs
     return bool(attrs is not None and key in attrs and int(attrs[key]))
@@ -468,8 +482,11 @@ def lower_gemm_wgmma(v, ctx, plan) -> ir.Stmt:
         a_fence = [_call(f"tl::wgmma_fence_operand<{plan.a_regs}>", _addr(a_local, 0))]
     else:
         a_local, a_layout, a_fence = None, ctx.get_layout(plan.A.tensor), []
-    tx = ctx.thread_var
-    wg = (tx // WARPGROUP) % plan.num_wg
+    wg = ctx.thread_var // WARPGROUP
+    options = getattr(ctx, "options", None)
+    if options is None or options.get("wgmma_uniform_warpgroup", True):
+        wg = warp_uniform(wg)
+    wg = wg % plan.num_wg
     m0 = (wg % plan.wg_m) * plan.wg_tile_m
     n0 = (wg // plan.wg_m) * plan.wg_tile_n
     regs = plan.acc_regs
