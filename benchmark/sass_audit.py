@@ -36,6 +36,8 @@ sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
 from config_args import parse_pass_configs  # noqa: E402
 
+from tilelang.tools.sass_loops import main_loop, opcode_counts  # noqa: E402
+
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
 #: the SASS opcodes counted per loop iteration (prefix match)
 COUNTED = ("HGMMA", "HMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "BAR.SYNC", "MEMBAR",
@@ -93,27 +95,14 @@ def cuobjdump() -> str | None:
 
 
 def loop_stats(sass: str) -> dict:
-    """Counts of :data:`COUNTED` opcodes in the loop whose (predicated) backward branch spans
-    the most (H)MMA instructions, plus ``instructions`` (all of them)."""
-    ins = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if m:
-            ins.append((int(m.group(1), 16), m.group(2).strip()))
-    best = None
-    for addr, text in ins:
-        m = re.search(r"BRA (?:\S+ )?0x([0-9a-f]+)", text)
-        # an unpredicated branch back is the return of an out-of-line slow path (an mbarrier
-        # try-wait retried past the function's end), not a loop's back edge
-        if m and int(m.group(1), 16) < addr and text.startswith("@"):
-            body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
-            n = sum("MMA" in t for t in body)
-            if best is None or n > best[0]:
-                best = (n, body)
-    if best is None:
+    """Counts of :data:`COUNTED` opcodes in the main loop (``tilelang.tools.sass_loops``: the
+    predicated backward branch spanning the most (H)MMA instructions), plus
+    ``instructions`` (all of them) and ``shapes`` (the HGMMA opcodes)."""
+    body = main_loop(sass)
+    if body is None:
         return {}
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0] for t in best[1])
-    out = {"instructions": len(best[1])}
+    ops = opcode_counts(body)
+    out = {"instructions": len(body)}
     for key in COUNTED:
         count = sum(v for op, v in ops.items() if op.startswith(key))
         if count:

@@ -43,18 +43,19 @@ def _cluster_dims(what: str):
 
 
 def check_cluster_mask(cluster_mask, what: str):
-    """The cluster shape, after checking that ``cluster_mask`` is a bitmask of its blocks."""
+    """``(kernel, cluster shape)`` of the current cluster launch, after checking that
+    ``cluster_mask`` is a bitmask of its blocks (hand it on to :func:`multicast_copy`)."""
     if isinstance(cluster_mask, bool) or not isinstance(cluster_mask, int) or cluster_mask <= 0:
         raise errors.TraceError(
             f"{what}: cluster_mask must be a positive int bitmask, got {cluster_mask!r}"
         )
-    _, dims = _cluster_dims(f"{what}(cluster_mask=...): a multicast")
+    kernel, dims = _cluster_dims(f"{what}(cluster_mask=...): a multicast")
     size = math.prod(dims)
     if cluster_mask >> size:
         raise errors.TraceError(
             f"{what}: cluster_mask {cluster_mask:#b} names blocks beyond the cluster's {size}"
         )
-    return dims
+    return kernel, dims
 
 
 def _rank_and_leader_blocks(kernel, dims, leader: int):
@@ -72,10 +73,11 @@ def _rank_and_leader_blocks(kernel, dims, leader: int):
     return rank, leader_blocks
 
 
-def multicast_copy(src, dst, cluster_mask: int, copy_fn, what: str):
+def multicast_copy(src, dst, cluster_mask: int, cluster, copy_fn):
     """``copy_fn(src', dst)``: ``src'`` is the region the lowest-ranked block of
-    ``cluster_mask`` names for blocks in the mask, ``src`` for the others."""
-    kernel, dims = _cluster_dims(f"{what}(cluster_mask=...)")
+    ``cluster_mask`` names for blocks in the mask, ``src`` for the others; ``cluster`` is
+    what :func:`check_cluster_mask` returned for the mask."""
+    kernel, dims = cluster
     leader = (cluster_mask & -cluster_mask).bit_length() - 1
     rank, leader_blocks = _rank_and_leader_blocks(kernel, dims, leader)
     src_value = builder.unwrap(src)
@@ -202,7 +204,7 @@ def copy_cluster(
             "shared) and cluster_mask= (a multicast load)"
         )
     if cluster_mask is not None:
-        check_cluster_mask(cluster_mask, "T.copy_cluster")
+        cluster = check_cluster_mask(cluster_mask, "T.copy_cluster")
         if remote_barrier is not None or loop_layout is not None:
             raise errors.TraceError(
                 "T.copy_cluster(cluster_mask=...) takes no remote_barrier or loop_layout"
@@ -220,7 +222,7 @@ def copy_cluster(
         def load(a, b):
             copy(a, b, eviction_policy=eviction_policy, annotations=annotations)
 
-        multicast_copy(src, dst, cluster_mask, load, "T.copy_cluster")
+        multicast_copy(src, dst, cluster_mask, cluster, load)
         return
     if loop_layout is not None:
         raise errors.TraceError("T.copy_cluster: loop_layout is not supported (the layout of "

@@ -59,8 +59,9 @@ def tma_copy(
 ):
     """Copy ``src`` to ``dst`` (global -> shared with ``barrier``, or shared -> global)."""
     builder.state()
+    cluster = None
     if cluster_mask is not None:
-        check_cluster_mask(cluster_mask, "T.tma_copy")
+        cluster = check_cluster_mask(cluster_mask, "T.tma_copy")
     if leader_scope_threads is not None:
         raise errors.TraceError(
             "T.tma_copy(leader_scope_threads=...): per-warp copies are not supported; "
@@ -87,7 +88,7 @@ def tma_copy(
         copy(a, b, eviction_policy=eviction_policy, annotations=annotations)
 
     if cluster_mask is not None:
-        multicast_copy(src, dst, cluster_mask, load, "T.tma_copy")
+        multicast_copy(src, dst, cluster_mask, cluster, load)
     else:
         load(src, dst)
 

@@ -31,8 +31,9 @@ from tvm_tirx.script import tirx as _T
 
 from ... import errors
 from ...lowering.mma_fragments import MMA_SHAPES, ldmatrix_source, parse_ldmatrix
-from ...lowering.stmt import contains, launch_chain, launch_of, make_alloc, uses_any
+from ...lowering.stmt import contains, make_alloc
 from ...lowering.thread_utils import extern_name
+from .warp_block import WarpBlock, rewrite_launches
 
 WARP = 32
 
@@ -49,25 +50,7 @@ def lower_warp_mma(body):
     """Rewrite the ldmatrix/mma helper statements of every thread launch (module docstring)."""
     if not _has_warp_mma(body):
         return body
-    return _launches(body)
-
-
-def _launches(body):
-    launch = launch_of(body)
-    if launch is not None and launch[0].startswith("threadIdx"):
-        regions, tvars, inner = launch_chain(body, "threadIdx")
-        out = _Block(tvars).run(inner)
-        for r in reversed(regions):
-            out = ir.RegionStmt(r.op, r.args, r.body_params, r.attrs, out, r.result_vars, r.loc)
-        return out
-    if launch is not None:
-        inner = _launches(body.body)
-        return ir.RegionStmt(
-            body.op, body.args, body.body_params, body.attrs, inner, body.result_vars, body.loc
-        )
-    if isinstance(body, ir.SeqStmt):
-        return ir.SeqStmt([_launches(s) for s in body.seq])
-    return body
+    return rewrite_launches(body, _Block)
 
 
 def _i32(v):
@@ -88,26 +71,13 @@ def _operand(arg, name, loc):
     )
 
 
-class _Block:
-    """The helper statements of one block body with thread launches ``tvars``."""
+class _Block(WarpBlock):
+    """The helper statements of one block body with thread launches ``tvars`` (statements
+    of their own: nothing to hoist from loop bounds or conditions)."""
 
     def __init__(self, tvars):
-        order = sorted(tvars, key=lambda t: t[0])
-        self.tvars = [v for _, _, v in tvars]
-        self.total, self.flat, stride = 1, None, 1
-        for _tag, extent, var in order:
-            if not isinstance(extent, ir.IntImm):
-                self.total = None
-                break
-            self.flat = var if self.flat is None else self.flat + var * stride
-            stride *= extent.value
-            self.total *= extent.value
-        self.allocs = []
+        super().__init__(tvars, hoist_controls=False)
         self.arrays = {}
-
-    def run(self, inner):
-        out = self.stmt(inner, list(self.tvars), guarded=False, parallel=False)
-        return ir.SeqStmt([*self.allocs, out]) if self.allocs else out
 
     def array(self, key, size, dtype):
         """A block-shared array, one per ``key`` for the whole block."""
@@ -117,35 +87,10 @@ class _Block:
             self.arrays[key] = var
         return self.arrays[key]
 
-    def stmt(self, s, dependent, guarded, parallel):
-        if not _has_warp_mma(s):
-            if isinstance(s, ir.Bind) and uses_any(s.value, dependent):
-                dependent.append(s.var)
-            return s
-        if isinstance(s, ir.SeqStmt):
-            out = []
-            for child in s.seq:
-                r = self.stmt(child, dependent, guarded, parallel)
-                out.extend(r.seq if isinstance(r, ir.SeqStmt) else [r])
-            return ir.SeqStmt(out)
-        if isinstance(s, ir.For):
-            dep = guarded or uses_any([s.begin, s.end], dependent)
-            par = parallel or bool(s.annotations and "tl.parallel" in s.annotations)
-            body = self.stmt(s.body, dependent, dep, par)
-            return ir.For(s.var, s.begin, s.end, s.step, s.kind, body, s.annotations, s.loc)
-        if isinstance(s, ir.If):
-            dep = guarded or uses_any(s.condition, dependent)
-            then = self.stmt(s.then_case, dependent, dep, parallel)
-            other = (
-                None if s.else_case is None else self.stmt(s.else_case, dependent, dep, parallel)
-            )
-            return ir.If(s.condition, then, other, s.loc)
-        if isinstance(s, ir.While):
-            dep = guarded or uses_any(s.condition, dependent)
-            return ir.While(s.condition, self.stmt(s.body, dependent, dep, parallel), s.loc)
-        if isinstance(s, ir.RegionStmt) and launch_of(s) is None:
-            body = self.stmt(s.body, dependent, guarded, parallel)
-            return ir.RegionStmt(s.op, s.args, s.body_params, s.attrs, body, s.result_vars, s.loc)
+    def involves(self, node) -> bool:
+        return _has_warp_mma(node)
+
+    def leaf(self, s, dependent, parallel, guarded):
         name = extern_name(s)
         loc = getattr(s, "loc", None)
         if name is None:
@@ -177,12 +122,6 @@ class _Block:
                 f"multiple of 32 (got {self.total if self.total is not None else 'dynamic'})",
                 loc,
             )
-
-    @staticmethod
-    def _barrier():
-        from ...ops.sync.op import SYNC
-
-        return ir.Evaluate(SYNC.make())
 
     # ------------------------------------------------------------------ mma.sync
     def mma(self, shape, args, loc):
@@ -246,7 +185,7 @@ class _Block:
         stmts.append(
             ir.For(tv, _i32(0), _i32(self.total), _i32(1), ir.ForKind.DEFAULT, ir.SeqStmt(body))
         )
-        stmts.append(self._barrier())
+        stmts.append(self.barrier())
         for r in range(4):
             stmts.append(ir.TensorStore(d, at(d_idx, r), ir.TensorLoad(out, [flat * 4 + r])))
         return ir.SeqStmt(stmts)
@@ -292,7 +231,7 @@ class _Block:
         stmts.append(
             ir.For(tv, _i32(0), _i32(self.total), _i32(1), ir.ForKind.DEFAULT, ir.SeqStmt(body))
         )
-        stmts.append(self._barrier())
+        stmts.append(self.barrier())
         last = dst_idx[-1]
         for e in range(n_out):
             where = [*dst_idx[:-1], last + e]

@@ -31,7 +31,7 @@ from tvm_tirx import tirx as _tirx
 from tvm_tirx.script import tirx as _T
 
 from ... import errors
-from ...lowering.stmt import contains, launch_chain, launch_of, make_alloc, uses_any
+from ...lowering.stmt import contains, make_alloc, uses_any
 from ...lowering.warp_intrinsics import (
     BLOCK_VOTES,
     EXCHANGES,
@@ -41,6 +41,7 @@ from ...lowering.warp_intrinsics import (
     SYNC_WARP,
     WARP_SIZE,
 )
+from .warp_block import WarpBlock, rewrite_launches
 
 _NAMES = set(EXCHANGES) | {SYNC_WARP}
 
@@ -62,7 +63,7 @@ def lower_warp_ops(body):
         body = tvm_ffi.structural_map(body, [(ir.Call, _plain_ldg)])
     if not _has_exchange(body):
         return body
-    return _launches(body)
+    return rewrite_launches(body, _Block)
 
 
 def _plain_ldg(call):
@@ -72,90 +73,28 @@ def _plain_ldg(call):
     return address.args[0]
 
 
-def _launches(body):
-    launch = launch_of(body)
-    if launch is not None and launch[0].startswith("threadIdx"):
-        regions, tvars, inner = launch_chain(body, "threadIdx")
-        out = _Block(tvars).run(inner)
-        for r in reversed(regions):
-            out = _region(r, out)
-        return out
-    if launch is not None:
-        return _region(body, _launches(body.body))
-    if isinstance(body, ir.SeqStmt):
-        return ir.SeqStmt([_launches(s) for s in body.seq])
-    return body
-
-
-def _region(r, inner):
-    return ir.RegionStmt(r.op, r.args, r.body_params, r.attrs, inner, r.result_vars, r.loc)
-
-
-def _const(x):
-    return x.value if isinstance(x, ir.IntImm) else None
-
-
-class _Block:
-    """The exchanges of one block body with thread launches ``tvars`` (tag, extent, var)."""
+class _Block(WarpBlock):
+    """The exchanges of one block body with thread launches ``tvars`` (tag, extent, var);
+    exchanges in loop bounds and ``if`` conditions are hoisted before the statement."""
 
     def __init__(self, tvars):
-        order = sorted(tvars, key=lambda t: t[0])  # threadIdx.x, .y, .z
-        self.tvars = [v for _, _, v in tvars]
-        self.total, self.flat, stride = 1, None, 1
-        for _tag, extent, var in order:
-            n = _const(extent)
-            if n is None:
-                self.total = None
-                break
-            self.flat = var if self.flat is None else self.flat + var * stride
-            stride *= n
-            self.total *= n
-        self.allocs = []
+        super().__init__(tvars, hoist_controls=True)
         self.counter = 0
 
-    def run(self, inner):
-        out = self.stmt(inner, dependent=list(self.tvars), parallel=False, guarded=False)
-        return ir.SeqStmt([*self.allocs, out]) if self.allocs else out
-
     # ------------------------------------------------------------------ statements
-    def stmt(self, s, dependent, parallel, guarded):
-        if not _has_exchange(s):
-            if isinstance(s, ir.Bind) and uses_any(s.value, dependent):
-                dependent.append(s.var)
-            return s
-        if isinstance(s, ir.SeqStmt):
-            out = []
-            for child in s.seq:
-                r = self.stmt(child, dependent, parallel, guarded)
-                out.extend(r.seq if isinstance(r, ir.SeqStmt) else [r])
-            return ir.SeqStmt(out)
-        if isinstance(s, ir.For):
-            pre, (begin, end) = self.hoist([s.begin, s.end], s.loc, parallel, guarded)
-            dep = guarded or uses_any([begin, end], dependent)
-            par = parallel or bool(s.annotations and "tl.parallel" in s.annotations)
-            body = self.stmt(s.body, dependent, par, dep)
-            loop = ir.For(s.var, begin, end, s.step, s.kind, body, s.annotations, s.loc)
-            return ir.SeqStmt([*pre, loop]) if pre else loop
-        if isinstance(s, ir.If):
-            pre, (cond,) = self.hoist([s.condition], s.loc, parallel, guarded)
-            dep = guarded or uses_any(cond, dependent)
-            then = self.stmt(s.then_case, dependent, parallel, dep)
-            other = (
-                None if s.else_case is None else self.stmt(s.else_case, dependent, parallel, dep)
-            )
-            node = ir.If(cond, then, other, s.loc)
-            return ir.SeqStmt([*pre, node]) if pre else node
-        if isinstance(s, ir.While):
-            if _has_exchange(s.condition):
-                name = self._first_name(s.condition)
-                raise errors.compile_error(
-                    f"`T.{EXCHANGES.get(name, name)}` is not supported on cpu in a while "
-                    "condition (compute it into a variable before the loop and at the end of "
-                    "its body)",
-                    s.loc,
-                )
-            dep = guarded or uses_any(s.condition, dependent)
-            return ir.While(s.condition, self.stmt(s.body, dependent, parallel, dep), s.loc)
+    def involves(self, node) -> bool:
+        return _has_exchange(node)
+
+    def while_condition_error(self, s):
+        name = self._first_name(s.condition)
+        return errors.compile_error(
+            f"`T.{EXCHANGES.get(name, name)}` is not supported on cpu in a while "
+            "condition (compute it into a variable before the loop and at the end of "
+            "its body)",
+            s.loc,
+        )
+
+    def leaf(self, s, dependent, parallel, guarded):
         if isinstance(s, ir.Evaluate) and _extern_name(s.value) == SYNC_WARP:
             self._check(SYNC_WARP, s.loc, parallel, guarded)
             from ...ops.sync.op import SYNC
@@ -254,7 +193,7 @@ class _Block:
         t = ir.Var("t", "int32")
         if name in BLOCK_VOTES:
             pre.append(self._block_vote(name, getters[0], out, t))
-            pre.append(self._barrier())
+            pre.append(self.barrier())
             return ir.TensorLoad(out, [ir.const(0, "int32")])
         if name in SHUFFLES:
             body = self._shuffle(name, getters, out, t)
@@ -263,14 +202,8 @@ class _Block:
         zero = ir.const(0, "int32")
         pre.append(ir.For(t, zero, ir.const(self.total, "int32"), ir.const(1, "int32"),
                           ir.ForKind.DEFAULT, body))  # fmt: skip
-        pre.append(self._barrier())
+        pre.append(self.barrier())
         return ir.TensorLoad(out, [self.flat])
-
-    @staticmethod
-    def _barrier():
-        from ...ops.sync.op import SYNC
-
-        return ir.Evaluate(SYNC.make())
 
     def _shuffle(self, name, get, out, t):
         i32 = "int32"

@@ -6,6 +6,7 @@ the SASS of FlashAttention's loop (nvcc + cuobjdump). ``cuda``: the same on the 
 
 from __future__ import annotations
 
+import collections
 import re
 import shutil
 import sys
@@ -17,6 +18,7 @@ import pytest
 import tilelang.language as T
 from tilelang.backends.cuda import pipeline
 from tilelang.testing.cuda_emulator import emulate
+from tilelang.tools.sass_loops import main_loop, opcode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
@@ -101,23 +103,13 @@ def test_emulated_semantics(nan, dtype, target, rng):
 
 # ----------------------------------------------------------------------------- SASS
 def _steady_loop_ops(sass):
-    """Opcode counts of the smallest backward-branching loop holding 16 HGMMAs (the
-    FlashAttention consumer's steady state: Q @ K^T and P @ V, 8 each)."""
-    ins = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if m:
-            ins.append((int(m.group(1), 16), m.group(2).strip()))
-    best = None
-    for addr, text in ins:
-        m = re.search(r"BRA(?:\.\w+)* (0x[0-9a-f]+)", text)
-        if m and "U.ANY" not in text and int(m.group(1), 16) < addr:
-            body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
-            if sum("HGMMA" in t for t in body) == 16 and (best is None or len(body) < len(best)):
-                best = body
-    assert best, "no steady-state loop found"
-    ops = [(t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0] for t in best]
-    return {op: ops.count(op) for op in set(ops)} | {"total": len(ops)}
+    """Opcode counts (modifiers dropped) of the main loop (``tilelang.tools.sass_loops``):
+    the FlashAttention consumer's steady state, 16 HGMMAs (Q @ K^T and P @ V, 8 each)."""
+    body = main_loop(sass)
+    assert body, "no loop found"
+    ops = collections.Counter(opcode(t).split(".")[0] for t in body)
+    assert ops["HGMMA"] == 16, ops
+    return dict(ops) | {"total": len(body)}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import tvm_ffi
 from tvm_tirx import ir
 
+from ....lowering import shared_access as sa
 from ....lowering.stmt import launch_of
 from ....lowering.thread_utils import is_shared, is_sync, sync_threads
 
@@ -59,69 +60,43 @@ class _State:
         return _State(set(self.reads), set(self.writes), set(self.async_writes))
 
 
-# Extern device helpers whose shared-memory operands only read, or whose writes are
-# asynchronous copies that never overlap another async copy of the same tile op.
-# (tl::wgmma_m64n*: wgmma.mma_async only reads its shared A/B tiles, via the descriptors.)
-# (tl::tma_store_<R>d: the elected thread's TMA store reads its tile, waited for at once.)
-_READ_ONLY_EXTERNS = ("tl::ptx_ldmatrix", "tl::wgmma_m64n", "tl::tma_store_")
-# (tl::stage_copy: ROCm's register -> LDS stores into a pipeline stage, backends/rocm/pipelining.py)
-_ASYNC_WRITE_EXTERNS = ("tl::cp_async_gs", "tl::tma_load_", "tl::stage_copy")
-# mbarrier operations (TMA pipelining, passes/tma_lowering.py) synchronise by themselves:
-# their barrier words are no data for the barrier analysis.
-_SYNC_OBJECT_EXTERNS = ("tl::mbarrier_",)
-# Synchronous vector copies (transform/vectorize.py): the first operand is written, the
-# rest are read.
-_WRITE_FIRST_EXTERNS = ("tl::copy_vec", "tl::zero_vec")
+def _on_call(async_writes):
+    """The barrier model of a helper call's shared operands (``lowering.shared_access`` roles):
+    mbarrier words are no data; ldmatrix, wgmma and TMA stores only read theirs (wgmma reads
+    its A/B tiles through the descriptors; the elected thread's TMA store is waited for at
+    once); a vector copy writes its first operand; cp.async, TMA loads and ROCm's stage
+    stores write theirs asynchronously (copies of one tile op never overlap); any other
+    call reads and writes every shared tensor it names."""
 
+    def on_call(role, call, reads, writes):
+        operands = call.args[1:]
+        if role in (sa.BARRIER_WORD, sa.RELEASE):
+            pass
+        elif role in (sa.READ, sa.ASYNC_READ):
+            for arg in operands:
+                reads.update(sa.shared_handles(arg))
+        elif role == sa.WRITE_FIRST and len(operands) >= 1:
+            writes.update(sa.shared_handles(operands[0]))
+            for arg in operands[1:]:
+                reads.update(sa.shared_handles(arg))
+        elif role in (sa.CP_ASYNC, sa.TMA_LOAD, sa.STAGE_COPY) and len(operands) >= 2:
+            async_writes.update(sa.shared_handles(operands[0]))
+            for arg in operands[1:]:
+                reads.update(sa.shared_handles(arg))
+        else:
+            for arg in call.args:
+                for v in sa.shared_handles(arg):
+                    reads.add(v)
+                    writes.add(v)
+        return True  # pointer operands are classified here: taking an address is no read
 
-def _extern_name(call) -> str:
-    if not call.args:
-        return ""
-    head = call.args[0]
-    return str(head.value) if isinstance(head, ir.StringImm) else ""
+    return on_call
 
 
 def _accesses(stmt):
     """(reads, writes, async_writes): handles of the shared tensors a statement touches."""
-    reads, writes, async_writes = set(), set(), set()
-
-    def load(x):
-        if is_shared(x.source):
-            reads.add(x.source.__chandle__())
-
-    def store(x):
-        if is_shared(x.dest):
-            writes.add(x.dest.__chandle__())
-
-    def call(x):
-        # Pre-order: an extern call's pointer operands (address_of(buf[...])) are classified
-        # here and not descended into, so taking an address is not mistaken for a read.
-        if getattr(x.op, "name", "") not in ("tirx.call_extern", "tirx.call_intrin"):
-            return None
-        name = _extern_name(x)
-        if name.startswith(_SYNC_OBJECT_EXTERNS):
-            pass
-        elif name.startswith(_READ_ONLY_EXTERNS):
-            for arg in x.args[1:]:
-                reads.update(_shared_vars(arg))
-        elif name.startswith(_WRITE_FIRST_EXTERNS) and len(x.args) >= 2:
-            writes.update(_shared_vars(x.args[1]))
-            for arg in x.args[2:]:
-                reads.update(_shared_vars(arg))
-        elif name.startswith(_ASYNC_WRITE_EXTERNS) and len(x.args) >= 3:
-            async_writes.update(_shared_vars(x.args[1]))
-            for arg in x.args[2:]:
-                reads.update(_shared_vars(arg))
-        else:
-            for arg in x.args:
-                for v in _shared_vars(arg):
-                    reads.add(v)
-                    writes.add(v)
-        return tvm_ffi.WalkResult.SKIP
-
-    tvm_ffi.structural_walk(
-        stmt, [(ir.TensorLoad, load), (ir.TensorStore, store), (ir.Call, call)], order="pre"
-    )
+    async_writes = set()
+    reads, writes = sa.shared_accesses(stmt, _on_call(async_writes))
     return reads, writes | async_writes, async_writes
 
 
@@ -146,17 +121,6 @@ def _conflict(reads, writes, state, leaf, async_writes=frozenset()) -> bool:
     plain_writes = writes - async_writes
     waw = (plain_writes & w_prev) or (async_writes & sync_w_prev)
     return bool((reads & sync_w_prev) or (writes & r_prev) or waw)
-
-
-def _shared_vars(node):
-    out = set()
-
-    def visit(v):
-        if is_shared(v):
-            out.add(v.__chandle__())
-
-    tvm_ffi.structural_walk(node, [(ir.Var, visit)])
-    return out
 
 
 def _is_local(var) -> bool:

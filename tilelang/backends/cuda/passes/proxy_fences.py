@@ -33,18 +33,10 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm_tirx import ir
 
-from ....lowering.thread_utils import extern_stmt, is_shared
+from ....lowering import shared_access as sa
+from ....lowering.thread_utils import extern_stmt
 
 FENCES = ("tl::fence_proxy_async_shared", "tl::fence_proxy_async")
-_ASYNC_READS = ("tl::wgmma_m64n", "tl::tma_store_1d", "tl::tma_store_2d", "tl::tma_store_3d",
-                "tl::tma_store_4d", "tl::tma_store_5d")  # fmt: skip
-_RELEASES = ("tl::mbarrier_arrive", "tl::tma_load_")
-_NEUTRAL = ("tl::mbarrier_", "tl::wgmma_arrive", "tl::wgmma_commit", "tl::wgmma_wait",
-            "tl::wgmma_fence_operand", "tl::named_barrier", "__syncthreads", "tl::set_max_nreg",
-            "tl::tma_store_commit", "tl::tma_store_wait", "__shfl")  # fmt: skip
-_GENERIC_READS = ("tl::ptx_ldmatrix",)
-_GENERIC_WRITES = ("tl::ptx_stmatrix", "tl::cp_async")
-_WRITE_FIRST = ("tl::copy_vec", "tl::zero_vec")
 
 
 _ALL = frozenset({"*"})  # every shared buffer (an unknown call's operands)
@@ -62,96 +54,55 @@ class _Effect:
     release: bool = False  # another thread may now write the async-written tiles
 
 
-def _name(call) -> str:
-    head = call.args[0] if call.args else None
-    return str(head.value) if isinstance(head, ir.StringImm) else ""
-
-
-def _shared(node) -> frozenset:
-    out = set()
-    tvm_ffi.structural_walk(
-        node, [(ir.Var, lambda v: out.add(v.__chandle__()) if is_shared(v) else None)]
-    )
-    return frozenset(out)
-
-
-def _pointers(node) -> frozenset:
-    """Shared buffers ``node`` passes by address (not the ones it only loads values of)."""
-    out = set()
-
-    def call(x):
-        if getattr(x.op, "name", "") == "tirx.address_of":
-            out.update(_shared(x))
-            return tvm_ffi.WalkResult.SKIP
-        return None
-
-    def var(v):
-        if is_shared(v):
-            out.add(v.__chandle__())
-
-    skip = lambda x: tvm_ffi.WalkResult.SKIP  # noqa: E731 - a value load, not an address
-    tvm_ffi.structural_walk(node, [(ir.TensorLoad, skip), (ir.Call, call), (ir.Var, var)],
-                            order="pre")  # fmt: skip
-    return frozenset(out)
-
-
 def fence_call(stmt) -> bool:
     """Whether ``stmt`` is a ``tl::fence_proxy_async*`` call statement."""
     value = getattr(stmt, "value", None) if isinstance(stmt, ir.Evaluate) else None
-    return isinstance(value, ir.Call) and _name(value) in FENCES
+    return isinstance(value, ir.Call) and sa.call_name(value) in FENCES
 
 
 def effect(stmt) -> _Effect:
-    """The generic/async shared-memory effect of a leaf statement."""
-    reads, writes, async_reads, async_writes = set(), set(), set(), set()
+    """The generic/async shared-memory effect of a leaf statement (helper roles from
+    ``lowering.shared_access``): wgmma / TMA store read theirs through the async proxy; a TMA
+    load writes its destination through it and, like an mbarrier arrive, releases a stage;
+    ldmatrix reads, stmatrix and cp.async write through the generic proxy; a vector copy
+    writes its first pointer and reads the others (its value loads are reads too); an
+    unknown call given shared pointers does everything; any other call is math."""
+    async_reads, async_writes = set(), set()
     release = []
 
-    def load(x):
-        if is_shared(x.source):
-            reads.add(x.source.__chandle__())
-
-    def store(x):
-        if is_shared(x.dest):
-            writes.add(x.dest.__chandle__())
-
-    def call(x):
-        if getattr(x.op, "name", "") not in ("tirx.call_extern", "tirx.call_intrin"):
-            return None
-        name = _name(x)
-        args = list(x.args[1:])
-        if name.startswith(_ASYNC_READS):
+    def on_call(role, call, reads, writes):
+        args = list(call.args[1:])
+        if role == sa.ASYNC_READ:
             for a in args:
-                async_reads.update(_shared(a))
-        elif name.startswith("tl::tma_load_"):
+                async_reads.update(sa.shared_handles(a))
+        elif role == sa.TMA_LOAD:
             release.append(1)
-            async_writes.update(_shared(args[0]) if args else _ALL)
-        elif name.startswith("tl::mbarrier_arrive"):
+            async_writes.update(sa.shared_handles(args[0]) if args else _ALL)
+        elif role == sa.RELEASE:
             release.append(1)
-        elif name.startswith(_NEUTRAL):
+        elif role in (sa.BARRIER_WORD, sa.NEUTRAL):
             pass
-        elif name.startswith(_GENERIC_READS):
+        elif role == sa.READ:
             for a in args:
-                reads.update(_shared(a))
-        elif name.startswith(_GENERIC_WRITES):
+                reads.update(sa.shared_handles(a))
+        elif role in (sa.WRITE, sa.CP_ASYNC):
             for a in args:
-                writes.update(_shared(a))
-        elif name.startswith(_WRITE_FIRST) and args:
-            writes.update(_pointers(args[0]))
+                writes.update(sa.shared_handles(a))
+        elif role == sa.WRITE_FIRST and args:
+            writes.update(sa.shared_pointers(args[0]))
             for a in args[1:]:
-                reads.update(_pointers(a))
-            return None  # value loads among the operands are reads (the walk goes on)
-        elif any(_pointers(a) for a in args):  # unknown, given shared pointers: everything
+                reads.update(sa.shared_pointers(a))
+            return False  # value loads among the operands are reads (the walk goes on)
+        elif any(sa.shared_pointers(a) for a in args):  # unknown, given shared pointers
             reads.update(_ALL)
             writes.update(_ALL)
             async_reads.update(_ALL)
             release.append(1)
         else:
-            return None  # a math call: its operands' loads are plain reads
-        return tvm_ffi.WalkResult.SKIP
+            return False  # a math call: its operands' loads are plain reads
+        return True
 
-    tvm_ffi.structural_walk(
-        stmt, [(ir.TensorLoad, load), (ir.TensorStore, store), (ir.Call, call)], order="pre"
-    )
+    reads, writes = sa.shared_accesses(stmt, on_call)
     return _Effect(frozenset(reads), frozenset(writes), frozenset(async_reads),
                    frozenset(async_writes), bool(release))  # fmt: skip
 
@@ -303,7 +254,7 @@ def drop_proxy_fences(body):
     fences = _fences(body)
     dropped = set()
     for f in reversed(fences):  # innermost/last first: the loop candidates are tried last
-        if _name(f.value) != FENCES[0]:  # a user's T.fence_proxy_async stays as written
+        if sa.call_name(f.value) != FENCES[0]:  # a user's T.fence_proxy_async stays as written
             continue
         trial = dropped | {f.__chandle__()}
         if _violations(body, trial, effects) == 0:
