@@ -20,6 +20,11 @@ Models what ``backends/cuda/passes/tma_lowering.py`` emits:
   dropped; ``tl::tma_store_commit`` / ``tl::tma_store_wait_read<N>`` track the bulk groups
   whose shared source is still being read: a ``stmatrix`` over such bytes, or a block that
   ends with one (its shared memory is gone), raises :class:`EmulationError`;
+* ``tl::tma_store_add_<R>d(&map, smem, coords...)`` (``passes/tma_reduce.py``,
+  ``cp.reduce.async.bulk.tensor .add``): as a store, but the box is added into the tensor
+  (in its element type); with ``race_check`` its read of the tile is an async-proxy read
+  (a warp's write of it with no ``fence.proxy.async`` since, or one since the last barrier,
+  raises);
 * ``tl::st_shared_pair<T>(smem, regs)``: ``regs[0..1]`` converted, one aligned vector store;
 * ``tl::ptx_stmatrix_x{1,2,4}<T>(smem, regs)`` (PTX ``stmatrix .m8n8 .b16``, ldsm.h): lane
   ``l``'s register ``q`` (its values ``regs[2q]``, ``regs[2q+1]`` converted to ``T``) goes
@@ -335,8 +340,10 @@ def bulk_stores(machine, error) -> BulkStores:
 
 def tma_store(machine, fname, args, mask, error):
     """``tl::tma_store_<R>d(&map, smem, coords...)`` for every active thread: the box read
-    through the swizzle, its elements inside the tensor written (the rest clipped)."""
-    rank = int(fname[len("tl::tma_store_")])
+    through the swizzle, its elements inside the tensor written (the rest clipped);
+    ``tl::tma_store_add_<R>d``: added into them instead."""
+    add = fname.startswith("tl::tma_store_add_")
+    rank = int(fname[len("tl::tma_store_add_" if add else "tl::tma_store_")])
     tmap = _tensor_map(machine, args[0], rank, fname, error)
     sb, sflat = machine._pointer(args[1], mask)
     if sb.local or sb.data.dtype.itemsize != tmap.itemsize:
@@ -351,7 +358,14 @@ def tma_store(machine, fname, args, mask, error):
     for t in np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]:
         elem = _box_elements(tmap, sb, pool, int(sflat[t]), n, fname, error)
         flat, inside = tmap.box_elements([int(c[t]) for c in coords])
-        tmap.buf.data[flat[inside]] = sb.data[elem][inside]
+        if add:
+            if getattr(machine, "race", None) is not None:
+                machine.race.access(sb, elem * tmap.itemsize, tmap.itemsize, np.full(n, t),
+                                    "read", fname, generic=False)  # fmt: skip
+            # one element at a time: a box never names an element twice
+            tmap.buf.data[flat[inside]] += sb.data[elem][inside]
+        else:
+            tmap.buf.data[flat[inside]] = sb.data[elem][inside]
         lo = pool + int(elem.min()) * tmap.itemsize
         groups.add(int(t), lo, pool + (int(elem.max()) + 1) * tmap.itemsize)
 

@@ -37,7 +37,7 @@ from ....lowering.thread_utils import extern_stmt, is_shared
 
 FENCES = ("tl::fence_proxy_async_shared", "tl::fence_proxy_async")
 _ASYNC_READS = ("tl::wgmma_m64n", "tl::tma_store_1d", "tl::tma_store_2d", "tl::tma_store_3d",
-                "tl::tma_store_4d", "tl::tma_store_5d")  # fmt: skip
+                "tl::tma_store_4d", "tl::tma_store_5d", "tl::tma_store_add_")  # fmt: skip
 _RELEASES = ("tl::mbarrier_arrive", "tl::tma_load_")
 _NEUTRAL = ("tl::mbarrier_", "tl::wgmma_arrive", "tl::wgmma_commit", "tl::wgmma_wait",
             "tl::wgmma_fence_operand", "tl::named_barrier", "__syncthreads", "tl::set_max_nreg",
