@@ -1,0 +1,119 @@
+"""``examples/flash_attention/example_gqa_bwd_tma_reduce.py`` (upstream's GQA backward whose
+dQ, dK, dV go through ``T.atomic_add(global, shared, use_tma=True)``).
+
+CPU backend: ``main`` (``use_tma=False`` there, as upstream has no TMA on the CPU) against
+float64 autograd at lengths that are not tile multiples, both variants. CUDA without a GPU:
+the sm_90a lowering at the GPU block sizes (every dQ/dK/dV reduce a TMA reduce, the loop
+warp-specialized), emulated on a tail length against float64; ``use_tma`` on the CPU target
+is upstream's compile error. ``cuda``-marked: the example on the GPU.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from example_loader import load_example as _load
+
+import tilelang
+from tilelang.backends.cuda import pipeline
+
+EXAMPLE = "flash_attention/example_gqa_bwd_tma_reduce.py"
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+
+
+@pytest.mark.parametrize(
+    "causal,use_atomic", [(False, True), (True, True), (True, False)],
+    ids=["atomic", "atomic_causal", "split_causal"],
+)  # fmt: skip
+def test_main_cpu(causal, use_atomic):
+    _load(EXAMPLE).main(1, 4, 100, 64, 32, 2, causal, use_atomic, device="cpu")
+
+
+def test_use_tma_on_cpu_is_an_error():
+    m = _load(EXAMPLE)
+    func = m.flashattn_bwd_atomic_add.get_tir(1, 4, 100, 64, 32, False, 64, 32, threads=128,
+                                              num_stages=1, groups=2)  # fmt: skip
+    with pytest.raises(Exception, match="use_tma"):
+        tilelang.compile(func, target="cpu")
+
+
+@pytest.mark.parametrize("dqk,dv", [(192, 128), (128, 128), (64, 64)])
+def test_gpu_configs_lower_to_tma_reduces(dqk, dv):
+    """At the example's GPU block sizes: warp-specialized loop, the three reduces on TMA
+    (the float32 staging tiles fit in shared memory beside the pipeline's)."""
+    m = _load(EXAMPLE)
+    func = m.flashattn_bwd_atomic_add.get_tir(2, 32, 1000, dqk, dv, True, **m.bwd_config(dqk, dv),
+                                              groups=16)  # fmt: skip
+    notes = [str(n) for n in pipeline.lower(func, SM90A).attrs["tl.tma"]]
+    assert any("warp-specialized" in n for n in notes), notes
+    for tile, out in (("dq_shared", "dQ"), ("dv_shared", "dV"), ("dk_shared", "dK")):
+        assert any(n.startswith(f"atomic_add {tile} -> {out}: TMA reduce") for n in notes), notes
+
+
+def test_atomic_variant_emulated():
+    """The sm_90a lowering (TMA loads, warp specialization, wgmma, TMA reduces) run by the
+    emulator on 150 positions (a tail in both loops), against float64 gradients."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_gemm_wgmma_rs import emulate_rs
+
+    m = _load(EXAMPLE)
+    rng = np.random.default_rng(3)
+    B, H, G, S, D = 1, 2, 2, 150, 64
+    q, do = (rng.standard_normal((B, S, H, D)).astype(np.float16) for _ in range(2))
+    k, v = (rng.standard_normal((B, S, H // G, D)).astype(np.float16) for _ in range(2))
+    tq, tk, tv, tdo = (torch.from_numpy(x) for x in (q, k, v, do))
+    o, lse = m.flashattn_fwd(B, H, S, D, D, False, groups=G)(tq, tk, tv)
+    delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
+    func = m.flashattn_bwd_atomic_add.get_tir(B, H, S, D, D, False, **m.bwd_config(D, D),
+                                              groups=G)  # fmt: skip
+    lowered = pipeline.lower(func, SM90A)
+    assert "tl::tma_store_add_4d" in lowered.script()
+    dq = np.zeros(q.shape, np.float32)
+    dk, dv = np.zeros(k.shape, np.float32), np.zeros(v.shape, np.float32)
+    arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, dk, dv)
+    ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, False, G),
+                   [x.double() for x in (tq, tk, tv)], tdo)  # fmt: skip
+    for name, got, want in zip(("dQ", "dK", "dV"), arrays[6:9], ref[1:]):
+        np.testing.assert_allclose(got.astype(np.float64), want.numpy(), rtol=2e-2, atol=2e-2,
+                                   err_msg=name)  # fmt: skip
+
+
+def test_builds_with_nvcc_sass_has_utmaredg():
+    """nvcc/ptxas for sm_90a at the GPU block sizes: the reduces are UTMAREDG (dQ's 4 boxes
+    in the loop, dK's and dV's after it), no per-element global reductions."""
+    import re
+    import shutil
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_tma import _sass, _tool
+
+    if shutil.which("nvcc") is None or _tool("cuobjdump") is None:
+        pytest.skip("nvcc / cuobjdump not installed")
+    m = _load(EXAMPLE)
+    func = m.flashattn_bwd_atomic_add.get_tir(2, 32, 1000, 128, 128, True,
+                                              **m.bwd_config(128, 128), groups=8)  # fmt: skip
+    sass = _sass(pipeline.build(func, SM90A, compiler="nvcc"))
+    assert sass.count("UTMAREDG.4D.ADD") >= 12, sass.count("UTMAREDG")
+    assert not re.search(r"\sRED\S*\.E\.ADD", sass)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "dim_qk,dim_v,groups,causal,use_atomic",
+    [(192, 128, 16, False, True), (128, 128, 4, True, True), (64, 64, 1, False, True),
+     (128, 128, 8, True, False)],
+)  # fmt: skip
+def test_main_gpu(dim_qk, dim_v, groups, causal, use_atomic):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs an sm_90 GPU")
+    _load(EXAMPLE).main(2, 16, 1000, dim_qk, dim_v, groups, causal, use_atomic, device="cuda")
+
+
+@pytest.mark.cuda
+def test_upstream_call_gpu():
+    """Upstream's test calls ``main()`` with its defaults (head dims 192 / 128, 16 groups)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs an sm_90 GPU")
+    _load(EXAMPLE).main()
