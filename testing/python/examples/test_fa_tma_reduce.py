@@ -1,4 +1,5 @@
-"""``examples/flash_attention/example_gqa_bwd_tma_reduce.py`` (upstream's GQA backward whose
+"""TMA reductions in the FlashAttention examples: ``dq_tma_reduce`` of
+``example_mha_bwd_bhsd.py`` (at the end) and ``example_gqa_bwd_tma_reduce.py`` (upstream's GQA backward whose
 dQ, dK, dV go through ``T.atomic_add(global, shared, use_tma=True)``).
 
 CPU backend: ``main`` (``use_tma=False`` there, as upstream has no TMA on the CPU) against
@@ -117,3 +118,72 @@ def test_upstream_call_gpu():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("needs an sm_90 GPU")
     _load(EXAMPLE).main()
+
+
+# ------------------------------------------- example_mha_bwd_bhsd.py: dq_tma_reduce
+BWD_BHSD = "flash_attention/example_mha_bwd_bhsd.py"
+DQ_TMA = dict(dq_layout=False, dq_tma_reduce=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bhsd_dq_tma_reduce_emulated(causal):
+    """The bhsd backward at its head dim 128 GPU blocks with ``dq_tma_reduce``: the loop
+    warp-specialized, dQ staged in a swizzled float32 tile and added by one TMA reduction a
+    block (no per-element dQ atomics); emulated at 150 positions against float64."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_gemm_wgmma_rs import emulate_rs
+
+    m = _load(BWD_BHSD)
+    rng = np.random.default_rng(11)
+    B, H, S, D = 1, 1, 150, 128
+    q, k, v, do = (rng.standard_normal((B, H, S, D)).astype(np.float16) for _ in range(4))
+    tq, tk, tv, tdo = (torch.from_numpy(x) for x in (q, k, v, do))
+    o, lse = m.flashattn_fwd(B, H, S, D, causal)(tq, tk, tv)
+    delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
+    func = m.flashattn_bwd.get_tir(B, H, S, D, causal, **m.bwd_config(D), **DQ_TMA)
+    lowered = pipeline.lower(func, SM90A)
+    notes = [str(n) for n in lowered.attrs["tl.tma"]]
+    assert any("warp-specialized" in n for n in notes), notes
+    assert any("atomic_add dq_shared -> dQ: TMA reduce" in n and "SWIZZLE_128B" in n
+               for n in notes), notes  # fmt: skip
+    script = lowered.script()
+    assert "tl::tma_store_add_4d" in script and "AtomicAdd" not in script
+    dq = np.zeros(m.dq_accum_shape(B, H, S, D), np.float32)
+    nan_k, nan_v = (np.full(x.shape, np.nan, np.float16) for x in (k, v))
+    arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, nan_k, nan_v)
+    post = m.flashattn_bwd_postprocess(B, H, S, D, dq_layout=False)
+    dq16 = post(torch.from_numpy(arrays[6]))
+    ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, causal),
+                   [x.double() for x in (tq, tk, tv)], tdo)  # fmt: skip
+    for name, got, want in zip(("dQ", "dK", "dV"), (dq16.numpy(), arrays[7], arrays[8]), ref[1:]):
+        np.testing.assert_allclose(got.astype(np.float64), want.numpy(), rtol=2e-2, atol=2e-2,
+                                   err_msg=name)  # fmt: skip
+
+
+def test_bhsd_dq_tma_reduce_needs_row_major_dq():
+    m = _load(BWD_BHSD)
+    with pytest.raises(ValueError, match="dq_layout=False"):
+        m.flashattn_bwd.get_tir(1, 1, 128, 64, False, dq_tma_reduce=True)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_bhsd_dq_tma_reduce_fits_at_gpu_sizes(stages):
+    """Head dim 128 blocks with 2 and 3 Q/dO stages: the staging tile fits (no fallback from
+    warp specialization), dQ on TMA."""
+    m = _load(BWD_BHSD)
+    config = {**m.bwd_config(128), "num_stages": stages, **DQ_TMA}
+    lowered = pipeline.lower(m.flashattn_bwd.get_tir(4, 16, 4096, 128, True, **config), SM90A)
+    notes = [str(n) for n in lowered.attrs["tl.tma"]]
+    assert any("warp-specialized" in n for n in notes), notes
+    assert any("dq_shared -> dQ: TMA reduce" in n for n in notes), notes
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_bhsd_dq_tma_reduce_gpu(causal, monkeypatch):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs an sm_90 GPU")
+    module = _load(BWD_BHSD)
+    config = {**module.bwd_config(128), **DQ_TMA}
+    monkeypatch.setattr(module, "bwd_config", lambda dim: config)
+    module.main(2, 8, 1000, 128, causal, device="cuda")
