@@ -23,7 +23,8 @@ Models what ``backends/cuda/passes/tma_lowering.py`` emits:
 * ``tl::tma_store_add_<R>d(&map, smem, coords...)`` (``passes/tma_reduce.py``,
   ``cp.reduce.async.bulk.tensor .add``): as a store, but the box is added into the tensor
   (in its element type); with ``race_check`` its read of the tile is an async-proxy read
-  (a warp's write of it with no ``fence.proxy.async`` since, or one since the last barrier,
+  at the issue and again at the ``wait_group.read`` that retires it (a warp's write of it
+  with no ``fence.proxy.async`` since, or one in the same barrier interval as either,
   raises);
 * ``tl::st_shared_pair<T>(smem, regs)``: ``regs[0..1]`` converted, one aligned vector store;
 * ``tl::ptx_stmatrix_x{1,2,4}<T>(smem, regs)`` (PTX ``stmatrix .m8n8 .b16``, ldsm.h): lane
@@ -293,18 +294,27 @@ class BulkStores:
         self.error = error
         self.open = {}  # thread -> byte ranges of stores not yet committed
         self.groups = {}  # thread -> list of committed groups (lists of byte ranges)
+        self.on_done = {}  # (thread, lo, hi) -> called when the wait retires the read
 
-    def add(self, t, lo, hi):
+    def add(self, t, lo, hi, on_done=None):
         self.open.setdefault(t, []).append((lo, hi))
+        if on_done is not None:
+            self.on_done.setdefault((t, lo, hi), []).append(on_done)
 
     def commit(self, threads):
         for t in threads:
             self.groups.setdefault(t, []).append(self.open.pop(t, []))
 
     def wait_read(self, threads, n):
+        """The groups of ``threads`` but the last ``n`` are read: their ``on_done`` run (the
+        race checker's record of the reads, which last until this wait)."""
         for t in threads:
             groups = self.groups.get(t, [])
-            self.groups[t] = groups[len(groups) - n :] if n else []
+            keep = len(groups) - n if n else len(groups)
+            for lo, hi in [r for g in groups[:keep] for r in g]:
+                for done in self.on_done.pop((t, lo, hi), []):
+                    done()
+            self.groups[t] = groups[keep:]
 
     def check_write(self, lo, hi, what):
         """Fail when shared bytes [lo, hi) are still read by a TMA store."""
@@ -322,7 +332,7 @@ class BulkStores:
             for t in set(self.open) | set(self.groups)
             if self.open.get(t) or any(self.groups.get(t, []))
         ]
-        self.open, self.groups = {}, {}
+        self.open, self.groups, self.on_done = {}, {}, {}
         if pending:
             raise self.error(
                 f"block {block} ends while TMA stores of threads {sorted(pending)} may still "
@@ -359,15 +369,21 @@ def tma_store(machine, fname, args, mask, error):
         elem = _box_elements(tmap, sb, pool, int(sflat[t]), n, fname, error)
         flat, inside = tmap.box_elements([int(c[t]) for c in coords])
         if add:
-            if getattr(machine, "race", None) is not None:
-                machine.race.access(sb, elem * tmap.itemsize, tmap.itemsize, np.full(n, t),
-                                    "read", fname, generic=False)  # fmt: skip
             # one element at a time: a box never names an element twice
             tmap.buf.data[flat[inside]] += sb.data[elem][inside]
         else:
             tmap.buf.data[flat[inside]] = sb.data[elem][inside]
         lo = pool + int(elem.min()) * tmap.itemsize
-        groups.add(int(t), lo, pool + (int(elem.max()) + 1) * tmap.itemsize)
+        done = None
+        race = getattr(machine, "race", None)
+        if add and race is not None:  # an async-proxy read, from the issue to the wait
+
+            def done(sb=sb, starts=elem * tmap.itemsize, t=int(t), race=race):
+                race.access(sb, starts, tmap.itemsize, np.full(n, t), "read",
+                            f"{fname} (its wait_group.read)", generic=False)  # fmt: skip
+
+            done()
+        groups.add(int(t), lo, pool + (int(elem.max()) + 1) * tmap.itemsize, done)
 
 
 def bulk_group_op(machine, fname, mask, error):

@@ -125,8 +125,9 @@ BWD_BHSD = "flash_attention/example_mha_bwd_bhsd.py"
 DQ_TMA = dict(dq_layout=False, dq_tma_reduce=True)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_bhsd_dq_tma_reduce_emulated(causal):
+@pytest.mark.parametrize("causal,defer", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "causal", "causal_deferred_wait"])  # fmt: skip
+def test_bhsd_dq_tma_reduce_emulated(causal, defer):
     """The bhsd backward at its head dim 128 GPU blocks with ``dq_tma_reduce``: the loop
     warp-specialized, dQ staged in a swizzled float32 tile and added by one TMA reduction a
     block (no per-element dQ atomics); emulated at 150 positions against float64."""
@@ -141,13 +142,15 @@ def test_bhsd_dq_tma_reduce_emulated(causal):
     o, lse = m.flashattn_fwd(B, H, S, D, causal)(tq, tk, tv)
     delta = m.flashattn_bwd_preprocess(B, H, S, D)(o, tdo)
     func = m.flashattn_bwd.get_tir(B, H, S, D, causal, **m.bwd_config(D), **DQ_TMA)
-    lowered = pipeline.lower(func, SM90A)
+    lowered = pipeline.lower(func, SM90A, {"tl.tma_reduce_defer_wait": defer})
     notes = [str(n) for n in lowered.attrs["tl.tma"]]
     assert any("warp-specialized" in n for n in notes), notes
     assert any("atomic_add dq_shared -> dQ: TMA reduce" in n and "SWIZZLE_128B" in n
                for n in notes), notes  # fmt: skip
     script = lowered.script()
     assert "tl::tma_store_add_4d" in script and "AtomicAdd" not in script
+    deferred = '"tl::tma_store_wait_read<0>", T.address_of(dq_shared'
+    assert (script.count(deferred) == 2) == defer
     dq = np.zeros(m.dq_accum_shape(B, H, S, D), np.float32)
     nan_k, nan_v = (np.full(x.shape, np.nan, np.float16) for x in (k, v))
     arrays, _ = emulate_rs(lowered, q, k, v, do, lse.numpy(), delta.numpy(), dq, nan_k, nan_v)

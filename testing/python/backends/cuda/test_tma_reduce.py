@@ -174,6 +174,87 @@ def test_emulator_catches_a_missing_wait(monkeypatch):
         emulate(f, x, np.zeros_like(x))
 
 
+# ------------------------------------------------------------ tl.tma_reduce_defer_wait
+DEFER = {"tl.tma_reduce_defer_wait": True}
+
+
+def staged_rows(M, N, bM, bN):
+    """Y[0:bM, :] += 2 * sum of X's row blocks through a second tile T: every iteration
+    writes T and reads it (its own barriers) before it writes S, so a barrier lies between
+    one iteration's reduce of S and the next iteration's writes of S that does not order the
+    elected thread's (deferred) wait."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((bM, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), threads=128) as bx:
+            Tt = T.alloc_shared((bM, bN), "float32")
+            S = T.alloc_shared((bM, bN), "float32")
+            F = T.alloc_fragment((bM, bN), "float32")
+            for k in T.serial(T.ceildiv(M, bM)):
+                T.copy(X[k * bM, bx * bN], Tt)
+                for i, j in T.Parallel(bM, bN):
+                    F[i, j] = Tt[bM - 1 - i, j] * 2
+                T.copy(F, S)
+                T.atomic_add(Y[0:bM, bx * bN : (bx + 1) * bN], S, use_tma=True)
+
+    return main
+
+
+def _staged_rows_want(x, y, bM):
+    M, N = x.shape
+    pad = np.zeros((-(-M // bM) * bM, N))
+    pad[:M] = x
+    return y.astype(np.float64) + 2 * pad.reshape(-1, bM, N)[:, ::-1].sum(axis=0)
+
+
+@pytest.mark.parametrize("func,args", [(column_sum, (300, 96, 32, 64)),
+                                       (staged_rows, (200, 96, 32, 64))])  # fmt: skip
+def test_deferred_wait_emulated(func, args):
+    """The wait (naming the tile) sits right before the next iteration's first access of the
+    tile, the barrier after it, and once more after the loop; race-checked, exact sums."""
+    M, N, bM, _ = args
+    f = pipeline.lower(func(*args), SM90A, DEFER)
+    text = str(f)
+    waits = [m.start() for m in re.finditer(r"tma_store_wait_read<0>\", T.address_of\(S", text)]
+    assert len(waits) == 2, text
+    assert text.index("__syncthreads", waits[0]) < text.index("tl::tma_store_add_2d")
+    x = _rand((M, N), "float32", 15)
+    y = _rand((bM, N), "float32", 16)
+    if func is column_sum:
+        pad = np.zeros((-(-M // (2 * bM)) * 2 * bM, N))
+        pad[:M] = x
+        want = y.astype(np.float64) + 2 * pad.reshape(-1, bM, N).sum(axis=0)
+    else:
+        want = _staged_rows_want(x, y, bM)
+    emulate(f, x, y, race_check=True)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+
+
+def test_deferred_wait_without_its_tile_operand_is_a_race(monkeypatch):
+    """A deferred wait that does not name the tile: ``insert_sync`` counts the tile read at
+    the reduce, so the barrier after the reads of the other tile is taken as ordering it and
+    none comes between the wait and the next writes of S. The emulator (the reduce's read
+    lasting until its wait) reports the race: the operand is what keeps the kernel right."""
+    from tilelang.backends.cuda.passes import tma_reduce
+
+    monkeypatch.setattr(tma_reduce, "_tile_wait",
+                        lambda tile, tx: tma_reduce.ir.If(tx == 0, tma_reduce.extern_stmt(
+                            tma_reduce.WAIT_READ), None))  # fmt: skip
+    f = pipeline.lower(staged_rows(200, 96, 32, 64), SM90A, DEFER)
+    x = _rand((200, 96), "float32", 17)
+    with pytest.raises(Exception, match="race"):
+        emulate(f, x, np.zeros((32, 96), np.float32), race_check=True)
+
+
+def test_deferred_wait_builds_with_nvcc():
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    art = pipeline.build(staged_rows(200, 96, 32, 64), SM90A, DEFER, compiler="nvcc")
+    assert "tl::tma_store_wait_read<0>((&(S[0])))" in art.kernel_source.replace(
+        " ", ""
+    ) or re.search(r"tma_store_wait_read<0>\(\(?&\(?S", art.kernel_source)
+
+
 # -------------------------------------------------------------------------- fallbacks
 def _fallback(f, reason):
     notes = _notes(f)

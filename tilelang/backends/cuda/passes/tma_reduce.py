@@ -20,6 +20,14 @@ touched, so tail tiles need no predicate. ``insert_sync`` counts the elected thr
 ``tl::tma_store_add_*`` as a read of the tile (a later write of it by other threads gets a
 barrier, after the wait) and ``drop_proxy_fences`` as an async-proxy read (the fence stays).
 
+With ``tl.tma_reduce_defer_wait``, a reduce that is a top-level statement of a loop body
+that accesses the tile earlier in the body (``T.copy(dq, dq_shared)``) and not after the
+reduce: the elected thread's wait moves to just before that first access (next iteration)
+and after the loop, as ``tl::tma_store_wait_read<0>(&tile)``. Its operand makes
+``insert_sync`` see the tile read up to the wait, so the barrier before the next writes
+comes after it (a barrier between the reduce and the wait would otherwise let the other
+threads overwrite the tile while the reduce still reads it).
+
 Decisions (``tl.tma``, one line each, in ``tilelang.lower``'s output like the stores'):
 
 * TMA: ``atomic_add S -> G: TMA reduce, n box(es) of RxC, swizzle M, B bytes``;
@@ -35,11 +43,19 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tvm_tirx import ir
+import tvm_ffi
+from tvm_tirx import ir, tirx
 
 from ....lowering.region import RegionView
-from ....lowering.stmt import StmtMutator
-from ....lowering.thread_utils import is_fragment, is_global, is_shared
+from ....lowering.stmt import StmtMutator, flatten_seq
+from ....lowering.thread_utils import (
+    extern_name,
+    extern_stmt,
+    is_fragment,
+    is_global,
+    is_shared,
+    tensor_handles,
+)
 from ....ops import tile_op_of
 from ....ops.atomic.cuda import tma_capable
 from ....ops.atomic.op import ATOMIC
@@ -116,13 +132,77 @@ class _ReduceLowering(StmtMutator):
         return ir.SeqStmt(tma_store_stmts(plan, self.tx, op=REDUCE_ADD))
 
 
+WAIT_READ = "tl::tma_store_wait_read<0>"
+
+
+def _reduce_group(stmt):
+    """The shared tile of ``stmt`` when it is the elected thread's ``If`` of a TMA reduce
+    ending with its wait (:func:`~.tma_store.tma_store_stmts`), else None."""
+    if not isinstance(stmt, ir.If) or stmt.else_case is not None:
+        return None
+    inner = flatten_seq(stmt.then_case)
+    if not inner or extern_name(inner[-1]) != WAIT_READ or inner[-1].value.args[1:]:
+        return None
+    calls = [s for s in inner if (extern_name(s) or "").startswith(REDUCE_ADD)]
+    if not calls:
+        return None
+    ptr = calls[0].value.args[2]
+    while isinstance(ptr, ir.Call) and ptr.op.name == "tirx.ptr_byte_offset":
+        ptr = ptr.args[0]
+    if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.address_of":
+        return ptr.args[0].source
+    return None
+
+
+def _tile_wait(tile, tx):
+    return ir.If(tx == 0, extern_stmt(WAIT_READ, tirx.address_of(tile)), None)
+
+
+def defer_waits(body, tx):
+    """``body`` with the waits of the reduces in loops deferred (module doc)."""
+
+    def visit_for(loop):
+        stmts = flatten_seq(loop.body)
+        after = []
+        for r, stmt in enumerate(stmts):
+            tile = _reduce_group(stmt)
+            if tile is None:
+                continue
+            h = tile.__chandle__()
+            if any(h in tensor_handles(s) for s in stmts[r + 1 :]):
+                continue  # read again in the same iteration: keep the wait
+            first = next((i for i in range(r) if h in tensor_handles(stmts[i])), None)
+            if first is None:
+                continue
+            inner = flatten_seq(stmt.then_case)[:-1]
+            stmts[r] = ir.If(stmt.condition, ir.SeqStmt(inner), None, stmt.loc)
+            stmts.insert(first, _tile_wait(tile, tx))
+            after.append(_tile_wait(tile, tx))
+        if not after:
+            return loop
+        new = ir.For(loop.var, loop.begin, loop.end, loop.step, loop.kind, ir.SeqStmt(stmts),
+                     loop.annotations, loop.loc)  # fmt: skip
+        return ir.SeqStmt([new, *after])
+
+    return tvm_ffi.structural_map(body, [(ir.For, visit_for)])
+
+
 def lower_tma_reduces(body, ctx):
     """Every ``T.atomic_add(..., use_tma=True)`` of ``body`` as a TMA reduction, or as a plain
     tile atomic (``use_tma`` cleared, the reason noted) where TMA cannot express it. Before
     sm_90 nothing changes (the atomic's CUDA rule refuses ``use_tma`` there, as upstream)."""
     if not tma_capable(ctx.arch):
         return body
-    return _ReduceLowering(ctx, ctx.thread_var)(body)
+    body = _ReduceLowering(ctx, ctx.thread_var)(body)
+    if ctx.options.get("tma_reduce_defer_wait", False):
+        body = defer_waits(body, ctx.thread_var)
+    return body
 
 
-__all__ = ["REDUCE_ADD_DTYPES", "check_reduce_dtype", "lower_tma_reduces", "plan_tma_reduce"]
+__all__ = [
+    "REDUCE_ADD_DTYPES",
+    "check_reduce_dtype",
+    "defer_waits",
+    "lower_tma_reduces",
+    "plan_tma_reduce",
+]
