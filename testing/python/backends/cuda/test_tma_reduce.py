@@ -255,6 +255,57 @@ def test_deferred_wait_builds_with_nvcc():
     ) or re.search(r"tma_store_wait_read<0>\(\(?&\(?S", art.kernel_source)
 
 
+def gemm_prefix_sums(M, N, K, bM, bN, bK, stages):
+    """C += (A[:, :k+1 blocks] @ B[:k+1 blocks]) for every k: the accumulator goes through
+    a shared tile and a TMA reduce in every iteration of a pipelined wgmma loop."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float32")):  # fmt: skip
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            As = T.alloc_shared((bM, bK), "float16")
+            Bs = T.alloc_shared((bK, bN), "float16")
+            Cs = T.alloc_shared((bM, bN), "float32")
+            Cl = T.alloc_fragment((bM, bN), "float32")
+            T.clear(Cl)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
+                T.copy(A[by * bM, k * bK], As)
+                T.copy(B[k * bK, bx * bN], Bs)
+                T.gemm(As, Bs, Cl)
+                T.copy(Cl, Cs)
+                T.atomic_add(C[by * bM : (by + 1) * bM, bx * bN : (bx + 1) * bN], Cs,
+                             use_tma=True)  # fmt: skip
+
+    return main
+
+
+@pytest.mark.parametrize(
+    "configs,stages,loop",
+    [(None, 2, "warp-specialized"), ({"tl.disable_warp_specialized": True}, 2, "cp.async"),
+     (DEFER, 3, "warp-specialized"), ({"tl.disable_warp_specialized": True, **DEFER}, 1, None)],
+    ids=["ws", "cp_async", "ws_deferred", "cp_async_deferred_1_stage"],
+)  # fmt: skip
+def test_reduce_in_pipelined_wgmma_loops_emulated(configs, stages, loop):
+    """The reduce inside warp-specialized (TMA loads, consumer barriers) and cp.async
+    pipelines, immediate or deferred wait: race-checked wgmma emulation, exact prefix sums."""
+    from test_gemm_wgmma_rs import emulate_rs
+
+    from tilelang.testing.cuda_emulator_race import RaceChecker
+
+    M, N, K, bK = 100, 72, 96, 32
+    f = pipeline.lower(gemm_prefix_sums(M, N, K, 64, 64, bK, stages), SM90A, configs)
+    notes = _notes(f)
+    assert any("atomic_add Cs -> C: TMA reduce" in n for n in notes), notes
+    assert loop is None or any(loop in n for n in notes), notes
+    rng = np.random.default_rng(18)
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    want = sum(a[:, : (k + 1) * bK].astype(np.float64) @ b[: (k + 1) * bK].astype(np.float64)
+               for k in range(-(-K // bK)))  # fmt: skip
+    (_, _, c), _ = emulate_rs(f, a, b, np.zeros((M, N), np.float32), race=RaceChecker())
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+
+
 # -------------------------------------------------------------------------- fallbacks
 def _fallback(f, reason):
     notes = _notes(f)
