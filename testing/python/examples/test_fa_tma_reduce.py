@@ -190,3 +190,95 @@ def test_bhsd_dq_tma_reduce_gpu(causal, monkeypatch):
     config = {**module.bwd_config(128), **DQ_TMA}
     monkeypatch.setattr(module, "bwd_config", lambda dim: config)
     module.main(2, 8, 1000, 128, causal, device="cuda")
+
+
+# ------------------------------------------------ example_gqa_bwd_tma_reduce_varlen.py
+VARLEN = "flash_attention/example_gqa_bwd_tma_reduce_varlen.py"
+
+
+@pytest.mark.parametrize(
+    "causal,use_atomic", [(False, True), (True, True), (False, False)],
+    ids=["atomic", "atomic_causal", "split"],
+)  # fmt: skip
+def test_varlen_main_cpu(causal, use_atomic):
+    """Three sequences of random lengths <= 100 (not tile multiples), float64 reference."""
+    _load(VARLEN).main(3, 4, 100, 64, 32, 2, causal, use_atomic, device="cpu", seed=5)
+
+
+def test_varlen_bad_mode_is_named():
+    with pytest.raises(ValueError, match="mode"):
+        _load(VARLEN).generate_random_padding_mask(10, 2, "cpu", mode="half")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_atomic_variant_emulated(causal):
+    """The sm_90a backward at its GPU blocks (128 x 64 for head dim 64) on packed sequences
+    of 70, 150 and 23 rows: the TMA boxes reach into the next sequence (adding zeros) and
+    past the packed tensor (clipped); emulated against float64 gradients of the padded
+    reference."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "cuda"))
+    from test_gemm_wgmma_rs import emulate_rs
+
+    m = _load(VARLEN)
+    lens = torch.tensor([70, 150, 23], dtype=torch.int32)
+    B, N, H, G, D = 3, 150, 2, 2, 64
+    gen = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(B, N, h, D, generator=gen).half() for h in (H, H // G, H // G, H))
+    mask = torch.arange(N)[None] < lens[:, None]
+    do = do.masked_fill(~mask[:, :, None, None], 0)
+    cu = torch.nn.functional.pad(torch.cumsum(lens, 0, dtype=torch.int32), (1, 0))
+    qu, iq = m._unpad(q, mask)
+    ku, ik = m._unpad(k, mask)
+    vu, _ = m._unpad(v, mask)
+    dou, _ = m._unpad(do, mask)
+    tq, tk = qu.shape[0], ku.shape[0]
+    o, lse = m.flashattn_fwd(B, tq, tk, N, H, 150, D, D, causal, 64, 32, G, threads=128)(
+        qu, ku, vu, cu, cu
+    )
+    delta = m.flashattn_bwd_preprocess(B, H, tq, N, 150, D)(o, dou.contiguous(), cu)
+    func = m.flashattn_bwd_atomic_add.get_tir(B, tq, tk, N, H, 150, D, D, causal,
+                                              **m.bwd_config(D, D), groups=G)  # fmt: skip
+    lowered = pipeline.lower(func, SM90A)
+    notes = [str(n) for n in lowered.attrs["tl.tma"]]
+    assert sum("TMA reduce" in n for n in notes) == 3, notes
+    dq = np.zeros(qu.shape, np.float32)
+    dk, dv = np.zeros(ku.shape, np.float32), np.zeros(vu.shape, np.float32)
+    inputs = [x.numpy() for x in (qu, ku, vu, dou.contiguous(), lse, delta, cu, cu)]
+    arrays, _ = emulate_rs(lowered, *inputs, dq, dk, dv)
+    ref = m._grads(lambda a, b, c: m.ref_program(a, b, c, mask, causal, G),
+                   [x.double() for x in (q, k, v)], do)  # fmt: skip
+    got = [m._pad(torch.from_numpy(a), idx, B, N) for a, idx in zip(arrays[8:11], (iq, ik, ik))]
+    for name, g, want in zip(("dQ", "dK", "dV"), got, ref[1:]):
+        np.testing.assert_allclose(g.double().numpy(), want.numpy(), rtol=2e-2, atol=2e-2,
+                                   err_msg=name)  # fmt: skip
+
+
+def test_varlen_kernels_build_with_nvcc():
+    """The forward and both backward variants at GPU sizes, built by nvcc for sm_90a."""
+    import shutil
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    m = _load(VARLEN)
+    args = (8, 7000, 7000, 1024, 32, 1000)
+    funcs = [
+        m.flashattn_fwd.get_tir(*args, 192, 128, True, 128, 64, 16),
+        m.flashattn_bwd_atomic_add.get_tir(*args, 192, 128, True, **m.bwd_config(192, 128),
+                                           groups=16),
+        m.flashattn_bwd_split.get_tir(*args, 128, 128, False, **m.bwd_config(128, 128), groups=8),
+    ]  # fmt: skip
+    for func, reduces in zip(funcs, (False, True, False)):
+        src = pipeline.build(func, SM90A, compiler="nvcc").kernel_source
+        assert "wgmma" in src and ("tl::tma_store_add_3d(((" in src) == reduces
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "dim_qk,dim_v,groups,causal,use_atomic",
+    [(192, 128, 16, False, True), (128, 128, 4, True, True), (128, 128, 8, True, False)],
+)  # fmt: skip
+def test_varlen_main_gpu(dim_qk, dim_v, groups, causal, use_atomic):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs an sm_90 GPU")
+    _load(VARLEN).main(4, 16, 1000, dim_qk, dim_v, groups, causal, use_atomic, device="cuda")
+    _load(VARLEN).main()  # upstream's defaults
