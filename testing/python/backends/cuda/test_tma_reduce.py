@@ -350,6 +350,31 @@ def test_fallback_unaligned_rows_emulated():
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("dynamic_cols", [False, True])
+def test_dynamic_shapes_emulated(dynamic_cols):
+    """Dynamic rows: the map's dims are run-time values (TMA); dynamic columns: the row
+    stride is not provably 16-byte aligned, so the atomics (and the note says why)."""
+    rows = T.dynamic("m")
+    cols = T.dynamic("n") if dynamic_cols else 72
+
+    @T.prim_func
+    def main(X: T.Tensor((rows, cols), "float32"), Y: T.Tensor((rows, cols), "float32")):
+        with T.Kernel(T.ceildiv(cols, 32), T.ceildiv(rows, 64), threads=128) as (bx, by):
+            S = T.alloc_shared((64, 32), "float32")
+            T.copy(X[by * 64, bx * 32], S)
+            T.atomic_add(Y[by * 64 : (by + 1) * 64, bx * 32 : (bx + 1) * 32], S, use_tma=True)
+
+    f = pipeline.lower(main, SM90A)
+    if dynamic_cols:
+        _fallback(f, "not provably a multiple of 16")
+    else:
+        assert any("TMA reduce" in n for n in _notes(f)), _notes(f)
+    x, y = _rand((90, 72), "float32", 19), _rand((90, 72), "float32", 20)
+    want = y.astype(np.float64) + x
+    emulate(f, x, y, race_check=True)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
 def test_fallback_disable_tma_and_partial_tile():
     f = pipeline.lower(tile_sum(64, 64, 64, 64), SM90A, {"tl.disable_tma_lower": True})
     _fallback(f, "tl.disable_tma_lower=True")
