@@ -24,7 +24,9 @@ warpgroup instead of 64 x 16, dS K on wgmma instead of mma.sync; benchmark/SASS_
 ``--bwd-dims`` / ``--fwd-dims`` limit the bhsd backward / forward rows to those head dims,
 ``--bwd-cases`` the backward rows to those named (``dk_first``: head dim 128 in upstream's gemm
 order, dK issued before dS^T is stored; the default stores dS^T first and issues dQ then dK;
-``d256_pds``: head dim 256 with P^T and dS^T read by the gemms from shared, ``pds_shared``).
+``d256_pds``: head dim 256 with P^T and dS^T read by the gemms from shared, ``pds_shared``;
+``dq_tma`` / ``dq_tma_stages3``: head dim 128 with dQ added by one TMA bulk reduction per
+block from a float32 shared tile, ``dq_tma_reduce``, 2 / 3 stages).
 ``--variant`` adds, for every bhsd backward, bhsd forward, GQA forward and varlen forward row,
 one built with more pass configs (e.g. ``--variant fences:tl.drop_proxy_fences=false``), timed
 in the same process (forward variant rows against one reference only).
@@ -84,9 +86,13 @@ BWD_STAGES3 = (128, 64, 3, 256, False)
 #: profiling: the default head dim 128 backward without its dQ atomics (dQ wrong, only dK
 #: and dV checked): the time the 32 scalar fp32 reductions per thread and iteration cost
 BWD_NO_DQ_ATOMICS = (128, 64, 2, 256, False, True, True, False, False)
+#: the default head dim 128 backward with dQ staged in a float32 shared tile and added by one
+#: TMA bulk tensor reduction per block (``dq_tma_reduce``; dQ row-major), 2 and 3 stages
+BWD_DQ_TMA = (128, 64, 2, 256, False, False, True, False, True, True)
+BWD_DQ_TMA3 = (128, 64, 3, 256, False, False, True, False, True, True)
 #: ``--bwd-cases`` names: the bhsd rows of ``--bwd-dims``, and the extra rows
 BWD_CASES = ("bhsd", "d256_64x64", "d256_pds", "gqa", "ws", "dq_rows", "dk_first", "stages3",
-             "no_dq_atomics", "bshd")  # fmt: skip
+             "no_dq_atomics", "dq_tma", "dq_tma_stages3", "bshd")  # fmt: skip
 SWEEP = (  # (block_M, block_N, num_stages, threads)
     (128, 64, 2, 128),
     (128, 128, 2, 256),
@@ -362,7 +368,8 @@ def bwd_rows(table, args):
     cases += [("gqa", 128, 4, None)] if 128 in dims and "gqa" in want else []
     if 128 in dims:
         extra = (("ws", BWD_WS), ("dq_rows", BWD_DQ_ROWS), ("dk_first", BWD_DK_FIRST),
-                 ("stages3", BWD_STAGES3), ("no_dq_atomics", BWD_NO_DQ_ATOMICS))  # fmt: skip
+                 ("stages3", BWD_STAGES3), ("no_dq_atomics", BWD_NO_DQ_ATOMICS),
+                 ("dq_tma", BWD_DQ_TMA), ("dq_tma_stages3", BWD_DQ_TMA3))  # fmt: skip
         cases += [("bhsd", 128, 1, config) for name, config in extra if name in want]
     if args.sweep:
         cases += [("bhsd", dim, 1, c) for dim in dims for c in BWD_SWEEP]
@@ -381,14 +388,16 @@ def bwd_rows(table, args):
                 dq_first = rest[1] if len(rest) > 1 else True
                 pds_shared = rest[2] if len(rest) > 2 else False
                 dq_atomics = rest[3] if len(rest) > 3 else True
+                dq_tma_reduce = rest[4] if len(rest) > 4 else False
                 label += f" {bm}x{bn}/{th}t/{st}s" + (" ws" if from_global else "")
                 label += ("" if dq_layout else " dq rows") + ("" if dq_first else " dk first")
                 label += " pds" if pds_shared else ""
                 label += "" if dq_atomics else " NO dQ atomics (dK/dV checked)"
+                label += " dq TMA reduce" if dq_tma_reduce else ""
                 config = dict(block_M=bm, block_N=bn, num_stages=st, threads=th,
                               stats_from_global=from_global, dq_layout=dq_layout,
                               dq_first=dq_first, pds_shared=pds_shared,
-                              dq_atomics=dq_atomics)  # fmt: skip
+                              dq_atomics=dq_atomics, dq_tma_reduce=dq_tma_reduce)  # fmt: skip
                 bwd_bhsd.bwd_config = lambda dim, config=config: config
             label += f" [{vname}]" if vname else ""
             try:

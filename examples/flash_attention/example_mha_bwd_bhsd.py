@@ -184,7 +184,7 @@ def flashattn_bwd_postprocess(batch, heads, seq_len, dim, block=64, threads=128,
 @tilelang.jit
 def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32, threads=128,
                   num_stages=2, stats_from_global=False, dq_layout=True, dq_first=True,
-                  pds_shared=False, dq_atomics=True):  # fmt: skip
+                  pds_shared=False, dq_atomics=True, dq_tma_reduce=False):  # fmt: skip
     """``kernel(Q, K, V, dO, lse, Delta, dQ, dK, dV)``; dQ float32 of ``dq_accum_shape``,
     zeroed by the caller; dK, dV float16.
 
@@ -197,6 +197,13 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
     False: upstream's order (dK first, waited for before the store, which reads its
     register operand).
 
+    ``dq_tma_reduce``: dq goes to a float32 shared tile (swizzled) and one thread adds it
+    into dQ with a TMA bulk tensor reduction (``T.atomic_add(dQ[...], dq_shared,
+    use_tma=True)``, sm_90+: ``cp.reduce.async.bulk.tensor``) instead of 32 scalar atomics
+    per thread and iteration. Needs ``dq_layout=False``: a TMA box adds a row-major block
+    (``make_dq_layout`` permutes the elements of a block; ``flashattn_bwd_postprocess``
+    takes ``dq_layout=False`` too). CUDA sm_90+ only, like upstream's ``use_tma``.
+
     ``dq_atomics=False``: for profiling only, dQ goes to a shared tile with plain stores
     instead of the atomics (dQ is wrong; dK and dV are right): what the 32 scalar
     ``red.global.add.f32`` per thread and iteration cost against the shared staging a TMA
@@ -208,6 +215,11 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
     arrive as 1-d TMA boxes in the same stages as Q and dO (their element reads feed the
     wgmma gemms, which ``ws_stage_reads`` checks before it lets the stage be released).
     Off by default: kept to compare the two on the GPU (``flash_attention_variants.py``)."""
+    if dq_tma_reduce and dq_layout:
+        raise ValueError(
+            "dq_tma_reduce=True needs dq_layout=False (a TMA reduction adds a row-major block; "
+            "make_dq_layout permutes it)"
+        )
     sm_scale = (1.0 / dim) ** 0.5
     scale = sm_scale * LOG2E
     shape = [batch, heads, seq_len, dim]
@@ -248,7 +260,7 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
             dk = T.alloc_fragment([block_M, dim], accum)
             dv_shared = T.alloc_shared([block_M, dim], dtype)
             dk_shared = T.alloc_shared([block_M, dim], dtype)
-            if not dq_atomics:
+            if not dq_atomics or dq_tma_reduce:
                 dq_shared = T.alloc_shared([block_N, dim], accum)
 
             if dq_layout:
@@ -314,6 +326,10 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=32,
                     T.gemm(dsT_shared, K_shared, dq, transpose_A=True, clear_accum=True)  # dS K
                 if not dq_atomics:  # profiling only: dq to shared (plain stores), no atomics
                     T.copy(dq, dq_shared)
+                elif dq_tma_reduce:  # one TMA reduction of the staged block
+                    T.copy(dq, dq_shared)
+                    T.atomic_add(dQ[bz, bx, k * block_N : (k + 1) * block_N, :], dq_shared,
+                                 use_tma=True)  # fmt: skip
                 elif dq_layout:
                     for i, j in T.Parallel(block_N, dim):
                         T.atomic_add(dQ[bz, bx, k * block_N + i, j], dq[i, j])

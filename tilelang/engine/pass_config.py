@@ -183,6 +183,15 @@ class PassConfigKey(str, Enum):
     benchmark/RESULTS.md, session 6); ``True`` stages other output types too (8-byte shared
     stores, emulated only), ``False`` never."""
 
+    TL_TMA_REDUCE_DEFER_WAIT = "tl.tma_reduce_defer_wait"
+    """CUDA sm_90+, ``T.atomic_add(global, shared, use_tma=True)`` inside a loop whose body
+    writes the shared tile before the reduce: the elected thread waits for the reduce to have
+    read the tile (``cp.async.bulk.wait_group.read``) just before the next iteration's first
+    access of the tile (and after the loop) instead of right after issuing it, so its warp
+    goes on meanwhile (``backends/cuda/passes/tma_reduce.py``); the barrier before those
+    writes then follows the wait (in the FlashAttention backward: one more consumer barrier
+    per iteration). Default: False (unmeasured)."""
+
     TL_COMPACT_SOURCE = "tl.compact_source"
     """CUDA: ``T.unroll`` loops reach nvcc/NVRTC as ``#pragma unroll`` loops and TIRx's
     device-side StmtSimplify is skipped (``backends/cuda/compact_source.py``): the README
@@ -486,6 +495,7 @@ def build_options(pass_configs) -> dict:
             else flag(PassConfigKey.TL_WS_PINGPONG, False)
         ),
         "ws_release_per_warp": flag(PassConfigKey.TL_WS_RELEASE_PER_WARP, False),
+        "tma_reduce_defer_wait": flag(PassConfigKey.TL_TMA_REDUCE_DEFER_WAIT, False),
         # None (unset): staged for 16-bit outputs only; True / False: always / never
         "tma_store_epilogue": (
             None

@@ -223,7 +223,7 @@ def cummax(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None)
     cumsum(src, dst, dim, reverse, annotations, _op="max")
 
 
-def _atomic_op(kind, dst, value, memory_order=None, annotations=None):
+def _atomic_op(kind, dst, value, memory_order=None, annotations=None, use_tma=False):
     st = builder.state()
     st.uses_atomics = True
     dst = _operand(dst)
@@ -239,6 +239,11 @@ def _atomic_op(kind, dst, value, memory_order=None, annotations=None):
         views = (_copy.RegionView.of(value_r), _copy.RegionView.of(dst_r))
         _copy.matched_axes(*views, builder.user_loc(), op=f"T.atomic_{kind}")  # early check
     else:
+        if use_tma:
+            raise errors.TraceError(
+                f"T.atomic_{kind}(use_tma=True) needs a tile value (a shared region added into "
+                "a global region), not a scalar (as upstream)"
+            )
         dst_r = to_region(dst, what=f"T.atomic_{kind} dst")
         operand = dtypes.scalar_value(value, str(dst_r.source.ty.dtype), f"T.atomic_{kind} value")
     call = _atomic.ATOMIC.make(
@@ -248,6 +253,7 @@ def _atomic_op(kind, dst, value, memory_order=None, annotations=None):
         kind=kind,
         value_is_region=bool(is_region),
         memory_order=memory_order or "",
+        use_tma=bool(use_tma),
     )
     with _ws_tagged(_annotations(annotations, f"T.atomic_{kind}"), f"T.atomic_{kind}"):
         _emit(call)
@@ -295,12 +301,16 @@ def _atomic_prev(kind, dst, value, memory_order, annotations=None):
 
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     """Atomically ``dst += value`` (a scalar element or a whole tile); with
-    ``return_prev=True`` (one element) returns the value ``dst`` held before. ``use_tma``
-    (upstream's sm_90 bulk reduction of a shared tile) changes only speed: ignored."""
+    ``return_prev=True`` (one element) returns the value ``dst`` held before.
+    ``use_tma=True``: a shared tile added into a global region by one bulk tensor reduction
+    (``cp.reduce.async.bulk.tensor``, CUDA sm_90+; a compile error on other targets, as
+    upstream; ordinary atomics where TMA cannot express the region, ``tl.tma`` says why)."""
     _check_order(memory_order, "T.atomic_add")
     if return_prev:
+        if use_tma:
+            raise errors.TraceError("T.atomic_add: use_tma=True cannot return_prev")
         return _atomic_prev("add", dst, value, memory_order, annotations)
-    _atomic_op("add", dst, value, memory_order, annotations)
+    _atomic_op("add", dst, value, memory_order, annotations, use_tma=use_tma)
 
 
 def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):

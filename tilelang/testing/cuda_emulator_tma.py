@@ -20,6 +20,12 @@ Models what ``backends/cuda/passes/tma_lowering.py`` emits:
   dropped; ``tl::tma_store_commit`` / ``tl::tma_store_wait_read<N>`` track the bulk groups
   whose shared source is still being read: a ``stmatrix`` over such bytes, or a block that
   ends with one (its shared memory is gone), raises :class:`EmulationError`;
+* ``tl::tma_store_add_<R>d(&map, smem, coords...)`` (``passes/tma_reduce.py``,
+  ``cp.reduce.async.bulk.tensor .add``): as a store, but the box is added into the tensor
+  (in its element type); with ``race_check`` its read of the tile is an async-proxy read
+  at the issue and again at the ``wait_group.read`` that retires it (a warp's write of it
+  with no ``fence.proxy.async`` since, or one in the same barrier interval as either,
+  raises);
 * ``tl::st_shared_pair<T>(smem, regs)``: ``regs[0..1]`` converted, one aligned vector store;
 * ``tl::ptx_stmatrix_x{1,2,4}<T>(smem, regs)`` (PTX ``stmatrix .m8n8 .b16``, ldsm.h): lane
   ``l``'s register ``q`` (its values ``regs[2q]``, ``regs[2q+1]`` converted to ``T``) goes
@@ -288,18 +294,27 @@ class BulkStores:
         self.error = error
         self.open = {}  # thread -> byte ranges of stores not yet committed
         self.groups = {}  # thread -> list of committed groups (lists of byte ranges)
+        self.on_done = {}  # (thread, lo, hi) -> called when the wait retires the read
 
-    def add(self, t, lo, hi):
+    def add(self, t, lo, hi, on_done=None):
         self.open.setdefault(t, []).append((lo, hi))
+        if on_done is not None:
+            self.on_done.setdefault((t, lo, hi), []).append(on_done)
 
     def commit(self, threads):
         for t in threads:
             self.groups.setdefault(t, []).append(self.open.pop(t, []))
 
     def wait_read(self, threads, n):
+        """The groups of ``threads`` but the last ``n`` are read: their ``on_done`` run (the
+        race checker's record of the reads, which last until this wait)."""
         for t in threads:
             groups = self.groups.get(t, [])
-            self.groups[t] = groups[len(groups) - n :] if n else []
+            keep = len(groups) - n if n else len(groups)
+            for lo, hi in [r for g in groups[:keep] for r in g]:
+                for done in self.on_done.pop((t, lo, hi), []):
+                    done()
+            self.groups[t] = groups[keep:]
 
     def check_write(self, lo, hi, what):
         """Fail when shared bytes [lo, hi) are still read by a TMA store."""
@@ -317,7 +332,7 @@ class BulkStores:
             for t in set(self.open) | set(self.groups)
             if self.open.get(t) or any(self.groups.get(t, []))
         ]
-        self.open, self.groups = {}, {}
+        self.open, self.groups, self.on_done = {}, {}, {}
         if pending:
             raise self.error(
                 f"block {block} ends while TMA stores of threads {sorted(pending)} may still "
@@ -335,8 +350,10 @@ def bulk_stores(machine, error) -> BulkStores:
 
 def tma_store(machine, fname, args, mask, error):
     """``tl::tma_store_<R>d(&map, smem, coords...)`` for every active thread: the box read
-    through the swizzle, its elements inside the tensor written (the rest clipped)."""
-    rank = int(fname[len("tl::tma_store_")])
+    through the swizzle, its elements inside the tensor written (the rest clipped);
+    ``tl::tma_store_add_<R>d``: added into them instead."""
+    add = fname.startswith("tl::tma_store_add_")
+    rank = int(fname[len("tl::tma_store_add_" if add else "tl::tma_store_")])
     tmap = _tensor_map(machine, args[0], rank, fname, error)
     sb, sflat = machine._pointer(args[1], mask)
     if sb.local or sb.data.dtype.itemsize != tmap.itemsize:
@@ -351,9 +368,22 @@ def tma_store(machine, fname, args, mask, error):
     for t in np.nonzero(np.broadcast_to(mask, (machine.lanes,)))[0]:
         elem = _box_elements(tmap, sb, pool, int(sflat[t]), n, fname, error)
         flat, inside = tmap.box_elements([int(c[t]) for c in coords])
-        tmap.buf.data[flat[inside]] = sb.data[elem][inside]
+        if add:
+            # one element at a time: a box never names an element twice
+            tmap.buf.data[flat[inside]] += sb.data[elem][inside]
+        else:
+            tmap.buf.data[flat[inside]] = sb.data[elem][inside]
         lo = pool + int(elem.min()) * tmap.itemsize
-        groups.add(int(t), lo, pool + (int(elem.max()) + 1) * tmap.itemsize)
+        done = None
+        race = getattr(machine, "race", None)
+        if add and race is not None:  # an async-proxy read, from the issue to the wait
+
+            def done(sb=sb, starts=elem * tmap.itemsize, t=int(t), race=race):
+                race.access(sb, starts, tmap.itemsize, np.full(n, t), "read",
+                            f"{fname} (its wait_group.read)", generic=False)  # fmt: skip
+
+            done()
+        groups.add(int(t), lo, pool + (int(elem.max()) + 1) * tmap.itemsize, done)
 
 
 def bulk_group_op(machine, fname, mask, error):

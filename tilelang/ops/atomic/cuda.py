@@ -10,6 +10,13 @@
 - Tile form from shared/global: all threads share the tile, one element each at a time.
 
 Elements of a global ``dst`` outside the tensor are skipped (tails).
+
+``T.atomic_add(global, shared, use_tma=True)`` on sm_90+ is lowered before this rule, by
+``backends/cuda/passes/tma_reduce.py`` (one elected thread's ``cp.reduce.async.bulk.tensor``,
+or these atomics where TMA cannot express the region: ``tl.tma`` says why); a ``use_tma``
+that reaches this rule is on a target without TMA: a compile error, as upstream. The layout
+rule gives such a shared tile, when nothing else chose its layout, the widest bank swizzle
+its rows allow (a TMA box reads it as is; the fragment's stores into it spread over banks).
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from ...lowering.stmt import uses_any
 from ...lowering.thread_utils import for_, fragment_points, is_fragment, physical
 from ..copy.cuda import _static, cooperative_loop
 from ..copy.op import matched_axes
-from ..registry import lower_rule
+from ..registry import layout_rule, lower_rule
+from .op import refuse_use_tma
 
 HELPERS = {"add": "tl::AtomicAdd", "max": "tl::AtomicMax", "min": "tl::AtomicMin"}
 
@@ -52,8 +60,48 @@ def _guarded(stmt, tensor, indices, ctx):
     return stmt if pred is None else ir.If(pred, stmt, None)
 
 
+def tma_capable(arch) -> bool:
+    """Whether ``arch`` (``sm_XY[a]``) has TMA (sm_90 and later)."""
+    import re
+
+    m = re.match(r"sm_(\d+)", str(arch or ""))
+    return bool(m) and int(m.group(1)) >= 90
+
+
+@layout_rule("atomic", "cuda")
+def atomic_layout_cuda(v, ctx):
+    """A ``use_tma`` atomic's 2-d shared source without a layout: the widest bank swizzle
+    (128B/64B/32B) whose span divides its rows, at the "free" level (sm_90+, TMA on)."""
+    if ctx.level != "free" or not getattr(v, "use_tma", False) or not v.value_is_region:
+        return {}
+    if not tma_capable(ctx.arch) or ctx.options.get("disable_tma") is True:
+        return {}
+    from ...layout.swizzle import SwizzleMode, dtype_bits, make_swizzle_layout_for_mode
+    from ...lowering.thread_utils import is_shared
+
+    src = RegionView.of(v.value)
+    if not is_shared(src.tensor) or ctx.get_layout(src.tensor) is not None:
+        return {}
+    shape = [_static_int(x) for x in src.tensor.ty.shape]
+    if len(shape) != 2 or None in shape:
+        return {}
+    dtype = str(src.tensor.ty.dtype)
+    row_bytes = shape[1] * dtype_bits(dtype) // 8
+    for mode in (SwizzleMode.SWIZZLE_128B, SwizzleMode.SWIZZLE_64B, SwizzleMode.SWIZZLE_32B):
+        if shape[0] % 8 == 0 and row_bytes % mode.swizzle_byte_size() == 0:
+            return {src.tensor: make_swizzle_layout_for_mode((tuple(shape), dtype), mode)}
+    return {}
+
+
+def _static_int(x):
+    from ...layout import expr as E
+
+    return E.as_const_int(x)
+
+
 @lower_rule("atomic", "cuda")
 def lower_atomic_cuda(v, ctx):
+    refuse_use_tma(v, str(ctx.arch))
     dst = RegionView.of(v.dst)
     _check_dst(dst, v.loc, v.kind)
     if not v.value_is_region:

@@ -2,7 +2,9 @@
 
 IR: ``tl.atomic(dst_region, value)`` with ``kind`` in add/max/min and
 ``value_is_region`` telling whether ``value`` is a tile (elementwise atomics over
-the region) or one scalar expression (``dst`` then has one element).
+the region) or one scalar expression (``dst`` then has one element). ``use_tma``
+(``T.atomic_add`` of a tile only): upstream's bulk reduction of a shared tile on
+sm_90+ (``backends/cuda/passes/tma_reduce.py``); the CPU rule refuses it, as upstream.
 """
 
 from __future__ import annotations
@@ -17,8 +19,24 @@ from ..copy.op import matched_axes
 from ..registry import TileOpDef, lower_rule
 
 ATOMIC = TileOpDef(
-    "atomic", ("dst", "value"), {"kind": "add", "value_is_region": False, "memory_order": ""}
+    "atomic",
+    ("dst", "value"),
+    {"kind": "add", "value_is_region": False, "memory_order": "", "use_tma": False},
 )
+
+
+def refuse_use_tma(v, target: str):
+    """The CompileError of ``T.atomic_add(..., use_tma=True)`` on a target without TMA
+    (upstream refuses it at compile time too: ``cp.reduce`` is a CUDA sm_90+ instruction)."""
+    from ... import errors
+
+    if getattr(v, "use_tma", False):
+        raise errors.compile_error(
+            f"T.atomic_add(use_tma=True): TMA atomic add requires a CUDA target with TMA "
+            f"support (SM90+), but got target {target}; drop use_tma=True (the plain "
+            "atomics give the same result)",
+            v.loc,
+        )
 
 
 def apply(kind, old, value):
@@ -38,6 +56,7 @@ def lower_atomic_cpu(v, ctx):
     Guarded like ``T.copy`` (and like the CUDA rule): elements outside a global tensor are
     skipped, for one element (a ``T.Parallel`` tail) as for a tile.
     """
+    refuse_use_tma(v, "cpu (llvm)")
     dst = RegionView.of(v.dst)
     if not v.value_is_region:
         old = ir.TensorLoad(dst.tensor, dst.begins)

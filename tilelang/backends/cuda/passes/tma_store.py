@@ -111,8 +111,10 @@ def plan_tma_store(view, ctx) -> TmaCopy | str:
     return plan_tma_copy(swapped, ctx, ctx)
 
 
-def tma_store_stmts(t: TmaCopy, tx) -> list:
-    """The fence, barrier and elected-thread store (module doc) of the planned copy ``t``."""
+def tma_store_stmts(t: TmaCopy, tx, op: str = "tl::tma_store") -> list:
+    """The fence, barrier and elected-thread store (module doc) of the planned copy ``t``
+    (``op``: the device helper, ``<op>_<R>d``; ``tl::tma_store_add``: the TMA reduction of
+    ``passes/tma_reduce.py``)."""
     nbytes = t.bits // 8
     tile = t.dst.tensor
     ptr_ty = ir.PtrType(ir.PrimType(t.dst.dtype), t.dst.scope)
@@ -124,7 +126,7 @@ def tma_store_stmts(t: TmaCopy, tx) -> list:
         smem = tirx.ptr_byte_offset(tirx.address_of(tile), int(offset) * nbytes, ty=ptr_ty)
         args = [tirx.address_of(t.spec.var), smem]
         args += [ir.prim.Cast("int32", c) if str(c.ty) != "int32" else c for c in reversed(coords)]
-        issue.append(_call(f"tl::tma_store_{t.spec.rank}d", *args))
+        issue.append(_call(f"{op}_{t.spec.rank}d", *args))
     issue += [_call("tl::tma_store_commit"), _call("tl::tma_store_wait_read<0>")]
     return [
         _call("tl::fence_proxy_async_shared"),
@@ -512,11 +514,15 @@ def _stage_one(view, frag, dst, ctx, free, used, budget, limit):
 
 
 def stage_tma_store(func, state):
-    """Pipeline stage: epilogue staging, then TMA stores; ``tl.tma`` updated."""
+    """Pipeline stage: epilogue staging, then TMA stores, then the TMA reductions of
+    ``T.atomic_add(..., use_tma=True)`` (``passes/tma_reduce.py``); ``tl.tma`` updated."""
+    from .tma_reduce import lower_tma_reduces
+
     ctx = state.ctx
     notes = len(ctx.tma_notes)
     body = stage_epilogues(func.body, ctx)
     body = lower_tma_stores(body, ctx)
+    body = lower_tma_reduces(body, ctx)
     func = func.with_body(body)
     if len(ctx.tma_notes) != notes:
         func = func.with_attr(ATTR_TMA, list(ctx.tma_notes))

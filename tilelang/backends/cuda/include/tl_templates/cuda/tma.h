@@ -19,6 +19,11 @@
 //                                             box at coordinates c (parts of the box outside
 //                                             the tensor are not written), in the calling
 //                                             thread's bulk async-group
+//   tl::tma_store_add_<R>d(map, smem, c...)   cp.reduce.async.bulk.tensor.<R>d .add shared -> global:
+//                                             the box is added element by element (atomically)
+//                                             into the tensor, in the element type of the map
+//                                             (T.atomic_add(..., use_tma=True),
+//                                             passes/tma_reduce.py); bulk async-group as stores
 //   tl::tma_store_commit()                    cp.async.bulk.commit_group
 //   tl::tma_store_wait_read<N>()              cp.async.bulk.wait_group.read N: at most N groups
 //                                             still read their shared source
@@ -162,10 +167,49 @@ TL_DEVICE void tma_store_5d(unsigned long long map, const void* smem, int c0, in
 
 #undef TL_TMA_STORE
 
+// Bulk tensor reductions (T.atomic_add(global, shared, use_tma=True): passes/tma_reduce.py),
+// issued like the stores above: fence, barrier, one thread, commit, wait_group.read.
+#define TL_TMA_REDUCE_ADD(R, COORDS, ...)                                                    \
+  asm volatile("cp.reduce.async.bulk.tensor." #R "d.global.shared::cta.add.tile.bulk_group" \
+               " [%0, " COORDS "], [%1];" ::"l"(static_cast<uint64_t>(map)),                \
+               "r"(tma_smem_addr(smem)), __VA_ARGS__                                         \
+               : "memory")
+
+TL_DEVICE void tma_store_add_1d(unsigned long long map, const void* smem, int c0) {
+  TL_TMA_REDUCE_ADD(1, "{%2}", "r"(c0));
+}
+
+TL_DEVICE void tma_store_add_2d(unsigned long long map, const void* smem, int c0, int c1) {
+  TL_TMA_REDUCE_ADD(2, "{%2, %3}", "r"(c0), "r"(c1));
+}
+
+TL_DEVICE void tma_store_add_3d(unsigned long long map, const void* smem, int c0, int c1, int c2) {
+  TL_TMA_REDUCE_ADD(3, "{%2, %3, %4}", "r"(c0), "r"(c1), "r"(c2));
+}
+
+TL_DEVICE void tma_store_add_4d(unsigned long long map, const void* smem, int c0, int c1, int c2,
+                                int c3) {
+  TL_TMA_REDUCE_ADD(4, "{%2, %3, %4, %5}", "r"(c0), "r"(c1), "r"(c2), "r"(c3));
+}
+
+TL_DEVICE void tma_store_add_5d(unsigned long long map, const void* smem, int c0, int c1, int c2,
+                                int c3, int c4) {
+  TL_TMA_REDUCE_ADD(5, "{%2, %3, %4, %5, %6}", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
+}
+
+#undef TL_TMA_REDUCE_ADD
+
 TL_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 template <int N>
 TL_DEVICE void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// The same wait, naming the shared tile whose bulk reads it waits for (a deferred wait of
+// passes/tma_reduce.py: the compiler's barrier analysis sees the tile read up to here).
+template <int N>
+TL_DEVICE void tma_store_wait_read(const void* /*tile*/) {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
 
