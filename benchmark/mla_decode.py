@@ -2,7 +2,7 @@
 
     python benchmark/mla_decode.py [--batch 64] [--heads 128] [--kv_ctx 8192] [--dim 512]
         [--pe_dim 64] [--splits 1 2 4] [--no-paged] [--block_size 64] [--device cpu]
-        [--variant NAME:KEY=VALUE,KEY=VALUE ...]
+        [--variant NAME:KEY=VALUE,KEY=VALUE ...] [--q-reg-cols 0 128 256]
 
 Decoding reads the whole KV cache once (``batch * kv_ctx * (dim + pe_dim)`` fp16 values) and
 does little arithmetic per byte, so the bound is memory bandwidth. The script measures the
@@ -18,7 +18,9 @@ after warm-up; each row checks its output against the float64 reference first (`
 ``--variant`` adds rows of both kernels built with more pass configs (on top of the examples'
 fast math), timed in the same run: e.g. ``--variant
 old:tl.reduce_merged_exchange=false`` (issue 13's A/B of the cross-warpgroup reductions,
-benchmark/SASS_AUDIT.md).
+benchmark/SASS_AUDIT.md). ``--q-reg-cols 0 128 256`` adds dense rows whose kernel holds that
+many latent query columns in registers (the example's ``q_reg_cols``: the score gemm of
+those columns reads only the key tile from shared memory, wgmma's RS form on sm_90a).
 """
 
 from __future__ import annotations
@@ -79,10 +81,10 @@ def format_rows(rows, kv_bytes, roof_ms, t_torch) -> list[str]:
     return out
 
 
-def variant_kernel(jitted, out_idx, configs, *args):
+def variant_kernel(jitted, out_idx, configs, *args, **kwargs):
     """``jitted``'s kernel for ``args`` compiled with its own pass configs plus ``configs``."""
     base = dict(jitted.pass_configs or {})
-    return tilelang.compile(jitted.get_tir(*args), out_idx=out_idx,
+    return tilelang.compile(jitted.get_tir(*args, **kwargs), out_idx=out_idx,
                             pass_configs={**base, **configs})  # fmt: skip
 
 
@@ -116,14 +118,16 @@ def run(args) -> list[str]:
     variants = [("", None), *parse_variants(args.variant)]
     for split in args.splits:
         for vname, configs in variants:
-            dims = (b, h, 1, s, d, p, args.block_N, args.block_H, split)
-            if configs is None:
-                kernel = dense.flashattn(*dims)
-            else:
-                kernel = variant_kernel(dense.flashattn, [4], configs, *dims)
-            err = _max_err(kernel(*inputs), ref)
-            tag = f" {vname}" if vname else ""
-            rows.append((f"tilelang split={split}{tag}", timed(lambda k=kernel: k(*inputs)), err))
+            for cols in args.q_reg_cols:
+                dims = (b, h, 1, s, d, p, args.block_N, args.block_H, split)
+                if configs is None:
+                    kernel = dense.flashattn(*dims, q_reg_cols=cols)
+                else:
+                    kernel = variant_kernel(dense.flashattn, [4], configs, *dims, q_reg_cols=cols)
+                err = _max_err(kernel(*inputs), ref)
+                tag = (f" {vname}" if vname else "") + (f" qregs{cols}" if cols else "")
+                rows.append((f"tilelang split={split}{tag}", timed(lambda k=kernel: k(*inputs)),
+                             err))  # fmt: skip
     if args.paged:
         bs = args.block_size
         pad = -(-s // bs) * bs
@@ -161,6 +165,9 @@ def parse_args(argv=None):
     parser.add_argument("--block_size", type=int, default=64, help="rows per KV page")
     parser.add_argument("--iters", type=int, default=None, help="default 50 (cpu: 3)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--q-reg-cols", type=int, nargs="+", default=[0],
+                        help="dense rows per value: latent query columns held in registers "
+                             "(the example's q_reg_cols; 0: none, the default kernel)")  # fmt: skip
     parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
                         help="more rows, built with these pass configs added")  # fmt: skip
     args = parser.parse_args(argv)

@@ -45,10 +45,11 @@ COUNTED = ("HGMMA", "HMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "BAR.SYNC", 
 
 def _tir(name):
     """The prim_func ``name`` stands for, built as its benchmark builds it."""
-    if name == "mla":
+    if name == "mla" or name.startswith("mla_qregs"):  # mla_qregs<N>: N latent Q columns in registers
         import example_mla_decode as mla
 
-        return mla.flashattn.get_tir(64, 128, 1, 8192, 512, 64, 64, 64, 1), {
+        cols = int(name[len("mla_qregs"):]) if name != "mla" else 0
+        return mla.flashattn.get_tir(64, 128, 1, 8192, 512, 64, 64, 64, 1, q_reg_cols=cols), {
             "tl.enable_fast_math": True
         }
     if name.startswith("gqa"):  # flash_attention_variants.py's GQA row: 32 heads on 4 K/V heads

@@ -1,0 +1,110 @@
+"""MLA decode with part of the queries in registers (``example_mla_decode.flashattn``'s
+``q_reg_cols``, issue 13): the score gemm of those latent columns reads its A operand from
+registers (wgmma's RS form on sm_90a), so per key tile only the key columns come from shared
+memory for it, instead of both warpgroups reading all of ``Q_shared``.
+
+CPU: the example matches float64 with tails and KV splits. sm_90a without a GPU: the loop's
+three score gemms (latent SS over a K slice of ``KV_shared``, rope SS, latent RS) are issued
+back to back with one ``wait_group 0``; the kernel matches float64 in the emulator
+(asynchronous wgmma, late register reads, race check), at dims 128 + 64 and at the full 512
++ 64; nvcc: the full-size kernel's consumers do not spill and ptxas does not serialize the
+wgmmas (``q_reg_cols`` 128 and 256; 288 and more do). ``cuda``: the benchmark shape on a GPU.
+"""
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from example_loader import load_example as _load
+
+from tilelang.backends.cuda import pipeline
+from tilelang.lowering.kernels import workspace_specs
+
+DENSE = "deepseek_mla/example_mla_decode.py"
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "testing" / "python" / "backends" / "cuda"))
+from test_gemm_wgmma_rs import emulate_rs  # noqa: E402
+
+
+@pytest.mark.parametrize("kv_ctx,num_split,cols", [(300, 1, 32), (300, 3, 16), (5, 4, 48)])
+def test_dense_q_regs_cpu(kv_ctx, num_split, cols):
+    _load(DENSE).main(2, 16, 1, kv_ctx, 64, 32, num_split, device="cpu", q_reg_cols=cols)
+
+
+@pytest.mark.parametrize("cols", [-16, 8, 64, 80])
+def test_bad_q_reg_cols_named(cols):
+    with pytest.raises(ValueError, match=f"q_reg_cols={cols}"):
+        _load(DENSE).flashattn.get_tir(1, 16, 1, 64, 64, 32, 64, 16, 1, q_reg_cols=cols)
+
+
+def _lower(kv, dim, num_split, cols, batch=1):
+    func = _load(DENSE).flashattn.get_tir(batch, 64, 1, kv, dim, 64, 64, 64, num_split,
+                                          q_reg_cols=cols)  # fmt: skip
+    return func, pipeline.lower(func, SM90A)
+
+
+def test_score_gemms_issue_back_to_back():
+    _, lowered = _lower(100, 128, 1, 64)
+    text = lowered.script()
+    loop = text[text.index("for k in") :]
+    first_wait = loop.index("tl::wgmma_wait<")
+    issued = re.findall(r'"tl::wgmma_(m64n\w+)<', loop[:first_wait])
+    assert issued[0] == issued[-5] == "m64n32k16_ss" and set(issued[-4:]) == {"m64n32k16_rs"}
+    assert loop[:first_wait].count("tl::wgmma_commit") == 3
+    assert loop[first_wait:].startswith("tl::wgmma_wait<0>")
+    assert "mma_m16n8k16" not in text
+
+
+@pytest.mark.parametrize(
+    "kv,dim,num_split,cols,mode",
+    [(100, 128, 1, 64, "late_reads"), (130, 128, 3, 48, "late_writes"),
+     (150, 512, 1, 256, "late_reads")],  # fmt: skip
+    ids=["tail", "split", "full_dim"],
+)
+def test_q_regs_emulated(kv, dim, num_split, cols, mode):
+    module = _load(DENSE)
+    func, lowered = _lower(kv, dim, num_split, cols)
+    inputs = [x.numpy() for x in module.make_inputs(1, 64, kv, dim, 64, "cpu")]
+    ref = module.ref_program(*(torch.from_numpy(x) for x in inputs)).numpy()
+    ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
+    arrays, _ = emulate_rs(lowered, *inputs, np.zeros(ref.shape, np.float16), *ws, mode=mode,
+                           race=True)  # fmt: skip
+    np.testing.assert_allclose(arrays[len(inputs)].astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("cols", [128, 256])
+def test_full_size_compiles_without_consumer_spills(cols):
+    """The benchmark's kernel (batch 64, 128 heads, 8192 keys): the consumers hold acc_o
+    (128 registers), the score tile and ``cols / 4`` registers of Q under ``setmaxnreg
+    240``; ptxas reports only the producer's spills (the same as without Q in registers)
+    and no serialized wgmma."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import sass_audit
+
+    base = sass_audit.audit("mla", {})
+    info = sass_audit.audit(f"mla_qregs{cols}", {})
+    assert not info["ptxas_warnings"], info["ptxas_warnings"]
+    assert (info["spill_stores"], info["spill_loads"]) == (base["spill_stores"], base["spill_loads"])
+    if "loop" in info:
+        loop = info["loop"]
+        assert loop.get("LDL", 0) == 0 and loop.get("STL", 0) == 0
+        assert loop["shapes"] == base["loop"]["shapes"]
+        assert loop["WARPGROUP.DEPBAR"] == base["loop"]["WARPGROUP.DEPBAR"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cols", [128, 256])
+def test_benchmark_shape_gpu(cols):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    module = _load(DENSE)
+    kernel = module.flashattn(64, 128, 1, 8192, 512, 64, 64, 64, 1, q_reg_cols=cols)
+    inputs = module.make_inputs(64, 128, 8192, 512, 64, "cuda")
+    out = kernel(*inputs)
+    torch.testing.assert_close(out.double(), module.ref_program(*inputs), rtol=1e-2, atol=1e-2)
