@@ -2,7 +2,7 @@
 
     python benchmark/mla_decode.py [--batch 64] [--heads 128] [--kv_ctx 8192] [--dim 512]
         [--pe_dim 64] [--splits 1 2 4] [--no-paged] [--block_size 64] [--device cpu]
-        [--variant NAME:KEY=VALUE,KEY=VALUE ...] [--q-reg-cols 0 128 256]
+        [--variant NAME:KEY=VALUE,KEY=VALUE ...] [--program NAME:KEY=VALUE,...]
 
 Decoding reads the whole KV cache once (``batch * kv_ctx * (dim + pe_dim)`` fp16 values) and
 does little arithmetic per byte, so the bound is memory bandwidth. The script measures the
@@ -18,9 +18,11 @@ after warm-up; each row checks its output against the float64 reference first (`
 ``--variant`` adds rows of both kernels built with more pass configs (on top of the examples'
 fast math), timed in the same run: e.g. ``--variant
 old:tl.reduce_merged_exchange=false`` (issue 13's A/B of the cross-warpgroup reductions,
-benchmark/SASS_AUDIT.md). ``--q-reg-cols 0 128 256`` adds dense rows whose kernel holds that
-many latent query columns in registers (the example's ``q_reg_cols``: the score gemm of
-those columns reads only the key tile from shared memory, wgmma's RS form on sm_90a).
+benchmark/SASS_AUDIT.md). ``--program NAME:KEY=VALUE,...`` adds dense rows (after each
+variant's) of the example built with those keyword arguments: program variants, e.g.
+``q256:q_reg_cols=256`` (256 latent query columns in registers: their score gemm reads only
+the key tile from shared memory, wgmma's RS form on sm_90a) or ``rs:defer_rowsum=true``
+(row sums reduced once after the loop).
 """
 
 from __future__ import annotations
@@ -116,16 +118,17 @@ def run(args) -> list[str]:
     t_torch = timed(lambda: torch_mla(*inputs, scale))
     rows = [("torch", t_torch, _max_err(torch_mla(*inputs, scale), ref))]
     variants = [("", None), *parse_variants(args.variant)]
+    programs = [("", {}), *parse_variants(args.program)]
     for split in args.splits:
         for vname, configs in variants:
-            for cols in args.q_reg_cols:
+            for pname, options in programs:
                 dims = (b, h, 1, s, d, p, args.block_N, args.block_H, split)
                 if configs is None:
-                    kernel = dense.flashattn(*dims, q_reg_cols=cols)
+                    kernel = dense.flashattn(*dims, **options)
                 else:
-                    kernel = variant_kernel(dense.flashattn, [4], configs, *dims, q_reg_cols=cols)
+                    kernel = variant_kernel(dense.flashattn, [4], configs, *dims, **options)
                 err = _max_err(kernel(*inputs), ref)
-                tag = (f" {vname}" if vname else "") + (f" qregs{cols}" if cols else "")
+                tag = "".join(f" {n}" for n in (vname, pname) if n)
                 rows.append((f"tilelang split={split}{tag}", timed(lambda k=kernel: k(*inputs)),
                              err))  # fmt: skip
     if args.paged:
@@ -165,9 +168,9 @@ def parse_args(argv=None):
     parser.add_argument("--block_size", type=int, default=64, help="rows per KV page")
     parser.add_argument("--iters", type=int, default=None, help="default 50 (cpu: 3)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--q-reg-cols", type=int, nargs="+", default=[0],
-                        help="dense rows per value: latent query columns held in registers "
-                             "(the example's q_reg_cols; 0: none, the default kernel)")  # fmt: skip
+    parser.add_argument("--program", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="more dense rows, the example's flashattn with these keyword "
+                             "arguments (e.g. q256:q_reg_cols=256,defer_rowsum=true)")  # fmt: skip
     parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
                         help="more rows, built with these pass configs added")  # fmt: skip
     args = parser.parse_args(argv)

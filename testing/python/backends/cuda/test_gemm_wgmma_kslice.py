@@ -85,7 +85,10 @@ def test_k_slices_lower_to_wgmma_and_chain_into_one_wait():
     assert _gemms(text) == ["tl::wgmma_m64n64k16_ss", "tl::wgmma_m64n64k16_rs"]
     # one wait after both commits: the RS gemm is issued while the SS group is in flight
     first_commit = text.index("tl::wgmma_commit")
-    assert "tl::wgmma_wait" not in text[first_commit : text.index("tl::wgmma_commit", first_commit + 1)]
+    assert (
+        "tl::wgmma_wait"
+        not in text[first_commit : text.index("tl::wgmma_commit", first_commit + 1)]
+    )
 
 
 def test_chain_compares_shapes_not_forms():
