@@ -21,8 +21,8 @@ old:tl.reduce_merged_exchange=false`` (issue 13's A/B of the cross-warpgroup red
 benchmark/SASS_AUDIT.md). ``--program NAME:KEY=VALUE,...`` adds dense rows (after each
 variant's) of the example built with those keyword arguments: program variants, e.g.
 ``q256:q_reg_cols=256`` (256 latent query columns in registers: their score gemm reads only
-the key tile from shared memory, wgmma's RS form on sm_90a) or ``rs:defer_rowsum=true``
-(row sums reduced once after the loop).
+the key tile from shared memory, wgmma's RS form on sm_90a), ``rs:defer_rowsum=true``
+(row sums reduced once after the loop) or ``n32:block_N=32,num_stages=4`` (tile sizes too).
 """
 
 from __future__ import annotations
@@ -122,11 +122,13 @@ def run(args) -> list[str]:
     for split in args.splits:
         for vname, configs in variants:
             for pname, options in programs:
-                dims = (b, h, 1, s, d, p, args.block_N, args.block_H, split)
+                # a program variant may also set block_N / block_H (keyword arguments)
+                tiles = {"block_N": args.block_N, "block_H": args.block_H, **options}
+                dims = (b, h, 1, s, d, p, tiles.pop("block_N"), tiles.pop("block_H"), split)
                 if configs is None:
-                    kernel = dense.flashattn(*dims, **options)
+                    kernel = dense.flashattn(*dims, **tiles)
                 else:
-                    kernel = variant_kernel(dense.flashattn, [4], configs, *dims, **options)
+                    kernel = variant_kernel(dense.flashattn, [4], configs, *dims, **tiles)
                 err = _max_err(kernel(*inputs), ref)
                 tag = "".join(f" {n}" for n in (vname, pname) if n)
                 rows.append((f"tilelang split={split}{tag}", timed(lambda k=kernel: k(*inputs)),

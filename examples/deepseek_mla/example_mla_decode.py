@@ -23,7 +23,7 @@ LOG2E = 1.44269504
 
 @tilelang.jit(out_idx=[4], pass_configs={tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def flashattn(batch, heads, kv_head_num, seqlen_kv, dim, pe_dim, block_N, block_H, num_split,
-              softmax_scale=None, q_reg_cols=0, defer_rowsum=False):  # fmt: skip
+              softmax_scale=None, q_reg_cols=0, defer_rowsum=False, num_stages=2):  # fmt: skip
     """``Output[b, h] = softmax([Q|Q_pe][b, h] . [KV|K_pe][b]^T * softmax_scale) . KV[b]``.
 
     ``q_reg_cols`` (a multiple of 16 below ``dim``; 0: none) latent columns of the block's
@@ -34,7 +34,9 @@ def flashattn(batch, heads, kv_head_num, seqlen_kv, dim, pe_dim, block_N, block_
     ``defer_rowsum``: the softmax row sums are kept per score element (a fragment shaped
     like the score tile, rescaled and accumulated elementwise each tile) and reduced over the
     keys once after the loop, instead of a row reduction per tile (with the keys split
-    between warpgroups, each such reduction is an exchange through shared memory)."""
+    between warpgroups, each such reduction is an exchange through shared memory).
+    ``num_stages``: key tiles in the load pipeline (2: two tiles of 64 keys fill shared
+    memory next to ``Q_shared``; smaller ``block_N`` or ``q_reg_cols`` leave room for more)."""
     if kv_head_num != 1:
         raise ValueError(f"MLA decoding has one latent KV head, got kv_head_num={kv_head_num}")
     if not (0 <= q_reg_cols < dim and q_reg_cols % 16 == 0):
@@ -77,7 +79,7 @@ def flashattn(batch, heads, kv_head_num, seqlen_kv, dim, pe_dim, block_N, block_
         if defer_rowsum:
             sums = T.alloc_fragment([block_H, block_N], accum_dtype)
             T.fill(sums, 0)
-        for k in T.Pipelined(T.ceildiv(kv_end - kv_begin, block_N), num_stages=2):
+        for k in T.Pipelined(T.ceildiv(kv_end - kv_begin, block_N), num_stages=num_stages):
             start = kv_begin + k * block_N
             T.copy(KV[bid, start : start + block_N, 0, :], KV_shared)
             T.copy(K_pe[bid, start : start + block_N, 0, :], K_pe_shared)

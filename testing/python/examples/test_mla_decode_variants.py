@@ -5,7 +5,9 @@
   key columns come from shared memory for it, instead of both warpgroups reading all of
   ``Q_shared``;
 * ``defer_rowsum``: the softmax row sums accumulated elementwise in a score-shaped fragment
-  and reduced once after the loop (one cross-warpgroup exchange per tile fewer).
+  and reduced once after the loop (one cross-warpgroup exchange per tile fewer);
+* ``block_N`` 32 with ``num_stages`` 4-5: more key tiles in flight (the shared memory that
+  ``q_reg_cols`` frees makes room for the fifth).
 
 CPU: the example matches float64 with tails and KV splits. sm_90a without a GPU: the loop's
 three score gemms (latent SS over a K slice of ``KV_shared``, rope SS, latent RS) are issued
@@ -52,9 +54,10 @@ def test_bad_q_reg_cols_named(cols):
         _load(DENSE).flashattn.get_tir(1, 16, 1, 64, 64, 32, 64, 16, 1, q_reg_cols=cols)
 
 
-def _lower(kv, dim, num_split, cols, rowsum=False):
-    func = _load(DENSE).flashattn.get_tir(1, 64, 1, kv, dim, 64, 64, 64, num_split,
-                                          q_reg_cols=cols, defer_rowsum=rowsum)  # fmt: skip
+def _lower(kv, dim, num_split, cols, rowsum=False, block_n=64, stages=2):
+    func = _load(DENSE).flashattn.get_tir(1, 64, 1, kv, dim, 64, block_n, 64, num_split,
+                                          q_reg_cols=cols, defer_rowsum=rowsum,
+                                          num_stages=stages)  # fmt: skip
     return func, pipeline.lower(func, SM90A)
 
 
@@ -86,20 +89,31 @@ def test_score_gemms_issue_back_to_back():
 
 
 @pytest.mark.parametrize(
-    "kv,dim,num_split,cols,rowsum,mode",
+    "kv,dim,num_split,cols,rowsum,tiles,mode",
     [
-        (100, 128, 1, 64, False, "late_reads"),
-        (130, 128, 3, 48, False, "late_writes"),
-        (150, 512, 1, 256, False, "late_reads"),
-        (200, 128, 1, 0, True, "late_writes"),
-        (130, 128, 3, 64, True, "late_reads"),
-        (150, 512, 1, 256, True, "late_writes"),
+        (100, 128, 1, 64, False, (64, 2), "late_reads"),
+        (130, 128, 3, 48, False, (64, 2), "late_writes"),
+        (150, 512, 1, 256, False, (64, 2), "late_reads"),
+        (200, 128, 1, 0, True, (64, 2), "late_writes"),
+        (130, 128, 3, 64, True, (64, 2), "late_reads"),
+        (150, 512, 1, 256, True, (64, 2), "late_writes"),
+        (230, 128, 1, 64, True, (32, 4), "late_reads"),
+        (200, 512, 1, 256, True, (32, 5), "late_writes"),
+    ],
+    ids=[
+        "tail",
+        "split",
+        "full_dim",
+        "rowsum",
+        "rowsum_split",
+        "rowsum_full_dim",
+        "n32s4",
+        "n32s5_full_dim",
     ],  # fmt: skip
-    ids=["tail", "split", "full_dim", "rowsum", "rowsum_split", "rowsum_full_dim"],
 )
-def test_variants_emulated(kv, dim, num_split, cols, rowsum, mode):
+def test_variants_emulated(kv, dim, num_split, cols, rowsum, tiles, mode):
     module = _load(DENSE)
-    func, lowered = _lower(kv, dim, num_split, cols, rowsum)
+    func, lowered = _lower(kv, dim, num_split, cols, rowsum, *tiles)
     inputs = [x.numpy() for x in module.make_inputs(1, 64, kv, dim, 64, "cpu")]
     ref = module.ref_program(*(torch.from_numpy(x) for x in inputs)).numpy()
     ws = [np.full(s.shape, np.nan, s.dtype) for s in workspace_specs(func)]
@@ -110,7 +124,7 @@ def test_variants_emulated(kv, dim, num_split, cols, rowsum, mode):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("name", ["mla_qregs128", "mla_qregs256", "mla_rowsum",
-                                  "mla_qregs256_rowsum"])  # fmt: skip
+                                  "mla_qregs256_rowsum", "mla_n32s5_qregs256_rowsum"])  # fmt: skip
 def test_full_size_compiles_without_consumer_spills(name):
     """The benchmark's kernel (batch 64, 128 heads, 8192 keys): the consumers hold acc_o
     (128 registers), the score tile and ``cols / 4`` registers of Q under ``setmaxnreg
@@ -122,25 +136,34 @@ def test_full_size_compiles_without_consumer_spills(name):
     base = sass_audit.audit("mla", {})
     info = sass_audit.audit(name, {})
     assert not info["ptxas_warnings"], info["ptxas_warnings"]
-    assert (info["spill_stores"], info["spill_loads"]) == (
-        base["spill_stores"],
-        base["spill_loads"],
-    )
+    assert info["spill_stores"] <= base["spill_stores"]
+    assert info["spill_loads"] <= base["spill_loads"]
     if "loop" in info:
         loop = info["loop"]
         assert loop.get("LDL", 0) == 0 and loop.get("STL", 0) == 0
-        assert loop["shapes"] == base["loop"]["shapes"]
         assert loop["WARPGROUP.DEPBAR"] == base["loop"]["WARPGROUP.DEPBAR"]
+        if "_n32" not in name:
+            assert loop["shapes"] == base["loop"]["shapes"]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("cols,rowsum", [(128, False), (256, False), (0, True), (256, True)])
-def test_benchmark_shape_gpu(cols, rowsum):
+@pytest.mark.parametrize(
+    "cols,rowsum,tiles",
+    [
+        (128, False, (64, 2)),
+        (256, False, (64, 2)),
+        (0, True, (64, 2)),
+        (256, True, (64, 2)),
+        (0, False, (32, 4)),
+        (256, True, (32, 5)),
+    ],  # fmt: skip
+)
+def test_benchmark_shape_gpu(cols, rowsum, tiles):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     module = _load(DENSE)
-    kernel = module.flashattn(64, 128, 1, 8192, 512, 64, 64, 64, 1, q_reg_cols=cols,
-                              defer_rowsum=rowsum)  # fmt: skip
+    kernel = module.flashattn(64, 128, 1, 8192, 512, 64, tiles[0], 64, 1, q_reg_cols=cols,
+                              defer_rowsum=rowsum, num_stages=tiles[1])  # fmt: skip
     inputs = module.make_inputs(64, 128, 8192, 512, 64, "cuda")
     out = kernel(*inputs)
     torch.testing.assert_close(out.double(), module.ref_program(*inputs), rtol=1e-2, atol=1e-2)
