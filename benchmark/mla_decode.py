@@ -2,7 +2,7 @@
 
     python benchmark/mla_decode.py [--batch 64] [--heads 128] [--kv_ctx 8192] [--dim 512]
         [--pe_dim 64] [--splits 1 2 4] [--no-paged] [--block_size 64] [--device cpu]
-        [--variant NAME:KEY=VALUE,KEY=VALUE ...]
+        [--variant NAME:KEY=VALUE,KEY=VALUE ...] [--program NAME:KEY=VALUE,...]
 
 Decoding reads the whole KV cache once (``batch * kv_ctx * (dim + pe_dim)`` fp16 values) and
 does little arithmetic per byte, so the bound is memory bandwidth. The script measures the
@@ -18,7 +18,11 @@ after warm-up; each row checks its output against the float64 reference first (`
 ``--variant`` adds rows of both kernels built with more pass configs (on top of the examples'
 fast math), timed in the same run: e.g. ``--variant
 old:tl.reduce_merged_exchange=false`` (issue 13's A/B of the cross-warpgroup reductions,
-benchmark/SASS_AUDIT.md).
+benchmark/SASS_AUDIT.md). ``--program NAME:KEY=VALUE,...`` adds dense rows (after each
+variant's) of the example built with those keyword arguments: program variants, e.g.
+``q256:q_reg_cols=256`` (256 latent query columns in registers: their score gemm reads only
+the key tile from shared memory, wgmma's RS form on sm_90a), ``rs:defer_rowsum=true``
+(row sums reduced once after the loop) or ``n32:block_N=32,num_stages=4`` (tile sizes too).
 """
 
 from __future__ import annotations
@@ -79,10 +83,10 @@ def format_rows(rows, kv_bytes, roof_ms, t_torch) -> list[str]:
     return out
 
 
-def variant_kernel(jitted, out_idx, configs, *args):
+def variant_kernel(jitted, out_idx, configs, *args, **kwargs):
     """``jitted``'s kernel for ``args`` compiled with its own pass configs plus ``configs``."""
     base = dict(jitted.pass_configs or {})
-    return tilelang.compile(jitted.get_tir(*args), out_idx=out_idx,
+    return tilelang.compile(jitted.get_tir(*args, **kwargs), out_idx=out_idx,
                             pass_configs={**base, **configs})  # fmt: skip
 
 
@@ -114,16 +118,21 @@ def run(args) -> list[str]:
     t_torch = timed(lambda: torch_mla(*inputs, scale))
     rows = [("torch", t_torch, _max_err(torch_mla(*inputs, scale), ref))]
     variants = [("", None), *parse_variants(args.variant)]
+    programs = [("", {}), *parse_variants(args.program)]
     for split in args.splits:
         for vname, configs in variants:
-            dims = (b, h, 1, s, d, p, args.block_N, args.block_H, split)
-            if configs is None:
-                kernel = dense.flashattn(*dims)
-            else:
-                kernel = variant_kernel(dense.flashattn, [4], configs, *dims)
-            err = _max_err(kernel(*inputs), ref)
-            tag = f" {vname}" if vname else ""
-            rows.append((f"tilelang split={split}{tag}", timed(lambda k=kernel: k(*inputs)), err))
+            for pname, options in programs:
+                # a program variant may also set block_N / block_H (keyword arguments)
+                tiles = {"block_N": args.block_N, "block_H": args.block_H, **options}
+                dims = (b, h, 1, s, d, p, tiles.pop("block_N"), tiles.pop("block_H"), split)
+                if configs is None:
+                    kernel = dense.flashattn(*dims, **tiles)
+                else:
+                    kernel = variant_kernel(dense.flashattn, [4], configs, *dims, **tiles)
+                err = _max_err(kernel(*inputs), ref)
+                tag = "".join(f" {n}" for n in (vname, pname) if n)
+                rows.append((f"tilelang split={split}{tag}", timed(lambda k=kernel: k(*inputs)),
+                             err))  # fmt: skip
     if args.paged:
         bs = args.block_size
         pad = -(-s // bs) * bs
@@ -161,6 +170,9 @@ def parse_args(argv=None):
     parser.add_argument("--block_size", type=int, default=64, help="rows per KV page")
     parser.add_argument("--iters", type=int, default=None, help="default 50 (cpu: 3)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--program", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="more dense rows, the example's flashattn with these keyword "
+                             "arguments (e.g. q256:q_reg_cols=256,defer_rowsum=true)")  # fmt: skip
     parser.add_argument("--variant", nargs="*", default=[], metavar="NAME:KEY=VALUE,...",
                         help="more rows, built with these pass configs added")  # fmt: skip
     args = parser.parse_args(argv)

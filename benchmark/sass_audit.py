@@ -1,6 +1,6 @@
 """Per-iteration SASS statistics of the attention kernels the benchmarks build (no GPU needed).
 
-    python benchmark/sass_audit.py [--kernels mla fwd128 fwd64 gqa128 bwd128 bwd128_dkfirst bwd256
+    python benchmark/sass_audit.py [--kernels mla mla_qregs256 mla_qregs128_rowsum fwd128 fwd64 gqa128 bwd128 bwd128_dkfirst bwd256
         bwd256_64x64 bwd256_pds]
         [--pass-configs KEY=VALUE ...] [--keep DIR]
 
@@ -47,10 +47,18 @@ COUNTED = ("HGMMA", "HMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "BAR.SYNC", 
 
 def _tir(name):
     """The prim_func ``name`` stands for, built as its benchmark builds it."""
-    if name == "mla":
+    if name == "mla" or name.startswith("mla_"):
+        # mla[_n<block_N>s<stages>][_qregs<N>][_rowsum]: block_N keys per tile in <stages>
+        # stages, N latent Q columns in registers, row sums after the loop
         import example_mla_decode as mla
 
-        return mla.flashattn.get_tir(64, 128, 1, 8192, 512, 64, 64, 64, 1), {
+        found = re.search(r"_qregs(\d+)", name)
+        tiles = re.search(r"_n(\d+)s(\d+)", name)
+        opts = dict(q_reg_cols=int(found.group(1)) if found else 0,
+                    defer_rowsum="_rowsum" in name,
+                    num_stages=int(tiles.group(2)) if tiles else 2)  # fmt: skip
+        block_n = int(tiles.group(1)) if tiles else 64
+        return mla.flashattn.get_tir(64, 128, 1, 8192, 512, 64, block_n, 64, 1, **opts), {
             "tl.enable_fast_math": True
         }
     if name.startswith("gqa"):  # flash_attention_variants.py's GQA row: 32 heads on 4 K/V heads

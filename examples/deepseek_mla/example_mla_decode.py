@@ -23,10 +23,24 @@ LOG2E = 1.44269504
 
 @tilelang.jit(out_idx=[4], pass_configs={tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def flashattn(batch, heads, kv_head_num, seqlen_kv, dim, pe_dim, block_N, block_H, num_split,
-              softmax_scale=None):  # fmt: skip
-    """``Output[b, h] = softmax([Q|Q_pe][b, h] . [KV|K_pe][b]^T * softmax_scale) . KV[b]``."""
+              softmax_scale=None, q_reg_cols=0, defer_rowsum=False, num_stages=2):  # fmt: skip
+    """``Output[b, h] = softmax([Q|Q_pe][b, h] . [KV|K_pe][b]^T * softmax_scale) . KV[b]``.
+
+    ``q_reg_cols`` (a multiple of 16 below ``dim``; 0: none) latent columns of the block's
+    queries are held in registers for the whole loop: their part of the scores is a gemm
+    with A in registers (on sm_90a wgmma's RS form, which reads only the key tile from
+    shared memory), the other columns stay in ``Q_shared``.
+
+    ``defer_rowsum``: the softmax row sums are kept per score element (a fragment shaped
+    like the score tile, rescaled and accumulated elementwise each tile) and reduced over the
+    keys once after the loop, instead of a row reduction per tile (with the keys split
+    between warpgroups, each such reduction is an exchange through shared memory).
+    ``num_stages``: key tiles in the load pipeline (2: two tiles of 64 keys fill shared
+    memory next to ``Q_shared``; smaller ``block_N`` or ``q_reg_cols`` leave room for more)."""
     if kv_head_num != 1:
         raise ValueError(f"MLA decoding has one latent KV head, got kv_head_num={kv_head_num}")
+    if not (0 <= q_reg_cols < dim and q_reg_cols % 16 == 0):
+        raise ValueError(f"q_reg_cols={q_reg_cols} must be a multiple of 16 in [0, dim={dim})")
     if heads % min(block_H, heads):
         raise ValueError(f"heads={heads} must be a multiple of block_H={block_H}")
     if softmax_scale is None:
@@ -43,7 +57,7 @@ def flashattn(batch, heads, kv_head_num, seqlen_kv, dim, pe_dim, block_N, block_
     def attend(Q, Q_pe, KV, K_pe, bid, hid, kv_begin, kv_end, acc_o, logsum, scores_max):
         """Online softmax of the block's heads over keys [kv_begin, kv_end) of sequence bid:
         leaves the unnormalised output, the row sums and the row maxima (log2 units / scale)."""
-        Q_shared = T.alloc_shared([block_H, dim], dtype)
+        Q_shared = T.alloc_shared([block_H, dim - q_reg_cols], dtype)
         Q_pe_shared = T.alloc_shared([block_H, pe_dim], dtype)
         KV_shared = T.alloc_shared([block_N, dim], dtype)
         K_pe_shared = T.alloc_shared([block_N, pe_dim], dtype)
@@ -54,19 +68,28 @@ def flashattn(batch, heads, kv_head_num, seqlen_kv, dim, pe_dim, block_N, block_
         scores_sum = T.alloc_fragment([block_H], accum_dtype)
         T.annotate_layout({S_shared: tilelang.layout.make_swizzled_layout(S_shared)})
 
-        T.copy(Q[bid, hid * VALID_BLOCK_H : (hid + 1) * VALID_BLOCK_H, :], Q_shared)
+        T.copy(Q[bid, hid * VALID_BLOCK_H : (hid + 1) * VALID_BLOCK_H, q_reg_cols:], Q_shared)
+        if q_reg_cols:
+            Q_regs = T.alloc_fragment([block_H, q_reg_cols], dtype)
+            T.copy(Q[bid, hid * VALID_BLOCK_H : (hid + 1) * VALID_BLOCK_H, :q_reg_cols], Q_regs)
         T.copy(Q_pe[bid, hid * VALID_BLOCK_H : (hid + 1) * VALID_BLOCK_H, :], Q_pe_shared)
         T.fill(acc_o, 0)
         T.fill(logsum, 0)
         T.fill(scores_max, neg_inf)
-        for k in T.Pipelined(T.ceildiv(kv_end - kv_begin, block_N), num_stages=2):
+        if defer_rowsum:
+            sums = T.alloc_fragment([block_H, block_N], accum_dtype)
+            T.fill(sums, 0)
+        for k in T.Pipelined(T.ceildiv(kv_end - kv_begin, block_N), num_stages=num_stages):
             start = kv_begin + k * block_N
             T.copy(KV[bid, start : start + block_N, 0, :], KV_shared)
             T.copy(K_pe[bid, start : start + block_N, 0, :], K_pe_shared)
-            T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol,
-                   clear_accum=True)  # fmt: skip
+            T.gemm(Q_shared, KV_shared[:, q_reg_cols:], acc_s, transpose_B=True,
+                   policy=T.GemmWarpPolicy.FullCol, clear_accum=True)  # fmt: skip
             T.gemm(Q_pe_shared, K_pe_shared, acc_s, transpose_B=True,
                    policy=T.GemmWarpPolicy.FullCol)  # fmt: skip
+            if q_reg_cols:  # last: its wait (the RS form waits for its group) is the chain's
+                T.gemm(Q_regs, KV_shared[:, :q_reg_cols], acc_s, transpose_B=True,
+                       policy=T.GemmWarpPolicy.FullCol)  # fmt: skip
             if masked:
                 for i, j in T.Parallel(block_H, block_N):
                     acc_s[i, j] = T.if_then_else(start + j < kv_end, acc_s[i, j], neg_inf)
@@ -76,13 +99,20 @@ def flashattn(batch, heads, kv_head_num, seqlen_kv, dim, pe_dim, block_N, block_
                 scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
             for i, j in T.Parallel(block_H, block_N):
                 acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-            T.reduce_sum(acc_s, scores_sum, dim=1)
+            if defer_rowsum:
+                for i, j in T.Parallel(block_H, block_N):
+                    sums[i, j] = sums[i, j] * scores_scale[i] + acc_s[i, j]
+            else:
+                T.reduce_sum(acc_s, scores_sum, dim=1)
             T.copy(acc_s, S_shared)
-            for i in T.Parallel(block_H):
-                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+            if not defer_rowsum:
+                for i in T.Parallel(block_H):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
             for i, j in T.Parallel(block_H, dim):
                 acc_o[i, j] *= scores_scale[i]
             T.gemm(S_shared, KV_shared, acc_o, policy=T.GemmWarpPolicy.FullCol)
+        if defer_rowsum:
+            T.reduce_sum(sums, logsum, dim=1)
 
     @T.prim_func
     def main_split(
@@ -187,11 +217,12 @@ def make_inputs(batch, heads, kv_ctx, dim, pe_dim, device):
 
 
 def main(batch=2, heads=16, kv_heads=1, kv_ctx=300, dim=64, pe_dim=32, num_split=1,
-         block_N=64, block_H=None, device=None):  # fmt: skip
+         block_N=64, block_H=None, device=None, q_reg_cols=0, defer_rowsum=False):  # fmt: skip
     """Run ``flashattn`` on random inputs and check it against :func:`ref_program`."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     block_H = block_H or min(64, heads // kv_heads)
-    kernel = flashattn(batch, heads, kv_heads, kv_ctx, dim, pe_dim, block_N, block_H, num_split)
+    kernel = flashattn(batch, heads, kv_heads, kv_ctx, dim, pe_dim, block_N, block_H, num_split,
+                       q_reg_cols=q_reg_cols, defer_rowsum=defer_rowsum)  # fmt: skip
     inputs = make_inputs(batch, heads, kv_ctx, dim, pe_dim, device)
     out = kernel(*inputs)
     torch.testing.assert_close(out.double(), ref_program(*inputs), rtol=1e-2, atol=1e-2)

@@ -70,3 +70,20 @@ def test_variants_parse_and_add_rows():
     for ln in lines:
         if ln.startswith("tilelang"):
             assert float(ln.split()[-1]) < 1e-2, ln
+
+
+def test_programs_add_dense_rows():
+    """``--program NAME:KEY=VALUE,...``: one more dense row per program variant (the
+    example's keyword arguments; each checked against float64) after each pass variant's
+    row; the paged rows are not multiplied."""
+    m = _load()
+    lines = m.main(["--device", "cpu", "--splits", "1", "--iters", "1", "--no-paged",
+                    "--program", "q32:q_reg_cols=32", "q32rs:q_reg_cols=32,defer_rowsum=true",
+                    "n32:block_N=32,num_stages=3", "--variant", "x:"])  # fmt: skip
+    names = [ln[:30].strip() for ln in lines if ln.startswith("tilelang")]
+    assert names == ["tilelang split=1", "tilelang split=1 q32", "tilelang split=1 q32rs",
+                     "tilelang split=1 n32", "tilelang split=1 x", "tilelang split=1 x q32",
+                     "tilelang split=1 x q32rs", "tilelang split=1 x n32"], names  # fmt: skip
+    for ln in lines:
+        if ln.startswith("tilelang"):
+            assert float(ln.split()[-1]) < 1e-2, ln

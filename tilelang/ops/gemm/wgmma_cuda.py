@@ -6,8 +6,9 @@ When it applies (:func:`wgmma_plan_for`)
     (e4m3 or e5m2, C float32) or both int8/uint8 (C int32), 8-bit ones K-major (A stored
     (M, K), B stored (N, K): ``transpose_B=True``), in shared memory, K % 32 == 0, with the
     ``k32`` instructions; B in shared memory,
-    A in shared memory (whose last two dimensions the gemm covers whole, like B's) or a
-    whole 2-D fragment that is not transposed (register A); C a float32 fragment; static
+    A in shared memory (whose last two dimensions the gemm covers whole, like B's, except
+    that a K-major operand may be a K slice starting at a multiple of the instruction's K:
+    ``KV_shared[:, 256:]``, same swizzle as the whole tile) or a whole 2-D fragment that is not transposed (register A); C a float32 fragment; static
     M, N, K with ``K % 16 == 0``; the block's threads are whole warpgroups (128 threads)
     that can split C so that each warpgroup owns ``64 * t`` rows (see
     :func:`warpgroup_partition`); the shared operands get a swizzled layout a descriptor
@@ -280,10 +281,19 @@ def _whole_fragment(view, rank=2) -> bool:
     ]
 
 
-def _whole_tile(view) -> bool:
-    """Whether the region covers the last two dimensions of its tensor."""
-    for b, e, s in zip(view.begins[-2:], view.extents[-2:], view.shape[-2:]):
-        if _const(b) != 0 or _const(e) is None or _const(e) != _const(s):
+def _whole_tile(view, k_slice_step: int | None = None) -> bool:
+    """Whether the region covers the last two dimensions of its tensor. With
+    ``k_slice_step`` (a K-major operand: K is the last dimension) the columns may be a slice
+    whose start is a constant multiple of ``k_slice_step`` (the instruction's K): each
+    instruction's descriptor then starts on a 16-byte chunk of an atom row, as the k16
+    steps inside a whole tile do, and the swizzle is the whole tile's."""
+    for dim, (b, e, s) in enumerate(zip(view.begins[-2:], view.extents[-2:], view.shape[-2:])):
+        b, e, s = _const(b), _const(e), _const(s)
+        if b is None or e is None or s is None:
+            return False
+        if dim == 1 and k_slice_step and b % k_slice_step == 0 and b + e <= s:
+            continue
+        if b != 0 or e != s:
             return False
     return all(_const(e) == 1 for e in view.extents[:-2])
 
@@ -337,18 +347,19 @@ class WgmmaPlan:
             return None, "C not a fragment"
         if k % INSTR_K or threads % WARPGROUP:
             return None, f"K={k} or threads={threads}"
+        trans_a, trans_b = bool(v.transpose_A), bool(v.transpose_B)
+        k_step = 32 if a.dtype in _EIGHT_BIT else INSTR_K
         if a_in_regs:
             if v.transpose_A:
                 return None, "register A stored (K, M)"
             if not _whole_fragment(a):
                 return None, "register A is not a whole 2-D fragment"
-        elif not _whole_tile(a):
-            return None, "A region is not a whole tile"
-        if not _whole_tile(b):
-            return None, "B region is not a whole tile"
+        elif not _whole_tile(a, None if trans_a else k_step):
+            return None, "A region is not a whole tile (or a K slice of a K-major one)"
+        if not _whole_tile(b, k_step if trans_b else None):
+            return None, "B region is not a whole tile (or a K slice of a K-major one)"
         if not _whole_fragment(c, rank=None):
             return None, "C region is not the whole fragment"
-        trans_a, trans_b = bool(v.transpose_A), bool(v.transpose_B)
         part = warpgroup_partition(m, n, threads // WARPGROUP, v.policy, mn_major_b=not trans_b)
         if part is None:
             return None, f"no warpgroup split of {m}x{n} over {threads // WARPGROUP}"
@@ -357,8 +368,10 @@ class WgmmaPlan:
         a_rows, a_cols = int(_const(a.shape[-2])), int(_const(a.shape[-1]))
         b_rows, b_cols = int(_const(b.shape[-2])), int(_const(b.shape[-1]))
         a_kmaj, b_kmaj = not trans_a, trans_b
-        a_mode = _pick_mode(a_rows, a_cols, bits, k if a_kmaj else INSTR_M)
-        b_mode = _pick_mode(b_rows, b_cols, bits, k if b_kmaj else plan.instr_n)
+        # K-major: the stored K extent (the gemm's K, or more for a K slice) picks the swizzle,
+        # so a slice gets the whole tile's
+        a_mode = _pick_mode(a_rows, a_cols, bits, a_cols if a_kmaj else INSTR_M)
+        b_mode = _pick_mode(b_rows, b_cols, bits, b_cols if b_kmaj else plan.instr_n)
         if b_mode == SwizzleMode.NONE or (a_mode == SwizzleMode.NONE and not a_in_regs):
             return None, "no descriptor-compatible swizzle"
         if a_in_regs:

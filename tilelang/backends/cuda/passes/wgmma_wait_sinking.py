@@ -145,8 +145,8 @@ def _issue_operands(stmts, commit_at):
 def _chained_issue(stmts, start, mine) -> int:
     """End (exclusive, after its ``wgmma_commit``) of the gemm issue starting at
     ``stmts[start]`` when that gemm only accumulates into ``mine``'s accumulators with the
-    same instructions (shape and operand form) and reads no other register ``mine`` writes;
-    else ``start``.
+    same instruction shape (the SS or RS form of it; a register A is fenced with the issue)
+    and reads no other register ``mine`` writes; else ``start``.
 
     PTX orders accumulator accesses across ``wgmma.mma_async`` instructions of the same
     shape by itself (``wgmma.fence`` is needed only between other register accesses and a
@@ -163,12 +163,28 @@ def _chained_issue(stmts, start, mine) -> int:
     if j == len(stmts):
         return start
     regs, _tiles, ops, accs = _issue_operands(stmts, j)
-    fenced = {_fenced_local(s) for s in stmts[start:j]} - {None}
-    if not ops or ops - mine.ops or not accs or (accs | fenced) - mine.accs:
+    reg_a = regs - accs
+    fenced = {_fenced_local(s) for s in stmts[start:j]} - {None} - reg_a
+    shapes = {_instr_shape(op) for op in ops}
+    if not ops or shapes - {_instr_shape(op) for op in mine.ops} or not accs:
         return start
-    if (regs - accs) & mine.regs:  # a register A that mine writes
+    if (accs | fenced) - mine.accs:
+        return start
+    if reg_a & mine.regs:  # a register A that mine writes
         return start
     return j + 1
+
+
+_SHAPE = re.compile(r"tl::wgmma_(m64n\d+k16)_(?:ss|rs)<([^,>]+)")
+
+
+def _instr_shape(name: str) -> str:
+    """What PTX's same-shape ordering of accumulator accesses compares: a 16-bit wgmma's
+    shape and input type (its SS and RS forms alike: ``m64n32k16/false`` for both
+    ``wgmma_m64n32k16_ss<false, 0, 0>`` and ``wgmma_m64n32k16_rs<false, 0>``); other
+    instructions by their whole name."""
+    found = _SHAPE.match(name)
+    return f"{found.group(1)}/{found.group(2).strip()}" if found else name
 
 
 #: Statements of a gemm's issue besides ``wgmma_arrive`` (:func:`_chained_issue`).
