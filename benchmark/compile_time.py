@@ -30,10 +30,12 @@ plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing sess
   NVRTC); the CPU row still counts all of gcc. With ``--detail`` two rows below it:
   the C compiler's runs on the host code (``cc -c``) and the link (``cc -shared``), each
   from its start to its exit (wall);
-* ``other``: the rest (tracing-free glue, metadata, lazy imports). Two rows below it:
+* ``other``: the rest (tracing-free glue, metadata, lazy imports). Three rows below it:
   ``target resolution`` (part of ``other``: ``registry.resolve_target``; on a GPU host
-  ``target="cuda"`` asks torch for the device's architecture, which initializes CUDA)
-  and ``first imports`` (modules first imported during the compile, in whichever row).
+  ``target="cuda"`` asks torch for the device's architecture, which initializes CUDA),
+  ``kernel load`` (part of ``other``: ``CudaBackend.load``, the host library's ``dlopen``
+  and TIRx's CUDA module; on a GPU host) and ``first imports`` (modules first imported
+  during the compile, in whichever row).
 
 ``--modes`` picks the builds: ``after`` (the default build), ``sequential`` (the default
 build with the host C compile after the device compile: ``overlap.OVERLAP_HOST = False``)
@@ -79,9 +81,10 @@ ROWS = (
     "other",
 )
 # shown below "other": target resolution is part of it, imports may fall in any row
-OTHER_PARTS = ("target resolution", "imports")
+OTHER_PARTS = ("target resolution", "library load", "imports")
 _OTHER_LABELS = {
     "target resolution": "target resolution (in other)",
+    "library load": "kernel load: host library dlopen + CUDA module (in other)",
     "imports": "first imports (in any row)",
 }
 # shown below "host library": the C compiler's runs (wall, from start to exit)
@@ -178,6 +181,9 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
     _wrap(host_library, "_export_host_library", parts, "host export")
     _time_host_tools(host_library, parts)
     _wrap(registry, "resolve_target", parts, "target resolution")
+    from tilelang.backends.cuda import CudaBackend
+
+    _wrap(CudaBackend, "load", parts, "library load")
     builds = parts.setdefault("builds", {})
     original_build = tirx_compile._build_for_target
 
