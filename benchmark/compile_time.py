@@ -27,11 +27,15 @@ plain (the ``wall``/``cpu`` rows) and once observed through the pass-timing sess
 * ``host library``: C host codegen + ``_export_host_library`` (gcc, link). With the
   overlap (``backends/cuda/overlap.py``) gcc compiles the host C file while NVRTC runs,
   so this row keeps only what is left to wait for (the link, and gcc if it outlasted
-  NVRTC); the CPU row still counts all of gcc;
-* ``other``: the rest (tracing-free glue, metadata, lazy imports). Two rows below it:
+  NVRTC); the CPU row still counts all of gcc. With ``--detail`` two rows below it:
+  the C compiler's runs on the host code (``cc -c``) and the link (``cc -shared``), each
+  from its start to its exit (wall);
+* ``other``: the rest (tracing-free glue, metadata, lazy imports). Three rows below it:
   ``target resolution`` (part of ``other``: ``registry.resolve_target``; on a GPU host
-  ``target="cuda"`` asks torch for the device's architecture, which initializes CUDA)
-  and ``first imports`` (modules first imported during the compile, in whichever row).
+  ``target="cuda"`` asks torch for the device's architecture, which initializes CUDA),
+  ``kernel load`` (part of ``other``: ``CudaBackend.load``, the host library's ``dlopen``
+  and TIRx's CUDA module; on a GPU host) and ``first imports`` (modules first imported
+  during the compile, in whichever row).
 
 ``--modes`` picks the builds: ``after`` (the default build), ``sequential`` (the default
 build with the host C compile after the device compile: ``overlap.OVERLAP_HOST = False``)
@@ -77,10 +81,17 @@ ROWS = (
     "other",
 )
 # shown below "other": target resolution is part of it, imports may fall in any row
-OTHER_PARTS = ("target resolution", "imports")
+OTHER_PARTS = ("target resolution", "library load", "imports")
 _OTHER_LABELS = {
     "target resolution": "target resolution (in other)",
+    "library load": "kernel load: host library dlopen + CUDA module (in other)",
     "imports": "first imports (in any row)",
+}
+# shown below "host library": the C compiler's runs (wall, from start to exit)
+HOST_PARTS = ("host C compile", "host link")
+_HOST_LABELS = {
+    "host C compile": "C compile of the host code (cc -c)",
+    "host link": "link (cc -shared, assembles the cubin's .incbin)",
 }
 
 
@@ -168,7 +179,11 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
 
     cuda_headers._compile_device_source = device_compile
     _wrap(host_library, "_export_host_library", parts, "host export")
+    _time_host_tools(host_library, parts)
     _wrap(registry, "resolve_target", parts, "target resolution")
+    from tilelang.backends.cuda import CudaBackend
+
+    _wrap(CudaBackend, "load", parts, "library load")
     builds = parts.setdefault("builds", {})
     original_build = tirx_compile._build_for_target
 
@@ -251,9 +266,46 @@ def child(kernel: str, mode: str, observe: bool, save: str | None) -> dict:
         rows["CUDA codegen"] = builds.get("cuda", 0.0) - inside["device compile in cuda build"]
         rows["host library"] = builds.get("c", 0.0) + parts.get("host export", 0.0)
         rows["other"] = wall - sum(v for k, v in rows.items() if k != "other")
-        other = {key: parts.get(key, 0.0) for key in OTHER_PARTS}
+        other = {key: parts.get(key, 0.0) for key in OTHER_PARTS + HOST_PARTS}
         result.update(rows=rows, stages=stages, tirx=tirx_passes, other=other)
     return result
+
+
+def _time_host_tools(module, parts: dict) -> None:
+    """Time the C compiler runs of ``module`` (host_library): ``cc -c`` into
+    parts["host C compile"], ``cc -shared`` into parts["host link"] (start to exit)."""
+    real = module.subprocess
+
+    def key(cmd):
+        return "host link" if "-shared" in cmd else "host C compile" if "-c" in cmd else None
+
+    class TimedPopen(real.Popen):
+        def __init__(self, cmd, *args, **kwargs):
+            self._clock = (key(cmd), time.perf_counter())
+            super().__init__(cmd, *args, **kwargs)
+
+        def communicate(self, *args, **kwargs):
+            try:
+                return super().communicate(*args, **kwargs)
+            finally:
+                name, start = self._clock
+                if name is not None and start is not None:
+                    parts[name] = parts.get(name, 0.0) + time.perf_counter() - start
+                    self._clock = (name, None)
+
+    def run(cmd, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return real.run(cmd, *args, **kwargs)
+        finally:
+            name = key(cmd)
+            if name is not None:
+                parts[name] = parts.get(name, 0.0) + time.perf_counter() - start
+
+    proxy = type(real)("subprocess_timed")
+    proxy.__dict__.update(real.__dict__)
+    proxy.Popen, proxy.run = TimedPopen, run
+    module.subprocess = proxy
 
 
 def _time_imports(parts: dict) -> None:
@@ -316,7 +368,9 @@ def summarize(runs: list[dict], observed: list[dict]) -> dict:
             k: _best([o["stages"].get(k, 0.0) for o in observed]) for k in observed[0]["stages"]
         },
         "tirx": {k: _best([o["tirx"].get(k, 0.0) for o in observed]) for k in observed[0]["tirx"]},
-        "other": {k: _best([o["other"].get(k, 0.0) for o in observed]) for k in OTHER_PARTS},
+        "other": {
+            k: _best([o["other"].get(k, 0.0) for o in observed]) for k in OTHER_PARTS + HOST_PARTS
+        },
     }
     return out
 
@@ -342,6 +396,11 @@ def table(kernel: str, results: dict, detail: bool) -> str:
             for name in OTHER_PARTS:
                 label = _OTHER_LABELS[name]
                 row(f"&nbsp;&nbsp;{label}", [results[m]["other"][name] * 1e3 for m in modes])
+        if detail and key == "host library":
+            for name in HOST_PARTS:
+                label = _HOST_LABELS[name]
+                values = [results[m]["other"].get(name, 0.0) * 1e3 for m in modes]
+                row(f"&nbsp;&nbsp;{label}", values)
         if detail and key == "TIRx lowering":
             names = [n for n in results[modes[0]]["tirx"] if not n.startswith(("device", "host"))]
             for name in names:
@@ -412,6 +471,11 @@ def main() -> None:
     if args.sass and not args.save:
         parser.error("--sass needs --save DIR")
     modes = args.modes or (["before", "after"] if args.compare else ["after"])
+    if sys.flags.dont_write_bytecode and not args.json:
+        print(
+            "note: PYTHONDONTWRITEBYTECODE is set: every process compiles tilelang's modules "
+            "from source (the 'first imports' row and the CPU row include it)\n"
+        )
     everything = {}
     for kernel in args.kernels:
         results = {}

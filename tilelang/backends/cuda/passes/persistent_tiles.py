@@ -43,7 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm_ffi
-from tvm_tirx import ir, tirx
+from tvm_tirx import ir, sym, tirx
+from tvm_tirx.ir import prim as P
 
 from ....lowering.stmt import (
     alloc_of,
@@ -353,6 +354,42 @@ def _block_index_binds(dims, tiles, tile):
     return out
 
 
+def _truncating(moved, dims):
+    """The ``moved`` binds with each ``floordiv`` / ``floormod`` whose dividend is provably
+    >= 0 and divisor provably > 0 replaced by ``truncdiv`` / ``truncmod`` (equal there).
+
+    In the tile loop the block indices are bound to ``tile % gx, ...`` with ``tile = bid +
+    j * grid``, whose sign TIRx cannot see (``grid`` is a run-time value): the floor
+    operations of ``T.use_swizzle``'s panels (a run-time panel width) would be lowered
+    with sign corrections, each proved or refuted through TIRx's slow symbolic prover
+    (~80 ms of the README GEMM's compile). Here each block index lies in ``[0, extent)``
+    (``0 <= tile < tiles``), so the binds read as in a kernel of one tile per block,
+    where TIRx proves the same facts from the launch ranges and prints the same C.
+    """
+    analyzer = sym.Analyzer()
+    context = sym.ConstraintContext()
+    for ext, var in dims.values():
+        context.append(sym.RangeConstraint(var, ir.Range.from_min_extent(0, ext)))
+    analyzer.sync_constraint_context(context)
+
+    def trunc(node):
+        a, b = node.a, node.b
+        if not (analyzer.can_prove(a >= 0) and analyzer.can_prove(b > 0)):
+            return node
+        return tirx.truncdiv(a, b) if isinstance(node, P.FloorDiv) else tirx.truncmod(a, b)
+
+    out = []
+    for bind in moved:
+        value = tvm_ffi.structural_map(bind.value, [(P.FloorDiv, trunc), (P.FloorMod, trunc)])
+        if not value.same_as(bind.value):
+            bind = ir.Bind(bind.var, value, loc=bind.loc)
+        out.append(bind)
+        if str(bind.var.ty).startswith(("int", "uint")):  # (the analyzer's facts: integers)
+            context.append(sym.BindingConstraint(bind.var, value))
+            analyzer.sync_constraint_context(context)
+    return out
+
+
 def persistent_tiles(func, ctx):
     """``func`` (tile level, after ``tma_store``) as the persistent kernel of the module
     doc when pipeline planning planned one (``ctx.persistent``); else unchanged."""
@@ -388,6 +425,7 @@ def persistent_tiles(func, ctx):
     if any(uses_any(s, dependent) for s in kept + stmts[at + 1 :]):
         cancel(ctx, "a block index is used outside the warp-specialized branches")
         return func.with_body(_one_tile(func.body, plan))
+    moved = _truncating(moved, dims)
 
     bid = ir.Var("block_id", "int32")
     grid = ir.Var("num_blocks", "int32")
