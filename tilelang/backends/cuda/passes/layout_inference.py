@@ -49,6 +49,7 @@ from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
 )
 from ....lowering.stmt import launch_of, uses_any
 from ....lowering.target_info import backend_of
+from ....lowering.thread_range import negate, shift_threads, split_uniform
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
 from .loop_fragment_access import (
@@ -61,6 +62,7 @@ from .loop_fragment_access import (
     spread_positions,
 )
 from .strided_parallel import check_strided_nest, is_strided_nest
+from .thread_guard import ThreadGuard, check_guarded, plan_under_guard
 
 
 @dataclass
@@ -173,11 +175,34 @@ class _Inference:
         self.loop_layouts: dict = {}
         self.body = func.body
         self.thread_vars: list = []  # threadIdx launch variables seen so far
+        # under an `if` on the thread index (thread_guard.py): nest key / call handle ->
+        # Planned, fragment handle -> (lo, hi) of the guarded statements using it
+        self.planned: dict = {}
+        self.fragment_ranges: dict = {}
         self._collect(func.body, in_nest=False)
         for var, layout in (annotations or {}).items():
             self._set(var, layout, None, "T.annotate_layout")
         for var, layout, loc in self.annotated:
             self._annotate(var, layout, loc)
+
+    def _plan_under_guard(self, stmt, nest, guard) -> None:
+        planned = plan_under_guard(stmt, nest, guard, self.thread_vars, self.threads)
+        if planned is None:
+            return
+        key = nest.key if nest is not None else tile_op_of(stmt)[1].__chandle__()
+        self.planned[key] = planned
+        for var in planned.fragments:
+            self.fragment_ranges.setdefault(var.__chandle__(), (planned.lo, planned.hi))
+
+    def _threads_of(self, planned_key, var=None):
+        """``(lo, hi)``: the threads a free layout is laid over (a guarded statement's,
+        the guarded range a fragment was first used in, else the whole block)."""
+        planned = self.planned.get(planned_key)
+        if planned is not None:
+            return planned.lo, planned.hi
+        if var is not None and var.__chandle__() in self.fragment_ranges:
+            return self.fragment_ranges[var.__chandle__()]
+        return 0, self.threads
 
     def _annotate(self, var, layout, loc) -> None:
         if isinstance(layout, Fragment) and layout.get_thread_size() > self.threads:
@@ -190,8 +215,9 @@ class _Inference:
 
     def _collect(self, stmt, in_nest, guard=None):
         nest = parallel_nest(stmt) if not in_nest else None
-        if guard is not None and (nest is not None or _block_wide(stmt)):
-            _refuse_under_thread_guard(stmt, nest, guard)
+        if guard is not None and not in_nest:
+            if nest is not None or _block_wide(stmt) or is_strided_nest(stmt):
+                self._plan_under_guard(stmt, nest, guard)
         if nest is not None:
             self.nests.append(nest)
             self._collect(nest.body, in_nest=True)
@@ -226,9 +252,18 @@ class _Inference:
         launch = launch_of(stmt)
         if launch is not None and launch[0].startswith("threadIdx"):
             self.thread_vars.append(launch[2])
-        if guard is None and isinstance(stmt, ir.If) and self.thread_vars:
-            if uses_any(stmt.condition, self.thread_vars):
-                guard = stmt
+        if (
+            isinstance(stmt, ir.If)
+            and self.thread_vars
+            and uses_any(stmt.condition, self.thread_vars)
+        ):
+            # the threads each branch keeps: the `if`'s thread conjuncts, the else's negation
+            outer = guard or ThreadGuard(stmt, [])
+            on_threads, _ = split_uniform(stmt.condition, self.thread_vars)
+            self._collect(stmt.then_case, in_nest, outer.within(on_threads))
+            if stmt.else_case is not None:
+                self._collect(stmt.else_case, in_nest, outer.within(negate(stmt.condition)))
+            return
         for child in _children(stmt):
             self._collect(child, in_nest, guard)
 
@@ -339,11 +374,13 @@ class _Inference:
         return changed
 
     def free_loop(self, nest: ParallelNest) -> None:
+        lo, hi = self._threads_of(nest.key)
         acc = accumulations(nest)
         if acc:  # the kept axes spread over the threads, the accumulated ones in registers
             keep = acc[0][2]
-            base = default_fragment([nest.extents[a] for a in keep], self.threads, 1)
-            self.loop_layouts[nest.key] = accumulating_layout(base, keep, nest.extents)
+            base = default_fragment([nest.extents[a] for a in keep], hi - lo, 1)
+            layout = accumulating_layout(base, keep, nest.extents)
+            self.loop_layouts[nest.key] = shift_threads(layout, lo)
             return
         total = int(E.prod(nest.extents))
         inner = nest.vars[-1]
@@ -360,9 +397,10 @@ class _Inference:
         # 16 bytes at a time (transform/vectorize.py).
         bytes_ = bytes_ or frag_bytes
         vec = 16 // max(bytes_) if bytes_ else 1
-        while vec > 1 and (nest.extents[-1] % vec or total // vec < self.threads):
+        while vec > 1 and (nest.extents[-1] % vec or total // vec < hi - lo):
             vec //= 2
-        self.loop_layouts[nest.key] = default_fragment(nest.extents, self.threads, vec)
+        layout = default_fragment(nest.extents, hi - lo, vec)
+        self.loop_layouts[nest.key] = shift_threads(layout, lo)
 
     @staticmethod
     def _exact(idx, nest) -> bool:
@@ -413,15 +451,18 @@ class _Inference:
             var = missing[0]
             shape = [int(s) for s in var.ty.shape]
             serial = any(var.same_as(s) for s in self.serial_frags)
+            lo, hi = (0, self.threads) if serial else self._threads_of(None, var)
             layout = (
                 replicated_fragment(shape, self.threads)
                 if serial
-                else default_fragment(shape, self.threads, 1)
+                else shift_threads(default_fragment(shape, hi - lo, 1), lo)
             )
             self.layout_map[var] = layout
         check_annotated_gemm_operands(self)
         for nest in self.nests:
             check_nest(nest, self.loop_layouts[nest.key], self.get)
+        for key, planned in self.planned.items():
+            check_guarded(planned, self.loop_layouts.get(key), self.get, self.origin)
         check_serial_accesses(
             self.body, self.nests, self.get, self.threads, lambda s: tile_op_of(s) is not None
         )
@@ -437,26 +478,6 @@ def _block_wide(stmt) -> bool:
     if op.name == "atomic":
         return bool(op.view(call).value_is_region)
     return op.name in _BLOCK_WIDE_OPS and op.name != "sync_threads"
-
-
-def _refuse_under_thread_guard(stmt, nest, guard) -> None:
-    """A CompileError: a block-wide tile op or ``T.Parallel`` nest under an ``if`` on the
-    thread index. Its work is split over all the block's threads, so the threads the
-    condition leaves out would skip their share (a silently partial result); upstream
-    re-plans it over the guarded thread range, which is not supported here."""
-    if nest is not None:
-        what, loc = "a T.Parallel loop", nest.loc
-    else:
-        found = tile_op_of(stmt)
-        what, loc = f"T.{found[0].name}", found[1].loc
-    where = errors.where(guard.loc) if errors.where(guard.loc) else ""
-    raise errors.compile_error(
-        f"{what} under `if {guard.condition}`{f' ({where})' if where else ''}: a condition on "
-        "the thread index leaves threads out, but the block's threads share this work (each "
-        "would skip its part); move it out of the `if` (tile ops and T.Parallel loops are "
-        "block-wide), or write per-thread code under the `if`",
-        loc,
-    )
 
 
 def _same_layout(old, new, exact=False) -> bool:
