@@ -22,6 +22,10 @@ thread may update the group between two lanes), as upstream's fallbacks.
   barrier between comes from ``insert_sync``).
 - ``memory_order`` ``release`` puts ``__threadfence()`` before the atomic, ``acquire``
   after, ``acq_rel``/``seq_cst`` both (``atomic*`` are relaxed).
+- ROCm: the CUDA form (HIP's ``atomicAdd/Max/Min`` return the old value, ``tl_hip.h``;
+  ``__threadfence`` exists); ``x2``/``x4`` groups lane by lane. Metal: the same through
+  ``atomic_fetch_add/max/min_explicit`` (``tl_metal.h``, relaxed, device memory); an
+  ordered ``memory_order`` is a CompileError (no fence is emitted there).
 - A ``dst`` element outside its global tensor is left alone and ``prev`` reads 0.
 """
 
@@ -86,7 +90,18 @@ def lower_atomic_prev_cpu(v, ctx):
     return seq(out)
 
 
-def _fenced(call_stmt, memory_order):
+def _fenced(call_stmt, memory_order, ctx=None, loc=None):
+    if memory_order in ("", "relaxed"):
+        return call_stmt
+    if ctx is not None and str(getattr(ctx, "arch", "")) == "metal":
+        from ... import errors
+
+        raise errors.compile_error(
+            f"memory_order={memory_order!r} on an atomic with return_prev=True: the metal "
+            "target's atomics are relaxed and it has no device-wide fence here; use "
+            "memory_order='relaxed' (or none)",
+            loc,
+        )
     fence = extern_stmt("__threadfence")
     before = [fence] if memory_order in ("release", "acq_rel", "seq_cst") else []
     after = [fence] if memory_order in ("acquire", "acq_rel", "seq_cst") else []
@@ -113,11 +128,11 @@ def lower_atomic_prev_cuda(v, ctx):
         or getattr(ctx, "thread_guarded", False)
     )
     if per_thread:
-        stmt = _fenced(_prev_store(v, call, v.loc), v.memory_order)
+        stmt = _fenced(_prev_store(v, call, v.loc), v.memory_order, ctx, v.loc)
         return stmt if pred is None else ir.If(pred, stmt, _prev_store(v, zero))
     cell = new_tensor(f"{dst.name}_prev", [1], dtype, "shared.dyn")
     ctx.extra_allocs.append(alloc(cell))
-    stmt = _fenced(store(cell, [0], call, loc=v.loc), v.memory_order)
+    stmt = _fenced(store(cell, [0], call, loc=v.loc), v.memory_order, ctx, v.loc)
     if pred is not None:
         stmt = ir.If(pred, stmt, store(cell, [0], zero))
     return seq([ir.If(t == 0, stmt, None), _prev_store(v, ir.TensorLoad(cell, [0]))])
@@ -153,7 +168,7 @@ def lower_addx_prev_cuda(v, ctx):
         call = _tirx.call_extern(
             helper, address(dst.tensor, idxs[0]), *values, address(target, target_idx), ty="void"
         )
-        return _fenced(ir.Evaluate(call), v.memory_order)
+        return _fenced(ir.Evaluate(call), v.memory_order, ctx, v.loc)
 
     def lanes(target, target_cells):
         out = []
@@ -164,12 +179,14 @@ def lower_addx_prev_cuda(v, ctx):
             if pred is not None:
                 body = ir.If(pred, body, store(target, cell, ir.const(0, dtype)))
             out.append(body)
-        return _fenced(seq(out), v.memory_order)
+        return _fenced(seq(out), v.memory_order, ctx, v.loc)
 
     whole = [in_bounds(dst.tensor, idxs[k], ctx, {}) for k in (0, n - 1)]
     whole = [p for p in whole if p is not None]
 
     def update(target, target_cells):
+        if not str(getattr(ctx, "arch", "")).startswith("sm_"):  # HIP/MSL: lane by lane
+            return lanes(target, target_cells)
         fast = vector(target, target_cells[0])
         if not whole:
             return fast
