@@ -357,3 +357,32 @@ def test_per_thread_atomic_under_a_range_stays_refused_on_cpu():
 
     with pytest.raises(errors.CompileError, match="depends on the thread index"):
         tilelang.compile(main, target="cpu")
+
+
+def nested_kernel():
+    """Nested conditions: `if tx >= 64:` then `if tx < 192:` keep threads 64..191; the
+    T.Parallel accumulates, so a wrong thread count adds the wrong number of times."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=256):
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((M, N), "float32")
+            if tx >= 64:
+                if tx < 192:
+                    T.copy(A, s)
+                    for i, j in T.Parallel(M, N):
+                        s[i, j] += A[i, j] * 2.0
+                    T.copy(s, B)
+
+    return main
+
+
+def test_nested_conditions(rng):
+    a = rng.standard_normal((M, N)).astype(np.float32)
+    for target in TARGETS:
+        got = emulate(pipeline.lower(nested_kernel(), target), a, np.zeros_like(a), race_check=True)
+        np.testing.assert_allclose(got[1], 3 * a.astype(np.float64), rtol=1e-6)
+    b = torch.zeros(M, N)
+    tilelang.compile(nested_kernel(), target="cpu")(torch.from_numpy(a), b)
+    np.testing.assert_allclose(b.numpy(), 3 * a.astype(np.float64), rtol=1e-6)

@@ -43,6 +43,7 @@ from ....layout.annotation import contiguous_vectors
 from ....lowering.cuda_context import LayoutInferContext
 from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
     default_fragment,
+    fragment_view,
     project_fragment,
     replicated_fragment,
     same_threads,
@@ -62,7 +63,7 @@ from .loop_fragment_access import (
     spread_positions,
 )
 from .strided_parallel import check_strided_nest, is_strided_nest
-from .thread_guard import ThreadGuard, check_guarded, plan_under_guard
+from .thread_guard import ThreadGuard, check_guarded, fragments_of, plan_under_guard
 
 
 @dataclass
@@ -179,6 +180,7 @@ class _Inference:
         # Planned, fragment handle -> (lo, hi) of the guarded statements using it
         self.planned: dict = {}
         self.fragment_ranges: dict = {}
+        self.views: list = []  # (view, base, loc): T.reshape/T.view of a fragment
         self._collect(func.body, in_nest=False)
         for var, layout in (annotations or {}).items():
             self._set(var, layout, None, "T.annotate_layout")
@@ -211,6 +213,8 @@ class _Inference:
                 f"{layout.get_thread_size()} threads but the block has {self.threads}",
                 loc,
             )
+        if isinstance(layout, Fragment):
+            _check_invertible(var, layout, loc)
         self._set(var, layout, loc, "T.annotate_layout")
 
     def _collect(self, stmt, in_nest, guard=None):
@@ -245,6 +249,9 @@ class _Inference:
             var = stmt.var
             if is_fragment(var):
                 self.fragments.append(var)
+            view = fragment_view(stmt)
+            if view is not None:
+                self._add_view(*view, stmt.loc)
         if isinstance(stmt, ir.TensorStore | ir.Bind | ir.Evaluate | ir.If | ir.While):
             if not in_nest:
                 for t in _fragments_in(stmt, shallow=True):
@@ -266,6 +273,46 @@ class _Inference:
             return
         for child in _children(stmt):
             self._collect(child, in_nest, guard)
+
+    def _add_view(self, view, base, loc) -> None:
+        if str(view.ty.dtype) != str(base.ty.dtype):
+            raise errors.compile_error(
+                f"T.view of fragment {base.name} ({base.ty.dtype}) as {view.ty.dtype}: a "
+                "fragment's registers hold its own element type, so it cannot be viewed as "
+                "another one; T.copy it into a fragment of that type instead",
+                loc,
+            )
+        self.views.append((view, base, loc))
+
+    def run_views(self) -> bool:
+        """A ``T.reshape`` of a fragment shares its registers: the view's layout is the
+        base's reshaped (``Fragment.reshape``), whichever side is known first."""
+        changed = False
+        for view, base, loc in self.views:
+            lv, lb = self.get(view), self.get(base)
+            if lb is not None and lv is None:
+                self._set_view(view, lb.reshape([int(d) for d in view.ty.shape]), loc, base)
+                changed = True
+            elif lv is not None and lb is None:
+                self._set_view(base, lv.reshape([int(d) for d in base.ty.shape]), loc, view)
+                changed = True
+            elif lv is not None and lb is not None:
+                want = lb.reshape([int(d) for d in view.ty.shape])
+                if not _same_layout(lv, want, exact=True):
+                    here = errors.where(loc)
+                    raise errors.compile_error(
+                        f"layout conflict for {view.name}: it is a T.reshape of fragment "
+                        f"{base.name}{f' ({here})' if here else ''} and shares its registers, "
+                        f"so it needs {want!r}, but {self.origin(view) or 'an earlier rule'} "
+                        f"gave it {lv!r}",
+                        loc,
+                    )
+        return changed
+
+    def _set_view(self, var, layout, loc, other) -> None:
+        _check_invertible(var, layout, loc, f"T.reshape of {other.name}", _RESHAPE_HINT)
+        self.layout_map[var] = layout
+        self.origins[var.__chandle__()] = ("T.reshape", loc)
 
     # --- bookkeeping
     def get(self, var):
@@ -308,7 +355,19 @@ class _Inference:
             )
             ctx.prefer_mma = self.prefer_mma  # read by the sm_90a gemm rule (gemm_cuda.py)
             ctx.origin_of = self.origin  # conflict messages name who set a layout (reduce)
-            for var, layout in (rule(op.view(call), ctx) or {}).items():
+            try:
+                found = rule(op.view(call), ctx) or {}
+            except ValueError as err:  # a layout the rule cannot split (reduce's projection)
+                known = ", ".join(
+                    f"{v.name}: {self.get(v)!r}" for v in fragments_of(call) if self.get(v)
+                )
+                raise errors.compile_error(
+                    f"T.{op.name}: no layout fits it given its fragments' layouts ({known}): "
+                    f"{err}; give them layouts whose thread expressions split along the op's "
+                    "axes (T.annotate_layout), or T.copy into fragments with default layouts",
+                    call.loc,
+                ) from None
+            for var, layout in found.items():
                 changed |= self._set(var, layout, call.loc, f"T.{op.name}")
         return changed
 
@@ -435,7 +494,11 @@ class _Inference:
     def run(self) -> InferResult:
         self.run_ops("strict")
         while True:
-            while self.run_ops("common") | any([self.run_loop(n) for n in self.nests]):
+            while (
+                self.run_ops("common")
+                | any([self.run_loop(n) for n in self.nests])
+                | self.run_views()
+            ):
                 pass
             pending = [n for n in self.nests if n.key not in self.loop_layouts]
             if pending:
@@ -449,6 +512,9 @@ class _Inference:
             if not missing:
                 break
             var = missing[0]
+            for view, base, _ in self.views:  # a view's base first (the view follows it)
+                if var.same_as(view) and self.get(base) is None:
+                    var = base
             shape = [int(s) for s in var.ty.shape]
             serial = any(var.same_as(s) for s in self.serial_frags)
             lo, hi = (0, self.threads) if serial else self._threads_of(None, var)
@@ -478,6 +544,32 @@ def _block_wide(stmt) -> bool:
     if op.name == "atomic":
         return bool(op.view(call).value_is_region)
     return op.name in _BLOCK_WIDE_OPS and op.name != "sync_threads"
+
+
+_ANNOTATION_HINT = (
+    "give each of the threads 0..n-1 the same number of elements, e.g. "
+    "forward_thread = i % a * b + j % b"
+)
+_RESHAPE_HINT = (
+    "a fragment view must split or merge axes along the base's thread/register splits "
+    "(e.g. flatten it, or reshape its last axis); T.copy it into a new fragment otherwise"
+)
+
+
+def _check_invertible(var, layout, loc, who="T.annotate_layout", hint=_ANNOTATION_HINT):
+    """A CompileError unless every (thread, register) of ``layout`` holds exactly one element
+    of ``var`` (the lowering runs each thread over its registers through the inverse)."""
+    try:
+        layout.inverse()
+    except Exception as err:  # noqa: BLE001 - ValueError, or TIRx's check on a non-bijection
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise errors.compile_error(
+            f"{who}: the fragment of {var.name}, {layout!r}, maps (thread, "
+            "register) pairs to its elements in a way that cannot be inverted (its thread "
+            "expression is not a clean split of the index, or it leaves threads or registers "
+            f"empty: {detail[:200]}); {hint}",
+            loc,
+        ) from None
 
 
 def _same_layout(old, new, exact=False) -> bool:

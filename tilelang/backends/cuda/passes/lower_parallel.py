@@ -50,6 +50,7 @@ from ....lowering.vectorize import (
 )
 from .layout_inference import loop_key
 from .loop_fragment_access import first_loc
+from .lower_fragments import alias_fragment_views
 from .strided_parallel import is_strided_nest, lower_strided_nest
 
 # Loops over a thread's fragment slots unroll up to this many slots: a register array
@@ -196,6 +197,8 @@ def lower_parallel(body, loops, thread_var, threads, ctx):
 
     Local arrays the vector forms need are appended to ``ctx.extra_allocs``.
     """
+    if hasattr(ctx, "local_arrays"):
+        alias_fragment_views(body, ctx)  # T.reshape of a fragment: the base's registers
     mutator = LowerParallel(loops, thread_var, threads)
     mutator.allocs = ctx.extra_allocs if hasattr(ctx, "extra_allocs") else []
     return mutator(body, ctx)

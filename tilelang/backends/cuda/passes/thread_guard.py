@@ -102,10 +102,11 @@ def plan_under_guard(stmt, nest, guard, thread_vars, threads):
     lo, hi = span
     if (lo, hi) == (0, threads):
         return None
-    return Planned(lo, hi, guard, what, loc, _fragments_of(nest.body if nest else stmt))
+    return Planned(lo, hi, guard, what, loc, fragments_of(nest.body if nest else stmt))
 
 
-def _fragments_of(node) -> list:
+def fragments_of(node) -> list:
+    """The fragment tensors ``node`` names, once each, in order."""
     found, seen = [], set()
 
     def visit(v):
