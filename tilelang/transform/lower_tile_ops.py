@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tvm_tirx import ir
 
+from .. import errors
 from ..lowering.stmt import StmtMutator, uses_any
 from ..lowering.thread_range import guarded_range, negate, split_uniform
 from ..lowering.thread_range_marks import drop_work, has_work, mark_range, work_loc
@@ -95,6 +96,12 @@ class LowerTileOps(StmtMutator):
             self._planned |= getattr(ctx, "thread_range", None) is not None
         try:
             return rule(op.view(call), ctx)
+        except errors.CompileError as err:
+            if not getattr(err, "needs_loc", False):
+                raise
+            raise errors.compile_error(
+                f"{op.spelling or 'T.' + op.name}: {err}", call.loc
+            ) from None
         finally:
             ctx.thread_guarded = False
 

@@ -171,7 +171,7 @@ def annotated(fn, idx=None, threads=96):
 
 
 def test_thread_map_with_gaps_names_buffer_and_line():
-    with pytest.raises(errors.CompileError, match=r"the fragment of f.*cannot be inverted") as info:
+    with pytest.raises(errors.CompileError, match=r"the fragment of f.*holding no element") as info:
         pipeline.lower(annotated(lambda i, j: i * 3), TARGETS[0])
     line = int(str(info.value).split(":")[1])
     assert "T.annotate_layout(" in open(__file__).read().splitlines()[line - 1]
@@ -250,3 +250,34 @@ def test_views_gpu(rng, M, N, threads, first, H):
     torch.cuda.synchronize()
     for out, want in zip(outs, _want(a, H)):
         np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["copy", "parallel"])
+def test_bijective_layout_without_computable_inverse_names_op_and_line(mode):
+    """``forward_thread = 5 * i % 32`` is one-to-one without gaps, but not a sum of splits:
+    the lowering cannot invert it (a raw TIRx/ValueError before); now a CompileError
+    naming the op and the user's line."""
+
+    @T.prim_func
+    def main(A: T.Tensor((32,), "float32"), B: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=32):
+            f = T.alloc_fragment((32,), "float32")
+            T.annotate_layout(
+                {
+                    f: Fragment(
+                        (32,), forward_thread_fn=lambda i: i * 5 % 32, forward_index_fn=lambda i: 0
+                    )
+                }
+            )
+            if mode == "copy":
+                T.copy(A, f)
+            else:
+                for i in T.Parallel(32):
+                    f[i] = A[i]
+            T.copy(f, B)
+
+    what = "T.copy" if mode == "copy" else "a T.Parallel loop"
+    with pytest.raises(
+        errors.CompileError, match=rf"test_fragment_views.py:\d+: {what}: .*no inverse"
+    ):
+        pipeline.lower(main, TARGETS[0])

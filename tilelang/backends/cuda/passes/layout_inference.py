@@ -214,7 +214,7 @@ class _Inference:
                 loc,
             )
         if isinstance(layout, Fragment):
-            _check_invertible(var, layout, loc)
+            _check_thread_gaps(var, layout, loc)
         self._set(var, layout, loc, "T.annotate_layout")
 
     def _collect(self, stmt, in_nest, guard=None):
@@ -544,6 +544,32 @@ def _block_wide(stmt) -> bool:
     if op.name == "atomic":
         return bool(op.view(call).value_is_region)
     return op.name in _BLOCK_WIDE_OPS and op.name != "sync_threads"
+
+
+def _check_thread_gaps(var, layout, loc) -> None:
+    """A CompileError when an annotated fragment leaves threads inside its span without
+    elements, or gives its threads different numbers of elements (each thread runs over
+    the same registers: ``forward_thread = 3 * i`` made the lowering fail inside TIRx)."""
+    import numpy as np
+
+    try:
+        table = layout.thread_table()
+    except Exception:  # noqa: BLE001 - not tabulable: left to the lowering
+        return
+    owners, counts = np.unique(table, return_counts=True)
+    lo, hi = int(owners[0]), int(owners[-1]) + 1
+    if len(owners) == hi - lo and counts.min() == counts.max():
+        return
+    problem = (
+        f"threads {lo}..{hi - 1} with {hi - lo - len(owners)} of them holding no element"
+        if len(owners) != hi - lo
+        else f"{counts.min()} to {counts.max()} elements per thread"
+    )
+    raise errors.compile_error(
+        f"T.annotate_layout: the fragment of {var.name}, {layout!r}, puts its elements on "
+        f"{problem}; {_ANNOTATION_HINT}",
+        loc,
+    )
 
 
 _ANNOTATION_HINT = (

@@ -115,7 +115,14 @@ class LowerParallel(StmtMutator):
         lvar = ir.Var(f"pl{self.count}", "int32")
         t = self.thread_var
         n = layout.get_local_size()
-        raw = fragment_points(layout, lvar, t)
+        try:
+            raw = fragment_points(layout, lvar, t)
+        except errors.CompileError as err:
+            if not getattr(err, "needs_loc", False):
+                raise
+            raise errors.compile_error(
+                f"a T.Parallel loop: {err}", first_loc(s) or stmt.loc
+            ) from None
         inner = ctx.with_range(lvar, 0, n)
         points = [inner.simplify(p) for p in raw]
         replicated = layout.get_replicate() > 1
