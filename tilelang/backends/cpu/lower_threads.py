@@ -5,7 +5,10 @@
   per block; statements that name a thread index run inside a loop over that index
   (a fresh loop per group of such statements). Per-thread state (locals written by
   thread-dependent code, values kept across barriers) first gets one copy per
-  thread (``privatize.py``).
+  thread (``privatize.py``). Under an ``if`` on the thread index that keeps one contiguous
+  range of threads ``[lo, hi)`` (``lowering/thread_range.py``), ``T.copy``/``T.fill``/
+  ``T.Parallel`` work runs once (upstream re-plans it over those threads) and the branch's
+  per-thread statements loop over ``[lo, hi)``; other tile ops there are refused.
 - ``lower_blocks``: the grid becomes one loop over all blocks, parallel across
   cores unless the kernel uses atomics (then serial, which makes them exact).
 On-chip tensors (shared, fragment, var) keep their scopes: inside the block
