@@ -101,7 +101,7 @@ def vendor_stages(backend: str, check_dtypes, lower_exchanges, pipeline_planning
         ("portable_ieee_math", _portable_ieee_stage(backend)),
         ("lower_fragments", cuda.stage_lower_fragments),
         ("hoist_allocs", cuda.stage_hoist_allocs),
-        ("insert_sync", cuda.stage_insert_sync),
+        ("insert_sync", _stage_insert_sync),
         ("plan_shared_memory", cuda.stage_plan_shared_memory),
         *after,
         ("strip_schedule_hints", cuda.stage_strip_schedule_hints),
@@ -109,6 +109,17 @@ def vendor_stages(backend: str, check_dtypes, lower_exchanges, pipeline_planning
         *before,
         ("lower_exchanges", lower_exchanges),  # warp ops, T.assume (vendor_exchange.py)
     ]
+
+
+def _stage_insert_sync(func, state):
+    """CUDA's ``insert_sync`` (``T.ws`` branches chained first) without barriers of part of
+    a block: HIP and MSL have no ``bar.sync id, n``, so tile work re-planned under an ``if``
+    on the thread index that needs one is a CompileError naming the ``if``."""
+    from .cuda.passes.insert_sync import insert_sync
+    from .cuda.passes.warp_specialize import merge_ws_branches
+
+    body = merge_ws_branches(func.body, state.thread_var)
+    return func.with_body(insert_sync(body, state.thread_var, partial_barriers=False))
 
 
 def lower_with_stages(func, arch: str, stages, pass_configs=None):

@@ -10,6 +10,13 @@ The ``N`` elements lie along the last axis. Each element is added atomically (th
 upstream's vector atomic, whose lanes are independent atomic adds): the op becomes ``N``
 element ``T.atomic_add`` calls, which every backend lowers (CPU: serial adds; CUDA:
 ``atomicAdd`` per element -- correct, though not the single ``red.v2`` instruction).
+
+``return_prev=True`` (upstream: a ``float32x2``/``float16x2``... value) returns the ``N``
+previous values as a :class:`builder.LaneValues`; ``Prev[i:i + N] = T.atomic_addx2(...,
+return_prev=True)`` stores them, ``prev[k]`` is lane ``k``. CUDA does the group as one
+atomic where the hardware has one (sm_90+ ``float2``/``float4`` ``atomicAdd`` on aligned
+global memory; ``half2``/``bfloat162`` pairs), else lane by lane (each lane atomic, the
+group not): ``ops/atomic/prev.py``.
 """
 
 from __future__ import annotations
@@ -61,8 +68,6 @@ def _elements(x, n: int, name: str, what: str):
 def _atomic_add_n(n, dst, value, return_prev, memory_order=None):
     name = f"atomic_addx{n}"
     builder.state()
-    if return_prev:
-        raise errors.TraceError(f"T.{name}(return_prev=True) is not supported yet")
     dsts = _elements(dst, n, name, "dst")
     values = _elements(value, n, name, "value")
     dt = str(dsts[0].source.ty.dtype)
@@ -71,18 +76,47 @@ def _atomic_add_n(n, dst, value, return_prev, memory_order=None):
             f"T.{name}: dst must be float16, bfloat16 or float32 (upstream's vector atomics), "
             f"got {dt}"
         )
+    if return_prev:
+        return _addx_prev(name, n, dsts, values, dt)
     for d, v in zip(dsts, values):
         atomic_add(d, v, memory_order)
+    return None
+
+
+def _addx_prev(name, n, dsts, values, dtype):
+    """``return_prev=True``: one ``tl.atomic_prev`` op of ``n`` lanes (ops/atomic/prev.py);
+    the old values as :class:`builder.LaneValues` (store them with ``Prev[i:i + n] = ...``)."""
+    from ..lowering.region import to_region
+    from ..ops.atomic import prev as _prev
+    from . import allocate
+    from .tileop import _emit
+
+    st = builder.state()
+    st.uses_atomics = True
+    cell = allocate.alloc_local((n,), dtype)
+    call = _prev.ATOMIC_PREV.make(
+        to_region(dsts[0], what=f"T.{name} dst"),
+        to_region(values[0], what=f"T.{name} value"),
+        to_region(ir.TensorLoad(cell, [ir.const(0, "int32")]), what="prev"),
+        loc=builder.user_loc(),
+        kind="add",
+        lanes=n,
+    )
+    _emit(call)
+    lanes = [ir.TensorLoad(cell, [ir.const(k, "int32")]) for k in range(n)]
+    return builder.LaneValues(lanes, cell)
 
 
 def atomic_addx2(dst, value, return_prev=False):
-    """Atomically add 2 consecutive elements of ``value`` to those of ``dst`` (last axis)."""
-    _atomic_add_n(2, dst, value, return_prev)
+    """Atomically add 2 consecutive elements of ``value`` to those of ``dst`` (last axis);
+    ``return_prev=True`` returns their 2 previous values (``Prev[0:2] = ...``)."""
+    return _atomic_add_n(2, dst, value, return_prev)
 
 
 def atomic_addx4(dst, value, return_prev=False):
-    """Atomically add 4 consecutive elements of ``value`` to those of ``dst`` (last axis)."""
-    _atomic_add_n(4, dst, value, return_prev)
+    """Atomically add 4 consecutive elements of ``value`` to those of ``dst`` (last axis);
+    ``return_prev=True`` returns their 4 previous values (``Prev[0:4] = ...``)."""
+    return _atomic_add_n(4, dst, value, return_prev)
 
 
 # ---- T.atomic_load / T.atomic_store -----------------------------------------------------------

@@ -653,9 +653,58 @@ def _normalize_key(key):
     return key if isinstance(key, tuple) else (key,)
 
 
+class LaneValues(tuple):
+    """Several values one call returns at once (upstream's vector value, e.g. the old values
+    of ``T.atomic_addx2(..., return_prev=True)``): ``X[i:i + n] = lanes`` stores lane ``k``
+    at ``i + k`` of the sliced axis, ``lanes[k]`` is one lane (``k`` may be a loop
+    variable when the lanes live in one ``cell`` tensor)."""
+
+    def __new__(cls, lanes, cell=None):
+        self = super().__new__(cls, lanes)
+        self.cell = cell
+        return self
+
+    def __getitem__(self, k):
+        if isinstance(k, int | slice) or self.cell is None:
+            return tuple.__getitem__(self, k)
+        return ir.TensorLoad(self.cell, [unwrap(k)])
+
+
+def _store_lanes(target, indices, lanes: LaneValues):
+    """``target[indices] = lanes`` with one slice of ``len(lanes)`` elements."""
+    sliced = [k for k, i in enumerate(indices) if isinstance(i, slice)]
+    n = len(lanes)
+    if len(indices) != len(target.ty.shape) or len(sliced) != 1:
+        raise errors.TraceError(
+            f"{target.name}[...] = {n} values: index every axis, with one slice of {n} "
+            f"elements (e.g. {target.name}[i:i + {n}])"
+        )
+    axis = sliced[0]
+    s = indices[axis]
+    begin = 0 if s.start is None else s.start
+    stop = target.ty.shape[axis] if s.stop is None else s.stop
+    length = stop - begin
+    if not isinstance(length, int):
+        from ..layout import expr as _E
+
+        length = _E.as_const_int(_E.simplify(unwrap(length)))
+    if s.step not in (None, 1) or length != n:
+        raise errors.TraceError(
+            f"{target.name}[...] = {n} values: the slice must hold {n} consecutive elements, "
+            f"got {s}"
+        )
+    for k, lane in enumerate(lanes):
+        idx = list(indices)
+        idx[axis] = begin + k if k else begin
+        store(target, idx, lane)
+
+
 def setitem(target, key, value):
     """Behind ``target[key] = value``."""
     target = unwrap(target)
+    if isinstance(value, LaneValues) and isinstance(target, ir.Var):
+        _store_lanes(target, list(_normalize_key(key)), value)
+        return
     if is_var_cell(target):
         if static_value(key) not in (0, None):
             raise errors.TraceError("a T.alloc_var cell has one element: index it with 0")

@@ -167,7 +167,14 @@ class Fragment(Layout):
         return self._ranges() + [(self._rep, self._replicate)]
 
     def _infer_index(self):
-        splits = _thread_splits(self._thread, self._thread_ranges())
+        try:
+            splits = _thread_splits(self._thread, self._thread_ranges())
+        except ValueError as err:
+            raise ValueError(
+                f"Fragment: forward_thread {self._thread} is not a clean split of the index "
+                f"({err}), so the register index cannot be inferred from it: write the thread "
+                "as a sum of splits (i // a % b * c + ...) or pass forward_index_fn"
+            ) from None
         flat, fields = E.as_expr(0), []
         for var, extent in self._ranges():
             used = [(lo, ext) for v, lo, ext in splits if E.key(v) == E.key(var)]

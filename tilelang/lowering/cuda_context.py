@@ -61,6 +61,9 @@ class CudaLowerContext(LowerContext):
     tma_notes: list = field(default_factory=list)
     # thread-block cluster shape of the launch (backends/cuda/passes/cluster_multicast.py)
     cluster_dims: tuple = (1, 1, 1)
+    # ``(lo, hi)`` under an ``if`` keeping threads ``lo <= t < hi`` only: shared/global
+    # tiles are split over those threads (``backends/cuda/passes/thread_guard.py``)
+    thread_range: tuple | None = None
 
     def get_layout(self, var):
         for k, v in self.layout_map.items():
@@ -89,4 +92,24 @@ class CudaLowerContext(LowerContext):
             self.extra_allocs,
             self.launches,
             self.options,
+            thread_range=self.thread_range,
         )
+
+    def with_thread_range(self, lo: int, hi: int):
+        """This context for code that only threads ``[lo, hi)`` run."""
+        inner = self.with_range(self.thread_var, lo, hi - lo)
+        inner.thread_range = (lo, hi)
+        inner.tma_maps, inner.tma_notes, inner.cluster_dims = (
+            self.tma_maps,
+            self.tma_notes,
+            self.cluster_dims,
+        )
+        return inner
+
+    def cooperating_threads(self):
+        """``(thread index, thread count)`` that shared/global tile work is split over:
+        ``(t - lo, hi - lo)`` under a thread range, else ``(t, threads)``."""
+        if self.thread_range is None:
+            return self.thread_var, self.threads
+        lo, hi = self.thread_range
+        return self.thread_var - lo, hi - lo

@@ -184,3 +184,23 @@ def within_owners(stmt, frag: Fragment, ctx, what: str, loc=None):
     except ValueError as err:
         raise errors.compile_error(f"{what}: {err}", loc) from None
     return stmt if cond is None else ir.If(cond, stmt, None)
+
+
+def fragment_view(stmt):
+    """``(view, base)`` when ``stmt`` binds a ``T.reshape``/``T.view`` of a fragment
+    (``view = decl_tensor(base.data)``, both ``local.fragment``), else None."""
+    from tvm_tirx import ir
+
+    from .thread_utils import is_fragment
+
+    if not isinstance(stmt, ir.Bind) or not is_fragment(stmt.var):
+        return None
+    value = stmt.value
+    if not (isinstance(value, ir.Call) and value.op.name == "tirx.decl_tensor" and value.args):
+        return None
+    ptr = value.args[0]
+    if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.tensor_data_ptr" and ptr.args:
+        ptr = ptr.args[0]
+    if isinstance(ptr, ir.Var) and is_fragment(ptr):
+        return stmt.var, ptr
+    return None

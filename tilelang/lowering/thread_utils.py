@@ -10,6 +10,7 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 from tvm_tirx.tirx.tensor import TensorType
 
+from .. import errors
 from ..layout import expr as E
 
 ALLOC_OP = "tirx.alloc_tensor"
@@ -134,7 +135,17 @@ def fragment_points(frag, local_var, thread_var):
 
     Returns the list of expressions ``(*logical, rep)`` from the fragment's inverse.
     """
-    inv = frag.inverse()
+    try:
+        inv = frag.inverse()
+    except Exception as err:  # noqa: BLE001 - ValueError, or TIRx's check on a non-bijection
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        error = errors.CompileError(
+            f"the fragment layout {frag!r} has no inverse this lowering can compute "
+            f"({detail[:160]}): each thread runs over its registers through it; use a "
+            "layout whose thread and register expressions are sums of splits of the index"
+        )
+        error.needs_loc = True  # LowerTileOps / lower_parallel add the op and the user's line
+        raise error from None
     mapping = {E.key(v): x for v, x in zip(inv.get_forward_vars(), [local_var, thread_var])}
     return [E.substitute(e, mapping) for e in inv.index]
 

@@ -46,7 +46,7 @@ from ..lowering.stmt import launch_of
 from . import cuda_emulator_cluster as _cluster
 from . import cuda_emulator_tma as _tma
 from . import cuda_emulator_ws as _ws
-from .cuda_emulator_atomic import atomic_add_x2
+from .cuda_emulator_atomic import atomic_add_x2, atomic_add_xn_ret
 from .cuda_emulator_mma import (  # noqa: F401 - re-exported (tests use them from here)
     MMA_SHAPES,
     _is_tf32,
@@ -344,6 +344,8 @@ class _Machine:
             return self._atomic(fname, args, mask)
         if fname == "tl::AtomicAddx2":
             return atomic_add_x2(self, fname, args, mask)
+        if fname in ("tl::AtomicAddx2Ret", "tl::AtomicAddx4Ret"):
+            return atomic_add_xn_ret(self, fname, args, mask)
         if fname.startswith("tl::cp_async_gs"):
             return self._cp_async(fname, args, mask)
         if fname.startswith(("tl::cp_async_commit", "tl::cp_async_wait")):

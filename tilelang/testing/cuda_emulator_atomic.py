@@ -27,4 +27,38 @@ def atomic_add_x2(m, fname, args, mask):
     return None
 
 
-__all__ = ["atomic_add_x2"]
+def atomic_add_xn_ret(m, fname, args, mask):
+    """``tl::AtomicAddx<N>Ret(&x[i], lane_0, ..., lane_{N-1}, &prev[j])``: x[i + k] += lane k,
+    prev[j + k] = the old value (lanes of one thread in order; threads one after another
+    in lane order where they hit the same elements, as per-lane atomics may interleave)."""
+    from .cuda_emulator import EmulationError  # the emulator imports this module
+
+    n = int(fname[len("tl::AtomicAddx") :].split("Ret")[0])
+    addr, prev = args[0], args[-1]
+    for a in (addr, prev):
+        if not (isinstance(a, ir.Call) and a.op.name == "tirx.address_of"):
+            raise EmulationError(f"{fname}: unsupported address {a}")
+    load, cell = addr.args[0], prev.args[0]
+    b, pb = m.buf(load.source), m.buf(cell.source)
+    flat, active = m.flat(b, load.indices, mask, fname)
+    pflat, _ = m.flat(pb, cell.indices, mask, fname)
+    values = [
+        np.broadcast_to(m.eval(arg, mask), (m.lanes,)).astype(b.data.dtype) for arg in args[1:-1]
+    ]
+    if len(values) != n:
+        raise EmulationError(f"{fname}: {len(values)} lanes")
+    if not pb.local:  # a shared cell (a thread-independent update done once per block)
+        for k in range(n):
+            m._track(pb, pflat + k, active, "write", fname)
+    for lane in np.flatnonzero(active):
+        for k in range(n):
+            old = b.data[flat[lane] + k]
+            if pb.local:
+                pb.data[lane, pflat[lane] + k] = old
+            else:
+                pb.data[pflat[lane] + k] = old
+            b.data[flat[lane] + k] = old + values[k][lane]
+    return None
+
+
+__all__ = ["atomic_add_x2", "atomic_add_xn_ret"]

@@ -308,16 +308,3 @@ def test_serial_and_guarded_gpu():
     assert torch.equal(
         oi.flatten().sort().values.cpu(), torch.arange(blocks * 4, dtype=torch.int32)
     )
-
-
-@pytest.mark.parametrize("target", ["metal", "hip"])
-def test_return_prev_on_targets_without_it_names_the_call(target):
-    """ROCm and Metal have no rule yet: the error names what the user wrote, not the IR op."""
-
-    @T.prim_func
-    def k(C: T.Tensor((4,), "int32"), O: T.Tensor((4,), "int32")):
-        with T.Kernel(1, threads=32):
-            O[0] = T.atomic_add(C[0], 1, return_prev=True)
-
-    with pytest.raises(errors.CompileError, match=r"return_prev=True\) is not supported"):
-        tilelang.compile(k, target=target)

@@ -17,6 +17,7 @@ from ..rocm.rules import register
 SHARED_WITH_CUDA = (
     "annotate_layout",
     "atomic",
+    "atomic_prev",  # return_prev=True: tl::Atomic* return the old value (HIP and MSL too)
     "copy",
     "cumsum",
     "fill",

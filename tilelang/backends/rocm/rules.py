@@ -19,6 +19,7 @@ from ...ops.reduce import rocm as _reduce_rocm  # noqa: F401 - registers ("reduc
 SHARED_WITH_CUDA = (
     "annotate_layout",
     "atomic",
+    "atomic_prev",  # return_prev=True: tl::Atomic* return the old value (HIP and MSL too)
     "copy",
     "cumsum",
     "device_assert",

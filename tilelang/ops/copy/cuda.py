@@ -94,7 +94,14 @@ def cooperative_loop(pairs, extents, ctx, body_fn, name="c", zero_fill=None, loc
     cannot or at run time when global base pointers are misaligned, runs the lanes one by
     one under the guard of the first (vectors are wholly inside or outside a tensor).
     """
-    t, threads = ctx.thread_var, ctx.threads
+    t, threads = (
+        ctx.cooperating_threads()
+        if hasattr(ctx, "cooperating_threads")
+        else (
+            ctx.thread_var,
+            ctx.threads,
+        )
+    )
     total = int(E.prod(extents))
     vec = _vector_width(pairs, extents, ctx)
     n_vec = total // vec
@@ -251,6 +258,14 @@ def lower_copy_cuda(v, ctx):
         if not ls.is_equal(ld) or not (is_whole(src) and is_whole(dst)):
             # parts of fragments: register to register only where both are the same part
             if not (ls.is_equal(ld) and _same_part(src, dst, ctx)):
+                if getattr(ctx, "thread_range", None) is not None:
+                    raise errors.compile_error(
+                        f"T.copy between fragments {src.tensor.name} and {dst.tensor.name} "
+                        "of different layouts under an `if` on the thread index: the "
+                        "exchange goes through shared memory with every thread of the "
+                        "block; move the copy out of the `if`",
+                        v.loc,
+                    )
                 return lower_fragment_exchange(src, dst, sa, da, ctx, v.loc)
             return _same_part_copy(src, dst, ls, ctx, v.loc)
         lvar = ir.Var("fl", "int32")
@@ -261,7 +276,8 @@ def lower_copy_cuda(v, ctx):
     if sf:
         return lower_fragment_side(src, dst, sa, da, ctx, False, v.loc)
     if df:
-        ldmatrix = lower_ldmatrix_copy(dst, src, da, sa, ctx, v.loc)
+        guarded = getattr(ctx, "thread_range", None) is not None  # ldmatrix: whole warps
+        ldmatrix = None if guarded else lower_ldmatrix_copy(dst, src, da, sa, ctx, v.loc)
         if ldmatrix is not None:
             return ldmatrix
         return lower_fragment_side(dst, src, da, sa, ctx, True, v.loc)

@@ -7,8 +7,8 @@ threads had written: a silently wrong result), or slots outside the register arr
 (``T.reduce`` indexed ``r_red[-1]``). Now every fragment loop runs on exactly the threads
 ``[lo, hi)`` holding elements (``lowering.fragments.owner_guard``); a fragment whose
 threads have gaps is refused (``owner_guard`` raises; such layouts have no inverse
-either). A block-wide tile op or ``T.Parallel`` loop under an ``if`` on the thread index
-(``if tx >= 128: T.copy(A, f)``) is a CompileError: its work is split over all threads. Checked against float64 numpy in the CUDA emulator
+either). A reduce under an ``if`` on the thread index is a CompileError (copies and
+``T.Parallel`` loops there are re-planned: ``test_thread_range_tile_ops.py``). Checked against float64 numpy in the CUDA emulator
 (sm_80, sm_90a, race check), with nvcc and on the GPU.
 """
 
@@ -156,13 +156,12 @@ def _guarded_kernel(what):
     return main
 
 
-@pytest.mark.parametrize("what", ["copy", "reduce", "parallel"])
-def test_block_wide_work_under_a_thread_condition_is_an_error(what):
-    """``if tx >= 128: T.copy(A, f)`` split the copy over all 256 threads, so threads
-    0..127 skipped their half: a silently partial tile (upstream re-plans the op over the
-    guarded threads; here a CompileError naming the line)."""
-    with pytest.raises(errors.CompileError, match=r"under `if tx >= 128`.*block-wide") as info:
-        pipeline.lower(_guarded_kernel(what), TARGETS[1])
+def test_reduce_under_a_thread_condition_is_an_error():
+    """``if tx >= 128: T.reduce_max(f, r)``: the reduce's lowering involves every thread of
+    the block, so it is a CompileError naming the line (T.copy and T.Parallel there are
+    re-planned over the kept threads: ``test_thread_range_tile_ops.py``)."""
+    with pytest.raises(errors.CompileError, match=r"under `if tx >= 128`.*every thread") as info:
+        pipeline.lower(_guarded_kernel("reduce"), TARGETS[1])
     assert "test_reduce_offset_threads.py:" in str(info.value)
 
 

@@ -35,9 +35,12 @@ from dataclasses import dataclass, field
 import tvm_ffi
 from tvm_tirx import ir
 
+from .... import errors
 from ....lowering import shared_access as sa
 from ....lowering.stmt import launch_of
-from ....lowering.thread_utils import is_shared, is_sync, sync_threads
+from ....lowering.thread_range_marks import RANGE as RANGE_MARK
+from ....lowering.thread_range_marks import range_of
+from ....lowering.thread_utils import extern_name, extern_stmt, is_shared, is_sync, sync_threads
 
 #: For-loop annotation: the loop's cp.async writes need no barrier (see the module doc).
 ATTR_ASYNC_STAGES = "tl_async_stages"
@@ -276,6 +279,9 @@ class _Inserter(_Uniformity):
         self.count = 0
         self.trusted = 0  # inside loops annotated ATTR_ASYNC_STAGES
         self.views = views or {}
+        self.range_ids: dict = {}  # (lo, hi) -> named barrier id (_range_branch)
+        self.used_ids: set = set()  # named barrier ids the kernel uses already
+        self.partial_barriers = True  # bar.sync id, n exists (CUDA; not HIP/MSL)
 
     def _accesses(self, stmt):
         """``_accesses`` with views counted as the tensors whose memory they are."""
@@ -316,6 +322,12 @@ class _Inserter(_Uniformity):
             return self._loop(stmt, state)
         if isinstance(stmt, ir.While) and self.uniform(stmt.condition):
             return self._loop(stmt, state)
+        if isinstance(stmt, ir.If) and not self.uniform(stmt.condition) and _ranged(stmt):
+            then = self._range_branch(stmt.then_case, stmt.loc)
+            other = None
+            if stmt.else_case is not None:
+                other = self._range_branch(stmt.else_case, stmt.loc)
+            return self.leaf(ir.If(stmt.condition, then, other, stmt.loc), state)
         if isinstance(stmt, ir.If) and self.uniform(stmt.condition):
             then, s1 = self.visit(stmt.then_case, state.copy())
             other, s2 = (None, state)
@@ -336,6 +348,63 @@ class _Inserter(_Uniformity):
             )
             return [new], state
         return self.leaf(stmt, state)
+
+    def _range_branch(self, branch, loc):
+        """A branch only threads ``[lo, hi)`` run (its tile work re-planned over them:
+        ``lowering/thread_range_marks.py``), synchronised on its own: its barriers become
+        ``bar.sync id, hi - lo`` (``__syncthreads`` would wait for the threads the ``if``
+        leaves out). Such a barrier needs whole warps: a CompileError otherwise."""
+        found = range_of(branch)
+        if found is None:
+            return branch
+        lo, hi, rest, marked_at = found
+        loc = marked_at if errors.where(marked_at) else loc
+        sub = _Inserter.__new__(_Inserter)
+        sub.__dict__.update(self.__dict__)
+        sub.varying = set(self.varying)
+        out, _ = sub.visit(rest, _State())
+        self.count += sub.count
+        body = _seq(out)
+        if not _contains_sync(body):
+            return body
+        if not self.partial_barriers:
+            raise errors.compile_error(
+                f"tile work under an `if` keeping threads {lo}..{hi - 1} needs a barrier "
+                "among those threads (shared memory changes hands between them), and this "
+                "target has no barrier for part of a block (CUDA's bar.sync id, n); move the "
+                "tile ops out of the `if`, or split them so no thread reads what another wrote",
+                loc,
+            )
+        if lo % 32 or (hi - lo) % 32:
+            raise errors.compile_error(
+                f"tile work under an `if` keeping threads {lo}..{hi - 1} needs a barrier "
+                "among those threads (shared memory changes hands between them), and a "
+                "barrier of part of a block needs whole warps (a multiple of 32 threads, "
+                "starting at a multiple of 32); make the condition warp-aligned or move the "
+                "tile ops out of the `if`",
+                loc,
+            )
+        named = self.range_barrier(lo, hi)
+        return tvm_ffi.structural_map(body, [(ir.Evaluate, lambda e: named if is_sync(e) else e)])
+
+    def range_barrier(self, lo, hi):
+        """``bar.sync id, hi - lo`` with an id of its own for ``[lo, hi)`` (from 15 down,
+        skipping the ids the kernel already uses)."""
+        key = (lo, hi)
+        if key not in self.range_ids:
+            free = [i for i in range(15, 0, -1) if i not in self.used_ids]
+            taken = set(self.range_ids.values())
+            free = [i for i in free if i not in taken]
+            if not free:
+                raise errors.compile_error(
+                    "too many thread ranges need barriers of their own (16 named barriers)"
+                )
+            self.range_ids[key] = free[0]
+        return extern_stmt(
+            "tl::named_barrier_sync",
+            ir.const(self.range_ids[key], "uint32"),
+            ir.const(hi - lo, "uint32"),
+        )
 
     def _loop(self, stmt, state):
         """A ``For`` or ``While`` loop with block-uniform bounds / condition: its body is
@@ -376,8 +445,51 @@ def _seq(stmts):
     return stmts[0] if len(stmts) == 1 else ir.SeqStmt(stmts)
 
 
-def insert_sync(body, thread_var):
-    """Insert the barriers (see the module docstring); returns the new body."""
+def insert_sync(body, thread_var, partial_barriers=True):
+    """Insert the barriers (see the module docstring); returns the new body.
+
+    A branch whose tile work was re-planned over threads ``[lo, hi)`` (``lowering/
+    thread_range_marks.py``) is synchronised on its own with ``bar.sync id, hi - lo``;
+    without ``partial_barriers`` (HIP, MSL) a barrier needed there is a CompileError."""
     inserter = _Inserter(thread_var, _uniform_locals(body, thread_var), _view_roots(body))
+    inserter.partial_barriers = partial_barriers
+    inserter.used_ids = _named_barrier_ids(body)
     out, _ = inserter.visit(body, _State())
-    return _seq(out)
+    return strip_range_marks(_seq(out))
+
+
+def _ranged(stmt) -> bool:
+    """Whether a branch of the ``if`` holds tile work re-planned over its threads."""
+    branches = [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    return any(range_of(b) is not None for b in branches)
+
+
+def _contains_sync(stmt) -> bool:
+    found = []
+    tvm_ffi.structural_walk(stmt, [(ir.Evaluate, lambda e: found.append(is_sync(e)))])
+    return any(found)
+
+
+def _named_barrier_ids(body) -> set:
+    ids = set()
+
+    def visit(e):
+        if extern_name(e) in ("tl::named_barrier_sync", "tl::named_barrier_arrive"):
+            arg = e.value.args[1]
+            if isinstance(arg, ir.IntImm):
+                ids.add(int(arg.value))
+
+    tvm_ffi.structural_walk(body, [(ir.Evaluate, visit)])
+    return ids
+
+
+def strip_range_marks(body):
+    """``body`` without range markers left where no branch analysis reached them."""
+
+    def seq(x):
+        kept = [s for s in x.seq if extern_name(s) != RANGE_MARK]
+        if len(kept) == len(x.seq):
+            return x
+        return ir.SeqStmt(kept) if len(kept) != 1 else kept[0]
+
+    return tvm_ffi.structural_map(body, [(ir.SeqStmt, seq)])

@@ -43,12 +43,14 @@ from ....layout.annotation import contiguous_vectors
 from ....lowering.cuda_context import LayoutInferContext
 from ....lowering.fragments import (  # noqa: F401 - re-used by the passes here
     default_fragment,
+    fragment_view,
     project_fragment,
     replicated_fragment,
     same_threads,
 )
 from ....lowering.stmt import launch_of, uses_any
 from ....lowering.target_info import backend_of
+from ....lowering.thread_range import negate, shift_threads, split_uniform
 from ....lowering.thread_utils import _bits, is_fragment, is_global, is_shared
 from ....ops.registry import layout_rule_for, tile_op_of
 from .loop_fragment_access import (
@@ -61,6 +63,7 @@ from .loop_fragment_access import (
     spread_positions,
 )
 from .strided_parallel import check_strided_nest, is_strided_nest
+from .thread_guard import ThreadGuard, check_guarded, fragments_of, plan_under_guard
 
 
 @dataclass
@@ -173,11 +176,35 @@ class _Inference:
         self.loop_layouts: dict = {}
         self.body = func.body
         self.thread_vars: list = []  # threadIdx launch variables seen so far
+        # under an `if` on the thread index (thread_guard.py): nest key / call handle ->
+        # Planned, fragment handle -> (lo, hi) of the guarded statements using it
+        self.planned: dict = {}
+        self.fragment_ranges: dict = {}
+        self.views: list = []  # (view, base, loc): T.reshape/T.view of a fragment
         self._collect(func.body, in_nest=False)
         for var, layout in (annotations or {}).items():
             self._set(var, layout, None, "T.annotate_layout")
         for var, layout, loc in self.annotated:
             self._annotate(var, layout, loc)
+
+    def _plan_under_guard(self, stmt, nest, guard) -> None:
+        planned = plan_under_guard(stmt, nest, guard, self.thread_vars, self.threads)
+        if planned is None:
+            return
+        key = nest.key if nest is not None else tile_op_of(stmt)[1].__chandle__()
+        self.planned[key] = planned
+        for var in planned.fragments:
+            self.fragment_ranges.setdefault(var.__chandle__(), (planned.lo, planned.hi))
+
+    def _threads_of(self, planned_key, var=None):
+        """``(lo, hi)``: the threads a free layout is laid over (a guarded statement's,
+        the guarded range a fragment was first used in, else the whole block)."""
+        planned = self.planned.get(planned_key)
+        if planned is not None:
+            return planned.lo, planned.hi
+        if var is not None and var.__chandle__() in self.fragment_ranges:
+            return self.fragment_ranges[var.__chandle__()]
+        return 0, self.threads
 
     def _annotate(self, var, layout, loc) -> None:
         if isinstance(layout, Fragment) and layout.get_thread_size() > self.threads:
@@ -186,12 +213,15 @@ class _Inference:
                 f"{layout.get_thread_size()} threads but the block has {self.threads}",
                 loc,
             )
+        if isinstance(layout, Fragment):
+            _check_thread_gaps(var, layout, loc)
         self._set(var, layout, loc, "T.annotate_layout")
 
     def _collect(self, stmt, in_nest, guard=None):
         nest = parallel_nest(stmt) if not in_nest else None
-        if guard is not None and (nest is not None or _block_wide(stmt)):
-            _refuse_under_thread_guard(stmt, nest, guard)
+        if guard is not None and not in_nest:
+            if nest is not None or _block_wide(stmt) or is_strided_nest(stmt):
+                self._plan_under_guard(stmt, nest, guard)
         if nest is not None:
             self.nests.append(nest)
             self._collect(nest.body, in_nest=True)
@@ -219,6 +249,9 @@ class _Inference:
             var = stmt.var
             if is_fragment(var):
                 self.fragments.append(var)
+            view = fragment_view(stmt)
+            if view is not None:
+                self._add_view(*view, stmt.loc)
         if isinstance(stmt, ir.TensorStore | ir.Bind | ir.Evaluate | ir.If | ir.While):
             if not in_nest:
                 for t in _fragments_in(stmt, shallow=True):
@@ -226,11 +259,60 @@ class _Inference:
         launch = launch_of(stmt)
         if launch is not None and launch[0].startswith("threadIdx"):
             self.thread_vars.append(launch[2])
-        if guard is None and isinstance(stmt, ir.If) and self.thread_vars:
-            if uses_any(stmt.condition, self.thread_vars):
-                guard = stmt
+        if (
+            isinstance(stmt, ir.If)
+            and self.thread_vars
+            and uses_any(stmt.condition, self.thread_vars)
+        ):
+            # the threads each branch keeps: the `if`'s thread conjuncts, the else's negation
+            outer = guard or ThreadGuard(stmt, [])
+            on_threads, _ = split_uniform(stmt.condition, self.thread_vars)
+            self._collect(stmt.then_case, in_nest, outer.within(on_threads))
+            if stmt.else_case is not None:
+                self._collect(stmt.else_case, in_nest, outer.within(negate(stmt.condition)))
+            return
         for child in _children(stmt):
             self._collect(child, in_nest, guard)
+
+    def _add_view(self, view, base, loc) -> None:
+        if str(view.ty.dtype) != str(base.ty.dtype):
+            raise errors.compile_error(
+                f"T.view of fragment {base.name} ({base.ty.dtype}) as {view.ty.dtype}: a "
+                "fragment's registers hold its own element type, so it cannot be viewed as "
+                "another one; T.copy it into a fragment of that type instead",
+                loc,
+            )
+        self.views.append((view, base, loc))
+
+    def run_views(self) -> bool:
+        """A ``T.reshape`` of a fragment shares its registers: the view's layout is the
+        base's reshaped (``Fragment.reshape``), whichever side is known first."""
+        changed = False
+        for view, base, loc in self.views:
+            lv, lb = self.get(view), self.get(base)
+            if lb is not None and lv is None:
+                self._set_view(view, lb.reshape([int(d) for d in view.ty.shape]), loc, base)
+                changed = True
+            elif lv is not None and lb is None:
+                self._set_view(base, lv.reshape([int(d) for d in base.ty.shape]), loc, view)
+                changed = True
+            elif lv is not None and lb is not None:
+                want = lb.reshape([int(d) for d in view.ty.shape])
+                if not _same_layout(lv, want, exact=True):
+                    here = errors.where(loc)
+                    raise errors.compile_error(
+                        f"layout conflict for {view.name}: it is a T.reshape of fragment "
+                        f"{base.name}{f' ({here})' if here else ''} and shares its registers, "
+                        f"so it needs {want!r}, but {self.origin(view) or 'an earlier rule'} "
+                        f"gave it {lv!r}",
+                        loc,
+                    )
+        return changed
+
+    def _set_view(self, var, layout, loc, other) -> None:
+        _check_invertible(var, layout, loc, f"T.reshape of {other.name}", _RESHAPE_HINT)
+        self.layout_map[var] = layout
+        self.origins[var.__chandle__()] = ("T.reshape", loc)
 
     # --- bookkeeping
     def get(self, var):
@@ -273,7 +355,19 @@ class _Inference:
             )
             ctx.prefer_mma = self.prefer_mma  # read by the sm_90a gemm rule (gemm_cuda.py)
             ctx.origin_of = self.origin  # conflict messages name who set a layout (reduce)
-            for var, layout in (rule(op.view(call), ctx) or {}).items():
+            try:
+                found = rule(op.view(call), ctx) or {}
+            except ValueError as err:  # a layout the rule cannot split (reduce's projection)
+                known = ", ".join(
+                    f"{v.name}: {self.get(v)!r}" for v in fragments_of(call) if self.get(v)
+                )
+                raise errors.compile_error(
+                    f"T.{op.name}: no layout fits it given its fragments' layouts ({known}): "
+                    f"{err}; give them layouts whose thread expressions split along the op's "
+                    "axes (T.annotate_layout), or T.copy into fragments with default layouts",
+                    call.loc,
+                ) from None
+            for var, layout in found.items():
                 changed |= self._set(var, layout, call.loc, f"T.{op.name}")
         return changed
 
@@ -339,11 +433,13 @@ class _Inference:
         return changed
 
     def free_loop(self, nest: ParallelNest) -> None:
+        lo, hi = self._threads_of(nest.key)
         acc = accumulations(nest)
         if acc:  # the kept axes spread over the threads, the accumulated ones in registers
             keep = acc[0][2]
-            base = default_fragment([nest.extents[a] for a in keep], self.threads, 1)
-            self.loop_layouts[nest.key] = accumulating_layout(base, keep, nest.extents)
+            base = default_fragment([nest.extents[a] for a in keep], hi - lo, 1)
+            layout = accumulating_layout(base, keep, nest.extents)
+            self.loop_layouts[nest.key] = shift_threads(layout, lo)
             return
         total = int(E.prod(nest.extents))
         inner = nest.vars[-1]
@@ -360,9 +456,10 @@ class _Inference:
         # 16 bytes at a time (transform/vectorize.py).
         bytes_ = bytes_ or frag_bytes
         vec = 16 // max(bytes_) if bytes_ else 1
-        while vec > 1 and (nest.extents[-1] % vec or total // vec < self.threads):
+        while vec > 1 and (nest.extents[-1] % vec or total // vec < hi - lo):
             vec //= 2
-        self.loop_layouts[nest.key] = default_fragment(nest.extents, self.threads, vec)
+        layout = default_fragment(nest.extents, hi - lo, vec)
+        self.loop_layouts[nest.key] = shift_threads(layout, lo)
 
     @staticmethod
     def _exact(idx, nest) -> bool:
@@ -397,7 +494,11 @@ class _Inference:
     def run(self) -> InferResult:
         self.run_ops("strict")
         while True:
-            while self.run_ops("common") | any([self.run_loop(n) for n in self.nests]):
+            while (
+                self.run_ops("common")
+                | any([self.run_loop(n) for n in self.nests])
+                | self.run_views()
+            ):
                 pass
             pending = [n for n in self.nests if n.key not in self.loop_layouts]
             if pending:
@@ -411,17 +512,23 @@ class _Inference:
             if not missing:
                 break
             var = missing[0]
+            for view, base, _ in self.views:  # a view's base first (the view follows it)
+                if var.same_as(view) and self.get(base) is None:
+                    var = base
             shape = [int(s) for s in var.ty.shape]
             serial = any(var.same_as(s) for s in self.serial_frags)
+            lo, hi = (0, self.threads) if serial else self._threads_of(None, var)
             layout = (
                 replicated_fragment(shape, self.threads)
                 if serial
-                else default_fragment(shape, self.threads, 1)
+                else shift_threads(default_fragment(shape, hi - lo, 1), lo)
             )
             self.layout_map[var] = layout
         check_annotated_gemm_operands(self)
         for nest in self.nests:
             check_nest(nest, self.loop_layouts[nest.key], self.get)
+        for key, planned in self.planned.items():
+            check_guarded(planned, self.loop_layouts.get(key), self.get, self.origin)
         check_serial_accesses(
             self.body, self.nests, self.get, self.threads, lambda s: tile_op_of(s) is not None
         )
@@ -439,24 +546,56 @@ def _block_wide(stmt) -> bool:
     return op.name in _BLOCK_WIDE_OPS and op.name != "sync_threads"
 
 
-def _refuse_under_thread_guard(stmt, nest, guard) -> None:
-    """A CompileError: a block-wide tile op or ``T.Parallel`` nest under an ``if`` on the
-    thread index. Its work is split over all the block's threads, so the threads the
-    condition leaves out would skip their share (a silently partial result); upstream
-    re-plans it over the guarded thread range, which is not supported here."""
-    if nest is not None:
-        what, loc = "a T.Parallel loop", nest.loc
-    else:
-        found = tile_op_of(stmt)
-        what, loc = f"T.{found[0].name}", found[1].loc
-    where = errors.where(guard.loc) if errors.where(guard.loc) else ""
+def _check_thread_gaps(var, layout, loc) -> None:
+    """A CompileError when an annotated fragment leaves threads inside its span without
+    elements, or gives its threads different numbers of elements (each thread runs over
+    the same registers: ``forward_thread = 3 * i`` made the lowering fail inside TIRx)."""
+    import numpy as np
+
+    try:
+        table = layout.thread_table()
+    except Exception:  # noqa: BLE001 - not tabulable: left to the lowering
+        return
+    owners, counts = np.unique(table, return_counts=True)
+    lo, hi = int(owners[0]), int(owners[-1]) + 1
+    if len(owners) == hi - lo and counts.min() == counts.max():
+        return
+    problem = (
+        f"threads {lo}..{hi - 1} with {hi - lo - len(owners)} of them holding no element"
+        if len(owners) != hi - lo
+        else f"{counts.min()} to {counts.max()} elements per thread"
+    )
     raise errors.compile_error(
-        f"{what} under `if {guard.condition}`{f' ({where})' if where else ''}: a condition on "
-        "the thread index leaves threads out, but the block's threads share this work (each "
-        "would skip its part); move it out of the `if` (tile ops and T.Parallel loops are "
-        "block-wide), or write per-thread code under the `if`",
+        f"T.annotate_layout: the fragment of {var.name}, {layout!r}, puts its elements on "
+        f"{problem}; {_ANNOTATION_HINT}",
         loc,
     )
+
+
+_ANNOTATION_HINT = (
+    "give each of the threads 0..n-1 the same number of elements, e.g. "
+    "forward_thread = i % a * b + j % b"
+)
+_RESHAPE_HINT = (
+    "a fragment view must split or merge axes along the base's thread/register splits "
+    "(e.g. flatten it, or reshape its last axis); T.copy it into a new fragment otherwise"
+)
+
+
+def _check_invertible(var, layout, loc, who="T.annotate_layout", hint=_ANNOTATION_HINT):
+    """A CompileError unless every (thread, register) of ``layout`` holds exactly one element
+    of ``var`` (the lowering runs each thread over its registers through the inverse)."""
+    try:
+        layout.inverse()
+    except Exception as err:  # noqa: BLE001 - ValueError, or TIRx's check on a non-bijection
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise errors.compile_error(
+            f"{who}: the fragment of {var.name}, {layout!r}, maps (thread, "
+            "register) pairs to its elements in a way that cannot be inverted (its thread "
+            "expression is not a clean split of the index, or it leaves threads or registers "
+            f"empty: {detail[:200]}); {hint}",
+            loc,
+        ) from None
 
 
 def _same_layout(old, new, exact=False) -> bool:

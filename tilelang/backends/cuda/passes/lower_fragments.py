@@ -7,7 +7,10 @@ layout inference + ``lower_parallel`` + the op lowerings).
 Guarantees: each fragment allocation is replaced by a ``local`` array of
 ``local_size`` elements (the Var ``ctx.local_of(F)`` that op lowerings already used),
 and every ``F[x]`` by ``F_local[F.index(x)]`` simplified under the enclosing loop and
-thread ranges. No ``local.fragment`` tensor remains.
+thread ranges. No ``local.fragment`` tensor remains. A ``T.reshape`` of a fragment (its
+layout is the base's reshaped: layout inference) uses the base's register array
+(:func:`alias_fragment_views`, before the op lowerings ask ``ctx.local_of``) and its
+``decl_tensor`` binding goes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm_tirx import ir
 
+from ....lowering.fragments import fragment_view
 from ....lowering.stmt import StmtMutator, alloc_of
 from ....lowering.thread_utils import alloc, is_fragment
 
@@ -50,6 +54,8 @@ class LowerFragments(StmtMutator):
         return tvm_ffi.structural_map(node, [(ir.TensorLoad, load), (ir.TensorStore, store)])
 
     def visit_Bind(self, stmt, ctx):
+        if fragment_view(stmt) is not None:  # its accesses use the base's registers
+            return None
         var = alloc_of(stmt)
         if var is not None and is_fragment(var):
             return alloc(self._find(self.locals, var))
@@ -81,3 +87,21 @@ class LowerFragments(StmtMutator):
 
 def lower_fragments(body, layouts, locals_, ctx):
     return LowerFragments(layouts, locals_)(body, ctx)
+
+
+def alias_fragment_views(body, ctx) -> None:
+    """Point ``ctx.local_of(view)`` of every ``T.reshape``/``T.view`` of a fragment at its
+    base fragment's register array (same registers: the view's layout is the base's
+    reshaped)."""
+    views = []
+    tvm_ffi.structural_walk(body, [(ir.Bind, lambda b: views.append(fragment_view(b)))])
+    pairs = [v for v in views if v is not None]
+    for _ in pairs:  # views of views: resolve to the root
+        for view, base in pairs:
+            try:
+                root = ctx.local_of(base)
+            except KeyError:
+                continue
+            for key in [k for k in ctx.local_arrays if k.same_as(view)]:
+                del ctx.local_arrays[key]
+            ctx.local_arrays[view] = root

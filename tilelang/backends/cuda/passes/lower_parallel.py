@@ -31,7 +31,8 @@ from ....layout import expr as E
 from ....lowering.bounds import in_bounds
 from ....lowering.fragments import within_owners
 from ....lowering.irb import seq
-from ....lowering.stmt import StmtMutator, substitute
+from ....lowering.stmt import StmtMutator, substitute, uses_any
+from ....lowering.thread_range_marks import work_marker
 from ....lowering.thread_utils import (
     UNROLL_LIMIT,
     alloc,
@@ -48,6 +49,8 @@ from ....lowering.vectorize import (
     with_fallback,
 )
 from .layout_inference import loop_key
+from .loop_fragment_access import first_loc
+from .lower_fragments import alias_fragment_views
 from .strided_parallel import is_strided_nest, lower_strided_nest
 
 # Loops over a thread's fragment slots unroll up to this many slots: a register array
@@ -81,6 +84,7 @@ class LowerParallel(StmtMutator):
         super().__init__("cuda")
         self.loops, self.thread_var, self.threads = loops, thread_var, threads
         self.count = 0
+        self.guarded = 0  # depth of enclosing `if`s on the thread index
 
     def visit_For(self, stmt, ctx):
         if stmt.annotations is None or "tl.parallel" not in stmt.annotations:
@@ -111,7 +115,14 @@ class LowerParallel(StmtMutator):
         lvar = ir.Var(f"pl{self.count}", "int32")
         t = self.thread_var
         n = layout.get_local_size()
-        raw = fragment_points(layout, lvar, t)
+        try:
+            raw = fragment_points(layout, lvar, t)
+        except errors.CompileError as err:
+            if not getattr(err, "needs_loc", False):
+                raise
+            raise errors.compile_error(
+                f"a T.Parallel loop: {err}", first_loc(s) or stmt.loc
+            ) from None
         inner = ctx.with_range(lvar, 0, n)
         points = [inner.simplify(p) for p in raw]
         replicated = layout.get_replicate() > 1
@@ -128,7 +139,20 @@ class LowerParallel(StmtMutator):
             site, loop = vector
             out = with_fallback(site, loop, out)
         out = within_owners(out, layout, ctx, "T.Parallel loop", stmt.loc)
+        if self.guarded:  # re-planned over an `if`'s threads: insert_sync's partial barriers
+            return seq([work_marker(first_loc(s) or stmt.loc), out])
         return seq([out])
+
+    def visit_If(self, stmt, ctx):
+        t = self.thread_var
+        guarded = uses_any(stmt.condition, [t])
+        if guarded and ctx.with_range(t, 0, self.threads).prove(stmt.condition):
+            guarded = False  # every thread of the user's block (a warp-specialized consumer)
+        self.guarded += guarded
+        try:
+            return super().visit_If(stmt, ctx)
+        finally:
+            self.guarded -= guarded
 
     def _vectorized(self, s, vars_, raw, lvar, n, ctx, replicated, loc):
         """(VectorSite, loop) running the nest in vectors of consecutive elements, or None."""
@@ -180,6 +204,8 @@ def lower_parallel(body, loops, thread_var, threads, ctx):
 
     Local arrays the vector forms need are appended to ``ctx.extra_allocs``.
     """
+    if hasattr(ctx, "local_arrays"):
+        alias_fragment_views(body, ctx)  # T.reshape of a fragment: the base's registers
     mutator = LowerParallel(loops, thread_var, threads)
     mutator.allocs = ctx.extra_allocs if hasattr(ctx, "extra_allocs") else []
     return mutator(body, ctx)

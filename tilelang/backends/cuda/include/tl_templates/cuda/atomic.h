@@ -6,6 +6,7 @@
 //   tl::AtomicMax(address, value)   *address = max(*address, value)
 //   tl::AtomicMin(address, value)   *address = min(*address, value)
 //   tl::AtomicAddx2(address, a, b)  a float pair, one vector atomic on sm_90+ (no return value)
+//   tl::AtomicAddx2Ret / AtomicAddx4Ret(address, lanes..., prev)  the same, old values to prev
 //
 // Each returns the value stored at `address` before the operation (like CUDA's atomic*).
 // Supported element types: float, double (Add only), half_t, bfloat16_t, int, unsigned
@@ -49,6 +50,79 @@ TL_DEVICE void AtomicAddx2(float* address, float a, float b) {
   atomicAdd(address, a);
   atomicAdd(address + 1, b);
 #endif
+}
+
+// tl::AtomicAddx2Ret(address, a, b, prev) / tl::AtomicAddx4Ret(address, a, b, c, d, prev):
+// address[k] += lane k, prev[k] = the value address[k] held before (T.atomic_addx2/x4 with
+// return_prev=True). One atomic for the whole group where the hardware has it: a float
+// group in global memory, 8/16-byte aligned, on sm_90+ (atomicAdd(float2*/float4*) returns
+// the old vector); a 4-byte aligned half/bfloat16 pair (atomicAdd(half2*/bfloat162*)).
+// Otherwise (older archs, shared memory, misaligned groups, the second pair of a 16-bit x4)
+// each lane is its own atomic: every lane's add and old value are exact, but another
+// thread may update the group between two lanes.
+namespace detail {
+TL_DEVICE bool aligned_to(const void* address, unsigned long long bytes) {
+  return (reinterpret_cast<unsigned long long>(address) & (bytes - 1)) == 0;
+}
+}  // namespace detail
+
+TL_DEVICE void AtomicAddx2Ret(float* address, float a, float b, float* prev) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (__isGlobal(address) && detail::aligned_to(address, 8)) {
+    float2 old = atomicAdd(reinterpret_cast<float2*>(address), make_float2(a, b));
+    prev[0] = old.x;
+    prev[1] = old.y;
+    return;
+  }
+#endif
+  prev[0] = atomicAdd(address, a);
+  prev[1] = atomicAdd(address + 1, b);
+}
+
+TL_DEVICE void AtomicAddx4Ret(float* address, float a, float b, float c, float d, float* prev) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (__isGlobal(address) && detail::aligned_to(address, 16)) {
+    float4 old = atomicAdd(reinterpret_cast<float4*>(address), make_float4(a, b, c, d));
+    prev[0] = old.x;
+    prev[1] = old.y;
+    prev[2] = old.z;
+    prev[3] = old.w;
+    return;
+  }
+#endif
+  prev[0] = atomicAdd(address, a);
+  prev[1] = atomicAdd(address + 1, b);
+  prev[2] = atomicAdd(address + 2, c);
+  prev[3] = atomicAdd(address + 3, d);
+}
+
+TL_DEVICE void AtomicAddx2Ret(half_t* address, half_t a, half_t b, half_t* prev) {
+  if (detail::aligned_to(address, 4)) {
+    __half2 old = atomicAdd(reinterpret_cast<__half2*>(address), __halves2half2(a, b));
+    prev[0] = __low2half(old);
+    prev[1] = __high2half(old);
+    return;
+  }
+  prev[0] = atomicAdd(address, a);
+  prev[1] = atomicAdd(address + 1, b);
+}
+
+TL_DEVICE void AtomicAddx2Ret(bfloat16_t* address, bfloat16_t a, bfloat16_t b, bfloat16_t* prev) {
+  if (detail::aligned_to(address, 4)) {
+    __nv_bfloat162 old =
+        atomicAdd(reinterpret_cast<__nv_bfloat162*>(address), __halves2bfloat162(a, b));
+    prev[0] = __low2bfloat16(old);
+    prev[1] = __high2bfloat16(old);
+    return;
+  }
+  prev[0] = atomicAdd(address, a);
+  prev[1] = atomicAdd(address + 1, b);
+}
+
+template <typename T>
+TL_DEVICE void AtomicAddx4Ret(T* address, T a, T b, T c, T d, T* prev) {  // half / bfloat16
+  AtomicAddx2Ret(address, a, b, prev);
+  AtomicAddx2Ret(address + 2, c, d, prev + 2);
 }
 
 // ---------------------------------------------------------------- integer Max / Min
