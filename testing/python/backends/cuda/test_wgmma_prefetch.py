@@ -85,7 +85,8 @@ def test_bwd128_config_off_keeps_the_loads():
 
 class _Inject(StmtMutator):
     """Inserts ``lse_shared[0, 0] = 0`` after the wait block before the ``lse`` loop
-    (``where="between"``) or at the end of that loop's body (``where="inside"``)."""
+    (``where="between"``) or at the end of that loop's body (``where="inside"``), or makes
+    that loop a serial one (``where="serial"``)."""
 
     def __init__(self, where):
         super().__init__("cuda")
@@ -107,6 +108,10 @@ class _Inject(StmtMutator):
             self.done += 1
             if self.where == "between":
                 return ir.SeqStmt([*flat[:i], store, *flat[i:]])
+            if self.where == "serial":  # the same loop, not unrolled
+                loop = ir.For(s.var, s.begin, s.end, s.step, ir.ForKind.DEFAULT, s.body,
+                              s.annotations, s.loc)  # fmt: skip
+                return ir.SeqStmt([*flat[:i], loop, *flat[i + 1 :]])
             body = ir.SeqStmt([*flatten_seq(s.body), store])
             loop = ir.For(s.var, s.begin, s.end, s.step, s.kind, body, s.annotations, s.loc)
             return ir.SeqStmt([*flat[:i], loop, *flat[i + 1 :]])
@@ -115,10 +120,10 @@ class _Inject(StmtMutator):
         return ir.SeqStmt(flat) if len(flat) > 1 else flat[0]
 
 
-@pytest.mark.parametrize("where", ["between", "inside"])
+@pytest.mark.parametrize("where", ["between", "inside", "serial"])
 def test_not_applied_when_the_tile_is_written(where):
     """The backward's IR right before the stage, with a store to ``lse_shared`` between the
-    wait block and the loop, or in the loop: the ``lse`` loads stay where they are (the
+    wait block and the loop, or in the loop, or the loop not unrolled: the ``lse`` loads stay where they are (the
     ``Delta`` loop, untouched, is still prefetched)."""
     _, func = _bwd()
     before = tilelang.lower(func, SM90A).stages["wgmma_wait_sinking"]
@@ -130,6 +135,8 @@ def test_not_applied_when_the_tile_is_written(where):
     assert "lse_shared_mb_pf" not in text and "delta_mb_pf" in text, notes
     if where == "inside":
         assert any("lse_shared" in n and "kept (the loop writes" in n for n in notes), notes
+    if where == "serial":
+        assert any("lse_shared" in n and "not unrolled" in n for n in notes), notes
 
 
 def test_not_applied_over_the_register_limit(monkeypatch):

@@ -147,11 +147,19 @@ def _prefetch(loop, counts, notes, where):
         if found is None:
             break
         reads.append(found)
-    if not reads:
+    if not reads or len(reads) == len(body):
         return None
     names = ", ".join(sorted({r[1].source.name for r in reads}))
     extent = loop.end - loop.begin
-    if loop.kind != ir.ForKind.UNROLLED or not isinstance(extent, ir.IntImm):
+    step = loop.step
+    from_zero = isinstance(loop.begin, ir.IntImm) and int(loop.begin.value) == 0
+    unit = step is None or (isinstance(step, ir.IntImm) and int(step.value) == 1)
+    if (
+        loop.kind != ir.ForKind.UNROLLED
+        or not isinstance(extent, ir.IntImm)
+        or not from_zero
+        or not unit
+    ):
         notes.append(f"{where}: {names} kept (loop {loop.var.name} not unrolled)")
         return None
     n = int(extent.value)
