@@ -135,69 +135,43 @@ TL_DEVICE void tma_load_5d(void* smem, unsigned long long map, uint64_t* bar, in
 
 #undef TL_TMA_PTRS
 
-// TMA stores (passes/tma_store.py): every thread that wrote the box's shared source runs
-// fence.proxy.async.shared::cta before the barrier that precedes the elected thread's store.
-#define TL_TMA_STORE(R, COORDS, ...)                                                      \
-  asm volatile("cp.async.bulk.tensor." #R "d.global.shared::cta.bulk_group [%0, " COORDS \
-               "], [%1];" ::"l"(static_cast<uint64_t>(map)),                              \
-               "r"(tma_smem_addr(smem)), __VA_ARGS__                                      \
+// Shared -> global bulk tensor operations, one elected thread each, issued after
+// fence.proxy.async.shared::cta and a barrier by every thread that wrote the box's shared
+// source; committed and waited for (wait_group.read) like any bulk group:
+//   tl::tma_store_<R>d      cp.async.bulk.tensor (TMA stores: passes/tma_store.py)
+//   tl::tma_store_add_<R>d  cp.reduce.async.bulk.tensor .add (T.atomic_add(global, shared,
+//                           use_tma=True): passes/tma_reduce.py)
+#define TL_TMA_TO_GLOBAL(OP, R, TAIL, COORDS, ...)                                        \
+  asm volatile(OP "." #R "d.global.shared::cta" TAIL " [%0, " COORDS "], [%1];"        \
+               ::"l"(static_cast<uint64_t>(map)), "r"(tma_smem_addr(smem)), __VA_ARGS__ \
                : "memory")
 
-TL_DEVICE void tma_store_1d(unsigned long long map, const void* smem, int c0) {
-  TL_TMA_STORE(1, "{%2}", "r"(c0));
-}
+#define TL_TMA_TO_GLOBAL_FUNCS(NAME, OP, TAIL)                                               \
+  TL_DEVICE void NAME##_1d(unsigned long long map, const void* smem, int c0) {               \
+    TL_TMA_TO_GLOBAL(OP, 1, TAIL, "{%2}", "r"(c0));                                          \
+  }                                                                                          \
+  TL_DEVICE void NAME##_2d(unsigned long long map, const void* smem, int c0, int c1) {       \
+    TL_TMA_TO_GLOBAL(OP, 2, TAIL, "{%2, %3}", "r"(c0), "r"(c1));                             \
+  }                                                                                          \
+  TL_DEVICE void NAME##_3d(unsigned long long map, const void* smem, int c0, int c1,         \
+                           int c2) {                                                         \
+    TL_TMA_TO_GLOBAL(OP, 3, TAIL, "{%2, %3, %4}", "r"(c0), "r"(c1), "r"(c2));                \
+  }                                                                                          \
+  TL_DEVICE void NAME##_4d(unsigned long long map, const void* smem, int c0, int c1, int c2, \
+                           int c3) {                                                         \
+    TL_TMA_TO_GLOBAL(OP, 4, TAIL, "{%2, %3, %4, %5}", "r"(c0), "r"(c1), "r"(c2), "r"(c3));   \
+  }                                                                                          \
+  TL_DEVICE void NAME##_5d(unsigned long long map, const void* smem, int c0, int c1, int c2, \
+                           int c3, int c4) {                                                 \
+    TL_TMA_TO_GLOBAL(OP, 5, TAIL, "{%2, %3, %4, %5, %6}", "r"(c0), "r"(c1), "r"(c2), "r"(c3), \
+                     "r"(c4));                                                               \
+  }
 
-TL_DEVICE void tma_store_2d(unsigned long long map, const void* smem, int c0, int c1) {
-  TL_TMA_STORE(2, "{%2, %3}", "r"(c0), "r"(c1));
-}
+TL_TMA_TO_GLOBAL_FUNCS(tma_store, "cp.async.bulk.tensor", ".bulk_group")
+TL_TMA_TO_GLOBAL_FUNCS(tma_store_add, "cp.reduce.async.bulk.tensor", ".add.tile.bulk_group")
 
-TL_DEVICE void tma_store_3d(unsigned long long map, const void* smem, int c0, int c1, int c2) {
-  TL_TMA_STORE(3, "{%2, %3, %4}", "r"(c0), "r"(c1), "r"(c2));
-}
-
-TL_DEVICE void tma_store_4d(unsigned long long map, const void* smem, int c0, int c1, int c2,
-                            int c3) {
-  TL_TMA_STORE(4, "{%2, %3, %4, %5}", "r"(c0), "r"(c1), "r"(c2), "r"(c3));
-}
-
-TL_DEVICE void tma_store_5d(unsigned long long map, const void* smem, int c0, int c1, int c2,
-                            int c3, int c4) {
-  TL_TMA_STORE(5, "{%2, %3, %4, %5, %6}", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
-}
-
-#undef TL_TMA_STORE
-
-// Bulk tensor reductions (T.atomic_add(global, shared, use_tma=True): passes/tma_reduce.py),
-// issued like the stores above: fence, barrier, one thread, commit, wait_group.read.
-#define TL_TMA_REDUCE_ADD(R, COORDS, ...)                                                    \
-  asm volatile("cp.reduce.async.bulk.tensor." #R "d.global.shared::cta.add.tile.bulk_group" \
-               " [%0, " COORDS "], [%1];" ::"l"(static_cast<uint64_t>(map)),                \
-               "r"(tma_smem_addr(smem)), __VA_ARGS__                                         \
-               : "memory")
-
-TL_DEVICE void tma_store_add_1d(unsigned long long map, const void* smem, int c0) {
-  TL_TMA_REDUCE_ADD(1, "{%2}", "r"(c0));
-}
-
-TL_DEVICE void tma_store_add_2d(unsigned long long map, const void* smem, int c0, int c1) {
-  TL_TMA_REDUCE_ADD(2, "{%2, %3}", "r"(c0), "r"(c1));
-}
-
-TL_DEVICE void tma_store_add_3d(unsigned long long map, const void* smem, int c0, int c1, int c2) {
-  TL_TMA_REDUCE_ADD(3, "{%2, %3, %4}", "r"(c0), "r"(c1), "r"(c2));
-}
-
-TL_DEVICE void tma_store_add_4d(unsigned long long map, const void* smem, int c0, int c1, int c2,
-                                int c3) {
-  TL_TMA_REDUCE_ADD(4, "{%2, %3, %4, %5}", "r"(c0), "r"(c1), "r"(c2), "r"(c3));
-}
-
-TL_DEVICE void tma_store_add_5d(unsigned long long map, const void* smem, int c0, int c1, int c2,
-                                int c3, int c4) {
-  TL_TMA_REDUCE_ADD(5, "{%2, %3, %4, %5, %6}", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
-}
-
-#undef TL_TMA_REDUCE_ADD
+#undef TL_TMA_TO_GLOBAL_FUNCS
+#undef TL_TMA_TO_GLOBAL
 
 TL_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
