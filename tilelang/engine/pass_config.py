@@ -90,6 +90,13 @@ class PassConfigKey(str, Enum):
     (FlashAttention backward: ``dP^T`` issued with ``S^T``, overlapping ``exp2``).
     Default: True."""
 
+    TL_WGMMA_PREFETCH_SHARED_READS = "tl.wgmma_prefetch_shared_reads"
+    """CUDA sm_90a: the shared-tile reads (``tl::copy_vec``) at the top of an unrolled
+    elementwise loop right after a ``wgmma.wait_group`` are issued before the wait, into a
+    register array of at most 32 registers per thread, when nothing between writes the tiles
+    (FlashAttention backward: the ``lse``/``Delta`` loads no longer wait behind the gemm)
+    (``backends/cuda/passes/wgmma_prefetch.py``). Default: True."""
+
     TL_WGMMA_UNIFORM_WARPGROUP = "tl.wgmma_uniform_warpgroup"
     """CUDA sm_90a: a wgmma gemm reads its warpgroup index ``threadIdx.x / 128`` through
     ``__shfl_sync`` from lane 0, so nvcc knows it is warp-uniform and keeps the shared-memory
@@ -468,6 +475,7 @@ def build_options(pass_configs) -> dict:
         "mma_split": flag(PassConfigKey.TL_MMA_SPLIT_PIPELINE, True),
         "wgmma_wait_sinking": flag(PassConfigKey.TL_WGMMA_WAIT_SINKING, True),
         "wgmma_issue_hoisting": flag(PassConfigKey.TL_WGMMA_ISSUE_HOISTING, True),
+        "wgmma_prefetch_shared_reads": flag(PassConfigKey.TL_WGMMA_PREFETCH_SHARED_READS, True),
         "wgmma_wait_past_barriers": flag(PassConfigKey.TL_WGMMA_WAIT_PAST_BARRIERS, True),
         "wgmma_uniform_warpgroup": flag(PassConfigKey.TL_WGMMA_UNIFORM_WARPGROUP, True),
         "wgmma_wait_paired_barriers": flag(PassConfigKey.TL_WGMMA_WAIT_PAIRED_BARRIERS, False),

@@ -47,6 +47,7 @@ from .passes.tma_lowering import tma_supported
 from .passes.tma_store import stage_tma_store
 from .passes.warp_specialize import check_ws_scopes, merge_ws_branches
 from .passes.warp_specialize_auto import consumer_barriers
+from .passes.wgmma_prefetch import stage_wgmma_prefetch_shared_reads
 from .passes.wgmma_wait_sinking import sink_wgmma_waits
 from .passes.ws_schedule import materialize_ws_schedule, place_ws_roles
 from .tensor_map import ATTR_TMA, host_encode_stmts, register_pipeline, uses_tensor_maps
@@ -363,6 +364,7 @@ STAGES = [
     ("hoist_allocs", stage_hoist_allocs),
     ("insert_sync", stage_insert_sync),
     ("wgmma_wait_sinking", stage_wgmma_wait_sinking),
+    ("wgmma_prefetch_shared_reads", stage_wgmma_prefetch_shared_reads),  # passes/wgmma_prefetch.py
     ("drop_proxy_fences", stage_drop_proxy_fences),
     ("bounds_check", stage_bounds_check),
     ("plan_shared_memory", stage_plan_shared_memory),
