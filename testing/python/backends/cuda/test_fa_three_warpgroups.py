@@ -185,8 +185,9 @@ def test_192_row_blocks_are_specialized_and_ordered(bn, causal):
         f"tl::wgmma_m64n{bn}k16_ss",
         "tl::wgmma_m64n64k16_rs",
     }
-    # warpgroup w reads rows 64 w .. 64 w + 63 of Q (8 row groups of the 128B swizzle)
-    assert "tx % 384 // 128 * 8 * 512" in text
+    # warpgroup w reads rows 64 w .. 64 w + 63 of Q (8 row groups of the 128B swizzle); w
+    # read from lane 0 (tl.wgmma_uniform_warpgroup: nvcc keeps the descriptors uniform)
+    assert '"__shfl_sync", T.uint32(4294967295), tx // 128, 0, ty=T.int32) % 3 * 8 * 512' in text
     # fragments over the 384 consumer threads; the row max/sum reduce over the 4 lanes of
     # a quad only (shfl.xor 1 and 2): a row never leaves its warp, let alone its warpgroup
     assert "thread: 384," in str(lowered.attrs["tl.layouts"]["acc_s"])
