@@ -157,18 +157,22 @@ def split_kernel():
             tx = T.get_thread_binding()
             s = T.alloc_shared((M, N), "float32")
             r = T.alloc_shared((N,), "float32")
+            g = T.alloc_shared((N,), "float32")
             if tx < 128 and bx == 1:
                 T.copy(A, s)
                 for i, j in T.Parallel(M, N):
                     s[i, j] = s[i, j] + A[i, j]
                 T.copy(s, C)
+            # the two arms run at once on a GPU (different warps): each writes its own tile
+            # (both writing r was a race: compute-sanitizer racecheck on the H200 found it)
             if tx < 96:
-                T.fill(r, 1.0)
+                T.fill(g, 1.0)
             else:
                 T.copy(B, r)
                 for j in T.Parallel(N):
                     r[j] = r[j] * 3.0
-            T.copy(r, D)
+            for j in T.Parallel(N):
+                D[j] = r[j] * g[j]
 
     return main
 
