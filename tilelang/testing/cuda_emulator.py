@@ -394,7 +394,9 @@ class _Machine:
             "tl::ws_turn_arrive",
         ):
             if fname == "tl::named_barrier_sync" and self.race is not None:
-                self.race.barrier()  # (the consumers' __syncthreads in a specialized kernel)
+                # the consumers' barrier in a specialized kernel, a thread-range branch's
+                threads = np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0]
+                self.race.barrier(threads, self.lanes)
             return None  # lanes run in lockstep here (a warp, a named barrier's threads)
         if fname == "__trap":
             threads = np.nonzero(np.broadcast_to(mask, (self.lanes,)))[0].tolist()

@@ -3,13 +3,15 @@
 The emulator runs the threads of a block in lockstep, so a missing ``__syncthreads`` never
 changes its results. This checker records, per shared-memory byte, which warp last wrote
 it and which warp(s) read it since the last barrier (an *epoch*), and raises when a warp
-reads a byte another warp wrote in the same epoch (read after write) or writes a byte
-another warp read in the same epoch (write after read): on a GPU the two accesses may run
-in either order. Accesses of one warp are not compared with each other (its lanes run
+reads a byte another warp wrote in the same epoch (read after write), writes a byte
+another warp read in the same epoch (write after read) or wrote in it (write after write):
+on a GPU the two accesses may run in either order. Accesses of one warp are not compared with each other (its lanes run
 together; warp-level code orders them with ``__syncwarp``).
 
-Epochs end at ``__syncthreads``, ``tl::named_barrier_sync`` (the consumers' block barrier
-in a warp-specialized kernel) and, conservatively, at every mbarrier wait (TMA and
+Epochs end at ``__syncthreads``, ``tl::named_barrier_sync`` reached by the whole block
+and, for the participating warps only, at a named barrier of part of the block (the
+consumers' barrier in a warp-specialized kernel, ``bar.sync id, n`` under an ``if`` on the
+thread index), and, conservatively, at every mbarrier wait (TMA and
 warp-specialized pipelines order their stages with mbarriers, not block barriers). TMA
 writes are asynchronous-proxy writes ordered by those mbarriers: they are not recorded.
 
@@ -57,9 +59,23 @@ class RaceChecker:
         self.epoch = 0
         self.block = dict(block_index)
 
-    def barrier(self):
-        """``__syncthreads`` (or an mbarrier wait): earlier accesses are ordered."""
-        self.epoch += 1
+    def barrier(self, threads=None, block_threads=None):
+        """``__syncthreads`` (or an mbarrier wait): earlier accesses are ordered. With
+        ``threads`` (a named barrier ``bar.sync id, n`` reached by those threads of a block of
+        ``block_threads``) only the accesses of the participating warps become ordered: a
+        byte last written (or read by one warp) by a participant leaves the epoch; bytes of
+        the warps outside stay unordered with everyone."""
+        threads = None if threads is None else np.asarray(threads, np.int64)
+        if threads is None or block_threads is None or threads.size >= block_threads:
+            self.epoch += 1
+            return
+        warps = np.unique(threads // WARP)
+        for sh in self.shadows.values():
+            done = (sh["wepoch"] == self.epoch) & np.isin(sh["writer"], warps)
+            sh["wepoch"][done] = -1
+            bits = np.bitwise_or.reduce(np.left_shift(np.uint64(1), warps.astype(np.uint64)))
+            live = sh["repoch"] == self.epoch
+            sh["readers"][live] &= ~bits
 
     def _shadow(self, root):
         key = id(root)
@@ -70,7 +86,7 @@ class RaceChecker:
                 "root": root,  # keeps id(root) from being reused while the block runs
                 "writer": np.full(n, -1, np.int32),
                 "wepoch": np.full(n, -1, np.int64),
-                "reader": np.full(n, -1, np.int32),  # -2: several warps
+                "readers": np.zeros(n, np.uint64),  # warps that read it this epoch, a bit each
                 "repoch": np.full(n, -1, np.int64),
                 "unfenced": np.zeros(n, np.uint64),  # warps' generic accesses, one bit each
                 "unfenced_w": np.zeros(n, np.uint64),  # warps' generic writes, one bit each
@@ -101,20 +117,21 @@ class RaceChecker:
             hit = (sh["wepoch"][addr] == self.epoch) & (sh["writer"][addr] >= 0)
             hit &= sh["writer"][addr] != warp
             self._raise(hit, addr, warp, sh["writer"], buf, what, "read after write")
-            # per byte: the one warp that read it in this epoch, or -2 for several
-            ua, inv = np.unique(addr, return_inverse=True)
-            lo = np.full(ua.size, np.iinfo(np.int64).max)
-            hi = np.full(ua.size, -1)
-            np.minimum.at(lo, inv, warp)
-            np.maximum.at(hi, inv, warp)
-            prev = np.where(sh["repoch"][ua] == self.epoch, sh["reader"][ua], -1)
-            new = np.where(lo == hi, lo, -2)
-            sh["reader"][ua] = np.where((prev == -1) | (prev == new), new, -2)
-            sh["repoch"][ua] = self.epoch
+            # per byte: the warps that read it in this epoch, one bit each
+            bits = np.left_shift(np.uint64(1), warp.astype(np.uint64))
+            stale = sh["repoch"][addr] != self.epoch
+            sh["readers"][addr[stale]] = 0
+            np.bitwise_or.at(sh["readers"], addr, bits)
+            sh["repoch"][addr] = self.epoch
         else:
-            reader = sh["reader"][addr]
-            hit = (sh["repoch"][addr] == self.epoch) & (reader != -1) & (reader != warp)
-            self._raise(hit, addr, warp, sh["reader"], buf, what, "write after read")
+            own = np.left_shift(np.uint64(1), warp.astype(np.uint64))
+            others = sh["readers"][addr] & ~own
+            hit = (sh["repoch"][addr] == self.epoch) & (others != 0)
+            first = _lowest_bit(others)
+            self._raise(hit, addr, warp, first, buf, what, "write after read", by_index=True)
+            hit = (sh["wepoch"][addr] == self.epoch) & (sh["writer"][addr] >= 0)
+            hit &= sh["writer"][addr] != warp
+            self._raise(hit, addr, warp, sh["writer"], buf, what, "write after write")
             sh["writer"][addr] = warp
             sh["wepoch"][addr] = self.epoch
 
@@ -165,17 +182,27 @@ class RaceChecker:
             "those accesses complete"
         )
 
-    def _raise(self, hit, addr, warp, other, buf, what, hazard):
+    def _raise(self, hit, addr, warp, other, buf, what, hazard, by_index=False):
+        """Raise for the first ``hit``; ``other``: the other warp, per byte of the shadow
+        (or, ``by_index``, per element of ``addr``)."""
         if not hit.any():
             return
         k = int(np.argmax(hit))
-        by = int(other[addr[k]])
-        them = "several warps" if by == -2 else f"warp {by}"
+        by = int(other[k] if by_index else other[addr[k]])
+        them = f"warp {by}"
         raise self.error(
             f"shared-memory race ({hazard}) on {buf.name}: {what} by warp {int(warp[k])} "
             f"touches byte {int(addr[k])} that {them} accessed since the last barrier "
             f"(block {self.block}); a __syncthreads is missing"
         )
+
+
+def _lowest_bit(bits):
+    """Index of the lowest set bit of each uint64 (-1 where none is set)."""
+    bits = np.asarray(bits, np.uint64)
+    low = bits & (~bits + np.uint64(1))
+    index = np.log2(np.where(low == 0, 1, low).astype(np.float64)).astype(np.int64)
+    return np.where(low == 0, -1, index)
 
 
 def storage_of(array):
