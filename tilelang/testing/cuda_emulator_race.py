@@ -5,14 +5,14 @@ changes its results. This checker records, per shared-memory byte, which warp la
 it and which warp(s) read it since the last barrier (an *epoch*), and raises when a warp
 reads a byte another warp wrote in the same epoch (read after write), writes a byte
 another warp read in the same epoch (write after read) or wrote in it (write after write):
-on a GPU the two accesses may run in either order. Accesses of one warp are not compared with each other (its lanes run
-together; warp-level code orders them with ``__syncwarp``).
+on a GPU the two accesses may run in either order. Accesses of one warp are not compared
+with each other (its lanes run together; warp-level code orders them with ``__syncwarp``).
 
-Epochs end at ``__syncthreads``, ``tl::named_barrier_sync`` reached by the whole block
-and, for the participating warps only, at a named barrier of part of the block (the
+Epochs end at ``__syncthreads``, ``tl::named_barrier_sync`` reached by the whole block and,
+conservatively, at every mbarrier wait (TMA and warp-specialized pipelines order their
+stages with mbarriers, not block barriers). A named barrier of part of the block (the
 consumers' barrier in a warp-specialized kernel, ``bar.sync id, n`` under an ``if`` on the
-thread index), and, conservatively, at every mbarrier wait (TMA and
-warp-specialized pipelines order their stages with mbarriers, not block barriers). TMA
+thread index) orders only the participating warps' accesses. TMA
 writes are asynchronous-proxy writes ordered by those mbarriers: they are not recorded.
 
 Cross-proxy hazards: every generic access (ordinary loads and stores, ``ldmatrix``) also
@@ -63,19 +63,18 @@ class RaceChecker:
         """``__syncthreads`` (or an mbarrier wait): earlier accesses are ordered. With
         ``threads`` (a named barrier ``bar.sync id, n`` reached by those threads of a block of
         ``block_threads``) only the accesses of the participating warps become ordered: a
-        byte last written (or read by one warp) by a participant leaves the epoch; bytes of
-        the warps outside stay unordered with everyone."""
+        byte last written by a participant leaves the epoch, and the participants' reads of
+        the others do; accesses of the warps outside stay unordered with everyone."""
         threads = None if threads is None else np.asarray(threads, np.int64)
         if threads is None or block_threads is None or threads.size >= block_threads:
             self.epoch += 1
             return
         warps = np.unique(threads // WARP)
+        bits = np.bitwise_or.reduce(_warp_bits(warps))
         for sh in self.shadows.values():
             done = (sh["wepoch"] == self.epoch) & np.isin(sh["writer"], warps)
             sh["wepoch"][done] = -1
-            bits = np.bitwise_or.reduce(np.left_shift(np.uint64(1), warps.astype(np.uint64)))
-            live = sh["repoch"] == self.epoch
-            sh["readers"][live] &= ~bits
+            sh["readers"][sh["repoch"] == self.epoch] &= ~bits
 
     def _shadow(self, root):
         key = id(root)
@@ -106,32 +105,27 @@ class RaceChecker:
         sh = self._shadow(root)
         addr = (base + np.asarray(byte_starts, np.int64)[:, None] + np.arange(nbytes)).ravel()
         warp = np.repeat(threads // WARP, nbytes)
+        bits = _warp_bits(warp)
         if generic:
-            bits = np.left_shift(np.uint64(1), warp.astype(np.uint64))
             np.bitwise_or.at(sh["unfenced"], addr, bits)
             if kind == "write":
                 np.bitwise_or.at(sh["unfenced_w"], addr, bits)
         elif kind == "read":
             self._unfenced_writes(sh, addr, buf, what)
+        writer = sh["writer"][addr]
+        other_writer = (sh["wepoch"][addr] == self.epoch) & (writer >= 0) & (writer != warp)
         if kind == "read":
-            hit = (sh["wepoch"][addr] == self.epoch) & (sh["writer"][addr] >= 0)
-            hit &= sh["writer"][addr] != warp
-            self._raise(hit, addr, warp, sh["writer"], buf, what, "read after write")
+            self._raise(other_writer, addr, warp, writer, buf, what, "read after write")
             # per byte: the warps that read it in this epoch, one bit each
-            bits = np.left_shift(np.uint64(1), warp.astype(np.uint64))
             stale = sh["repoch"][addr] != self.epoch
             sh["readers"][addr[stale]] = 0
             np.bitwise_or.at(sh["readers"], addr, bits)
             sh["repoch"][addr] = self.epoch
         else:
-            own = np.left_shift(np.uint64(1), warp.astype(np.uint64))
-            others = sh["readers"][addr] & ~own
+            others = sh["readers"][addr] & ~bits
             hit = (sh["repoch"][addr] == self.epoch) & (others != 0)
-            first = _lowest_bit(others)
-            self._raise(hit, addr, warp, first, buf, what, "write after read", by_index=True)
-            hit = (sh["wepoch"][addr] == self.epoch) & (sh["writer"][addr] >= 0)
-            hit &= sh["writer"][addr] != warp
-            self._raise(hit, addr, warp, sh["writer"], buf, what, "write after write")
+            self._raise(hit, addr, warp, _lowest_bit(others), buf, what, "write after read")
+            self._raise(other_writer, addr, warp, writer, buf, what, "write after write")
             sh["writer"][addr] = warp
             sh["wepoch"][addr] = self.epoch
 
@@ -141,7 +135,7 @@ class RaceChecker:
         warps = np.unique(np.asarray(threads, np.int64) // WARP)
         if warps.size == 0:
             return
-        bits = np.bitwise_or.reduce(np.left_shift(np.uint64(1), warps.astype(np.uint64)))
+        bits = np.bitwise_or.reduce(_warp_bits(warps))
         for sh in self.shadows.values():
             sh["unfenced"] &= ~bits
             sh["unfenced_w"] &= ~bits
@@ -182,19 +176,21 @@ class RaceChecker:
             "those accesses complete"
         )
 
-    def _raise(self, hit, addr, warp, other, buf, what, hazard, by_index=False):
-        """Raise for the first ``hit``; ``other``: the other warp, per byte of the shadow
-        (or, ``by_index``, per element of ``addr``)."""
+    def _raise(self, hit, addr, warp, other, buf, what, hazard):
+        """Raise for the first ``hit``; ``other``: the other warp, per element of ``addr``."""
         if not hit.any():
             return
         k = int(np.argmax(hit))
-        by = int(other[k] if by_index else other[addr[k]])
-        them = f"warp {by}"
         raise self.error(
             f"shared-memory race ({hazard}) on {buf.name}: {what} by warp {int(warp[k])} "
-            f"touches byte {int(addr[k])} that {them} accessed since the last barrier "
-            f"(block {self.block}); a __syncthreads is missing"
+            f"touches byte {int(addr[k])} that warp {int(other[k])} accessed since the last "
+            f"barrier (block {self.block}); a __syncthreads is missing"
         )
+
+
+def _warp_bits(warps):
+    """One bit per warp index (uint64: up to 64 warps)."""
+    return np.left_shift(np.uint64(1), np.asarray(warps).astype(np.uint64))
 
 
 def _lowest_bit(bits):
