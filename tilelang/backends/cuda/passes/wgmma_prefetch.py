@@ -51,6 +51,7 @@ from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 from tvm_tirx.tirx.tensor import TensorType
 
+from ....lowering import irb
 from ....lowering.stmt import (
     StmtMutator,
     flatten_seq,
@@ -126,9 +127,10 @@ def _var_counts(node) -> dict:
 
 def _rest_problem(rest, vecs) -> str | None:
     """Why the loop body after its shared reads could not run after all of them, or None."""
-    if any(extern_name(c) is not None for c in _handles(rest, ir.Call)):
+    calls = _handles(rest, ir.Call)
+    if any(extern_name(c) is not None for c in calls):
         return "the loop calls an extern"
-    if any(str(getattr(c.op, "name", "")).endswith("address_of") for c in _handles(rest, ir.Call)):
+    if any(str(getattr(c.op, "name", "")).endswith("address_of") for c in calls):
         return "the loop takes an address"
     for store in _handles(rest, ir.TensorStore):
         if is_shared(store.dest):
@@ -171,14 +173,15 @@ def _prefetch(loop, counts, notes, where):
     vecs = {r[0].__chandle__(): r for r in reads}
     bound = {x.var.__chandle__() for x in _handles(loop.body, ir.Bind)}
     bound |= {x.var.__chandle__() for x in _handles(loop.body, ir.For)}
-    problem = _rest_problem(ir.SeqStmt(rest) if len(rest) > 1 else rest[0], vecs) if rest else None
+    problem = _rest_problem(irb.seq(rest), vecs)
     if problem is None and len(vecs) != len(reads):
         problem = "one register array read twice"
     if problem is None:
+        loop_counts = _var_counts(loop.body)
         for vec, src, _ in reads:
             if any(v.__chandle__() in bound for v in _handles(src, ir.Var)):
                 problem = f"{src.source.name}'s index is bound in the loop"
-            loop_uses = _var_counts(loop.body).get(vec.__chandle__(), 0)
+            loop_uses = loop_counts.get(vec.__chandle__(), 0)
             if counts.get(vec.__chandle__(), 0) - loop_uses > 1:  # more than its alloc
                 problem = f"{vec.name} is used outside the loop"
     if problem is not None:
@@ -203,10 +206,9 @@ def _prefetch(loop, counts, notes, where):
         pf, lanes = hit
         return ir.TensorLoad(pf, [o * lanes + x.indices[0]])
 
-    new_rest = tvm_ffi.structural_map(ir.SeqStmt(rest) if len(rest) > 1 else rest[0],
-                                      [(ir.TensorLoad, load)])  # fmt: skip
-    fetch = ir.For(o, loop.begin, loop.end, loop.step, loop.kind,
-                   ir.SeqStmt(pre) if len(pre) > 1 else pre[0], loop.annotations, loop.loc)  # fmt: skip
+    new_rest = tvm_ffi.structural_map(irb.seq(rest), [(ir.TensorLoad, load)])
+    fetch = ir.For(o, loop.begin, loop.end, loop.step, loop.kind, irb.seq(pre),
+                   loop.annotations, loop.loc)  # fmt: skip
     # the compute loop gets a fresh loop variable (a Var is bound once)
     o2 = ir.Var(o.name, o.ty)
     new_rest = substitute(new_rest, {o: o2})
@@ -248,7 +250,7 @@ class _Prefetcher(StmtMutator):
                     flat[i : j + 1] = [fetch, *flat[i:j], compute]
                     j += 1
             i = j
-        return ir.SeqStmt(flat) if len(flat) > 1 else flat[0]
+        return irb.seq(flat)
 
 
 def prefetch_shared_reads(body):
