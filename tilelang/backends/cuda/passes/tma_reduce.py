@@ -61,7 +61,7 @@ from ....ops.atomic.cuda import tma_capable
 from ....ops.atomic.op import ATOMIC
 from ..tensor_map import TmaCopy, plan_tma_copy
 from .tma_lowering import shared_map
-from .tma_store import tma_store_stmts
+from .tma_store import WAIT_READ, tma_store_stmts
 
 #: Element types ``cp.reduce.async.bulk.tensor .add`` takes (the tensor map's type).
 REDUCE_ADD_DTYPES = ("float16", "bfloat16", "float32", "int32", "uint32", "uint64")
@@ -130,9 +130,6 @@ class _ReduceLowering(StmtMutator):
             f"swizzle {p.mode.name}, {plan.bytes} bytes"
         )
         return ir.SeqStmt(tma_store_stmts(plan, self.tx, op=REDUCE_ADD))
-
-
-WAIT_READ = "tl::tma_store_wait_read<0>"
 
 
 def _reduce_group(stmt):

@@ -86,6 +86,9 @@ from .plan_shared_memory import smem_limit, tile_bytes
 from .tma_lowering import shared_map, tma_supported
 from .warp_specialize_auto import CONSUMER_MARKER
 
+#: The elected thread's wait that ends a TMA store's (or reduce's) read of its tile.
+WAIT_READ = "tl::tma_store_wait_read<0>"
+
 #: Marker in ``tl.tma`` of a kernel split by automatic warp specialization.
 _WS_NOTE = "warp-specialized ("
 
@@ -127,7 +130,7 @@ def tma_store_stmts(t: TmaCopy, tx, op: str = "tl::tma_store") -> list:
         args = [tirx.address_of(t.spec.var), smem]
         args += [ir.prim.Cast("int32", c) if str(c.ty) != "int32" else c for c in reversed(coords)]
         issue.append(_call(f"{op}_{t.spec.rank}d", *args))
-    issue += [_call("tl::tma_store_commit"), _call("tl::tma_store_wait_read<0>")]
+    issue += [_call("tl::tma_store_commit"), _call(WAIT_READ)]
     return [
         _call("tl::fence_proxy_async_shared"),
         sync_threads(),
