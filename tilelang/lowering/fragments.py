@@ -136,6 +136,26 @@ def same_threads(a: Fragment, b: Fragment) -> bool:
         return False
 
 
+def owner_threads(frag: Fragment):
+    """The distinct threads holding elements of ``frag``, ascending, or None when its
+    thread table cannot be built."""
+    import numpy as np
+
+    try:
+        return np.unique(frag.thread_table())
+    except Exception:  # noqa: BLE001 - not tabulable
+        return None
+
+
+def owner_span(frag: Fragment, owners=None):
+    """``(first, last + 1)`` of the threads holding elements of ``frag`` (``owners``: its
+    :func:`owner_threads`, when known), or None when its thread table cannot be built."""
+    owners = owner_threads(frag) if owners is None else owners
+    if owners is None:
+        return None
+    return int(owners[0]), int(owners[-1]) + 1
+
+
 def owner_guard(frag: Fragment, thread_var, threads: int):
     """The condition ``lo <= t < hi`` under which thread ``t`` holds elements of ``frag``
     (the threads ``[lo, hi)`` it spans), or None when that is every thread of the block.
@@ -144,14 +164,11 @@ def owner_guard(frag: Fragment, thread_var, threads: int):
     ``128 + ...``); threads outside its span hold nothing, and the fragment's inverse map
     gives them coordinates outside the tile. Threads inside the span must all hold some
     element: a fragment with holes raises ValueError (callers name the op)."""
-    import numpy as np
-
-    try:
-        owners = np.unique(frag.thread_table())
-    except Exception:  # noqa: BLE001 - not tabulable: the bounds of the thread expression
+    owners = owner_threads(frag)
+    if owners is None:  # not tabulable: the bounds of the thread expression
         lo, hi = 0, frag.get_thread_size()
     else:
-        lo, hi = int(owners[0]), int(owners[-1]) + 1
+        lo, hi = owner_span(frag, owners)
         if len(owners) != hi - lo:
             raise ValueError(
                 f"the fragment {frag!r} holds elements on threads {lo}..{hi - 1} with gaps "

@@ -18,6 +18,7 @@ from tvm_tirx import ir, sym
 from tvm_tirx import tirx as _tirx
 
 from .stmt import uses_any
+from .thread_utils import collect_vars
 
 
 def conjuncts(cond) -> list:
@@ -54,7 +55,8 @@ def guarded_range(conditions, thread_var, threads: int):
     if not conditions:
         return 0, threads
     for cond in conditions:  # other variables: the kept threads are not known here
-        if not uses_any(cond, [thread_var]) or _free_vars(cond, thread_var):
+        others = collect_vars(cond, lambda v: not v.same_as(thread_var))
+        if others or not uses_any(cond, [thread_var]):
             return None
     block = ir.Range.from_min_extent(0, threads)
     ctx = sym.ConstraintContext()
@@ -77,20 +79,6 @@ def guarded_range(conditions, thread_var, threads: int):
     return lo, hi
 
 
-def _free_vars(cond, thread_var) -> list:
-    """Variables of ``cond`` other than ``thread_var``."""
-    import tvm_ffi
-
-    found = []
-
-    def visit(v):
-        if not v.same_as(thread_var):
-            found.append(v)
-
-    tvm_ffi.structural_walk(cond, [(ir.Var, visit)])
-    return found
-
-
 def shift_threads(frag, lo: int):
     """``frag`` on threads ``lo + t`` (its elements, registers and replicas unchanged)."""
     if lo == 0:
@@ -105,15 +93,3 @@ def shift_threads(frag, lo: int):
         frag.get_replicate(),
         frag.get_replicate_var(),
     )
-
-
-def owner_span(frag):
-    """``(first, last + 1)`` of the threads holding elements of ``frag``, or None when
-    its thread table cannot be built."""
-    import numpy as np
-
-    try:
-        owners = np.unique(frag.thread_table())
-    except Exception:  # noqa: BLE001 - not tabulable
-        return None
-    return int(owners[0]), int(owners[-1]) + 1

@@ -28,7 +28,8 @@ import tvm_ffi
 from tvm_tirx import ir
 
 from .... import errors
-from ....lowering.thread_range import guarded_range, owner_span
+from ....lowering.fragments import owner_span
+from ....lowering.thread_range import guarded_range
 from ....lowering.thread_utils import is_fragment
 from ....ops.registry import tile_op_of
 
