@@ -60,15 +60,9 @@ TL_DEVICE void AtomicAddx2(float* address, float a, float b) {
 // Otherwise (older archs, shared memory, misaligned groups, the second pair of a 16-bit x4)
 // each lane is its own atomic: every lane's add and old value are exact, but another
 // thread may update the group between two lanes.
-namespace detail {
-TL_DEVICE bool aligned_to(const void* address, unsigned long long bytes) {
-  return (reinterpret_cast<unsigned long long>(address) & (bytes - 1)) == 0;
-}
-}  // namespace detail
-
 TL_DEVICE void AtomicAddx2Ret(float* address, float a, float b, float* prev) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (__isGlobal(address) && detail::aligned_to(address, 8)) {
+  if (__isGlobal(address) && is_aligned(address, 8)) {
     float2 old = atomicAdd(reinterpret_cast<float2*>(address), make_float2(a, b));
     prev[0] = old.x;
     prev[1] = old.y;
@@ -81,7 +75,7 @@ TL_DEVICE void AtomicAddx2Ret(float* address, float a, float b, float* prev) {
 
 TL_DEVICE void AtomicAddx4Ret(float* address, float a, float b, float c, float d, float* prev) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (__isGlobal(address) && detail::aligned_to(address, 16)) {
+  if (__isGlobal(address) && is_aligned(address, 16)) {
     float4 old = atomicAdd(reinterpret_cast<float4*>(address), make_float4(a, b, c, d));
     prev[0] = old.x;
     prev[1] = old.y;
@@ -97,7 +91,7 @@ TL_DEVICE void AtomicAddx4Ret(float* address, float a, float b, float c, float d
 }
 
 TL_DEVICE void AtomicAddx2Ret(half_t* address, half_t a, half_t b, half_t* prev) {
-  if (detail::aligned_to(address, 4)) {
+  if (is_aligned(address, 4)) {
     __half2 old = atomicAdd(reinterpret_cast<__half2*>(address), __halves2half2(a, b));
     prev[0] = __low2half(old);
     prev[1] = __high2half(old);
@@ -108,7 +102,7 @@ TL_DEVICE void AtomicAddx2Ret(half_t* address, half_t a, half_t b, half_t* prev)
 }
 
 TL_DEVICE void AtomicAddx2Ret(bfloat16_t* address, bfloat16_t a, bfloat16_t b, bfloat16_t* prev) {
-  if (detail::aligned_to(address, 4)) {
+  if (is_aligned(address, 4)) {
     __nv_bfloat162 old =
         atomicAdd(reinterpret_cast<__nv_bfloat162*>(address), __halves2bfloat162(a, b));
     prev[0] = __low2bfloat16(old);

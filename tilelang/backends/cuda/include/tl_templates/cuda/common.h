@@ -11,7 +11,8 @@
 //     cuda_bf16.h and the matching alias (the build glue defines them for kernels that use
 //     no half / bfloat16 values: each of those headers costs the device compiler time),
 //   * the `TL_DEVICE` / `TL_HOST_DEVICE` function qualifiers,
-//   * `tl::ceildiv` and `tl::smem_ptr_to_uint` (generic -> 32-bit shared address).
+//   * `tl::ceildiv`, `tl::smem_ptr_to_uint` (generic -> 32-bit shared address) and
+//     `tl::is_aligned(ptr, n)` (whether ptr is a multiple of n bytes).
 //
 // The build glue (tilelang/backends/cuda/build.py) pastes these headers' text in front
 // of the TIRx-generated CUDA source, so lowered code can call the helpers by name through
@@ -78,6 +79,12 @@ TL_HOST_DEVICE constexpr T ceildiv(T a, T b) {
 // PTX instructions with a `.shared` state space (cp.async, ldmatrix, ...) take.
 TL_DEVICE uint32_t smem_ptr_to_uint(const void* smem_ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
+}
+
+// Whether ptr is aligned to n bytes (n a power of two): the vector copies' and vector
+// atomics' run-time test of a tensor's base pointer.
+TL_DEVICE bool is_aligned(const void* ptr, int n) {
+  return (reinterpret_cast<unsigned long long>(ptr) & static_cast<unsigned long long>(n - 1)) == 0;
 }
 
 // gridDim.x as an int: the tile stride of a persistent kernel (tl.persistent_tiles,

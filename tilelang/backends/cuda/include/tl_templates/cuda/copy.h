@@ -6,12 +6,11 @@
 //   tl::copy_vec<N>(dst, src)                       copy N bytes (N = 2, 4, 8 or 16) with one
 //                                                   load and one store (16 bytes: ld/st.v4)
 //   tl::zero_vec<N>(dst)                            store N zero bytes with one store
-//   tl::is_aligned(ptr, n)                          whether ptr is a multiple of n bytes
 //
 // copy_vec/zero_vec work between any of global, shared and local memory (the compiler
 // picks ld.global / ld.shared / registers from where the pointers come from); both
 // pointers must be N-byte aligned (the CUDA lowering proves the offsets and checks the
-// tensor base pointers with is_aligned before taking the vector path).
+// tensor base pointers with tl::is_aligned, common.h, before taking the vector path).
 //
 //   tl::cp_async_gs<N>(smem, gmem)                  copy N bytes (N = 4, 8 or 16)
 //   tl::cp_async_gs_conditional<N>(smem, gmem, p)   same, but when `p` is false nothing is
@@ -62,11 +61,6 @@ template <int N>
 TL_DEVICE void zero_vec(void* dst) {
   using V = typename VecType<N>::type;
   *reinterpret_cast<V*>(dst) = V{};
-}
-
-// Whether ptr is aligned to n bytes (n a power of two).
-TL_DEVICE bool is_aligned(const void* ptr, int n) {
-  return (reinterpret_cast<unsigned long long>(ptr) & static_cast<unsigned long long>(n - 1)) == 0;
 }
 
 // Copy N bytes from global to shared memory asynchronously. 16-byte copies bypass L1
