@@ -58,50 +58,31 @@ def branch_kernel(cond):
             z = T.alloc_shared((M, N), "float32")
             f = T.alloc_fragment((M, N), "float32")
             T.fill(z, 5.0)
+
+            @T.macro
+            def kept_threads_work():
+                T.copy(A, s)
+                for i, j in T.Parallel(N, M):
+                    O[i, j] = s[j, i] * 2.0
+                T.copy(s, f)
+                for i, j in T.Parallel(M, N):
+                    f[i, j] += s[i, j]
+                T.copy(f, P)
+                T.clear(z)
+                W[tx] = 1.0
+
             if cond == "ge128":
                 if tx >= 128:
-                    T.copy(A, s)
-                    for i, j in T.Parallel(N, M):
-                        O[i, j] = s[j, i] * 2.0
-                    T.copy(s, f)
-                    for i, j in T.Parallel(M, N):
-                        f[i, j] += s[i, j]
-                    T.copy(f, P)
-                    T.clear(z)
-                    W[tx] = 1.0
+                    kept_threads_work()
             elif cond == "lt128":
                 if tx < 128:
-                    T.copy(A, s)
-                    for i, j in T.Parallel(N, M):
-                        O[i, j] = s[j, i] * 2.0
-                    T.copy(s, f)
-                    for i, j in T.Parallel(M, N):
-                        f[i, j] += s[i, j]
-                    T.copy(f, P)
-                    T.clear(z)
-                    W[tx] = 1.0
+                    kept_threads_work()
             elif cond == "mid":
                 if tx >= 64 and tx < 192:
-                    T.copy(A, s)
-                    for i, j in T.Parallel(N, M):
-                        O[i, j] = s[j, i] * 2.0
-                    T.copy(s, f)
-                    for i, j in T.Parallel(M, N):
-                        f[i, j] += s[i, j]
-                    T.copy(f, P)
-                    T.clear(z)
-                    W[tx] = 1.0
+                    kept_threads_work()
             elif cond == "warp":
                 if tx // 32 == 2:
-                    T.copy(A, s)
-                    for i, j in T.Parallel(N, M):
-                        O[i, j] = s[j, i] * 2.0
-                    T.copy(s, f)
-                    for i, j in T.Parallel(M, N):
-                        f[i, j] += s[i, j]
-                    T.copy(f, P)
-                    T.clear(z)
-                    W[tx] = 1.0
+                    kept_threads_work()
             T.copy(z, Z)
 
     return main
