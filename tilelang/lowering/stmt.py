@@ -118,6 +118,16 @@ class StmtMutator:
         out = self.visit(stmt, ctx)
         return ir.Evaluate(ir.const(0, "int32")) if out is None else out
 
+    def visit_flat(self, stmt, ctx) -> list:
+        """The visited statements of ``stmt`` (a sequence), nested sequences spliced in and
+        deleted ones dropped: for ``visit_SeqStmt`` overrides that rewrite the list."""
+        flat = []
+        for s in flatten_seq(stmt):
+            r = self.visit(s, ctx)
+            if r is not None:
+                flat += flatten_seq(r)
+        return flat
+
     def visit_SeqStmt(self, stmt, ctx):
         out = []
         for s in stmt.seq:

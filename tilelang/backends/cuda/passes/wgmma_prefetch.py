@@ -226,11 +226,7 @@ class _Prefetcher(StmtMutator):
         self.allocs: list = []
 
     def visit_SeqStmt(self, stmt, ctx):
-        flat = []
-        for s in flatten_seq(stmt):
-            r = self.visit(s, ctx)
-            if r is not None:
-                flat += flatten_seq(r)
+        flat = self.visit_flat(stmt, ctx)
         if not flat:
             return None
         i = 0

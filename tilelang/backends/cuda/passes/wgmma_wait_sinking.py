@@ -508,11 +508,7 @@ class _Sinker(StmtMutator):
         self.paired = paired
 
     def visit_SeqStmt(self, stmt, ctx):
-        flat = []
-        for s in flatten_seq(stmt):
-            r = self.visit(s, ctx)
-            if r is not None:
-                flat += flatten_seq(r)
+        flat = self.visit_flat(stmt, ctx)
         if not flat:
             return None
         if any(extern_name(s) == "tl::wgmma_commit" for s in flat):
