@@ -29,6 +29,7 @@ from tvm_tirx import ir
 from .. import errors
 from ..language import eager as _eager
 from ..language.proxy import TensorAnnotation
+from ..utils import pyast
 
 _FAST_TABLE_LIMIT = 4096
 _TORCH_DEVICE = {
@@ -73,7 +74,7 @@ def analyze(fn) -> SourceInfo:
     """Read ``fn``'s source once (a function without source is taken as a factory)."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return SourceInfo(False, [], False)
     fn_node = next(

@@ -36,6 +36,8 @@ import inspect
 import itertools
 import textwrap
 
+from ..utils import pyast
+
 BUILDER = "__tb"
 
 _AUG_OPS = {
@@ -427,7 +429,7 @@ def rewrite_function(func) -> tuple[ast.Module, str, int]:
         ) from err
     filename = inspect.getsourcefile(func) or "<unknown>"
     source = textwrap.dedent("".join(lines))
-    tree = ast.parse(source, filename=filename)
+    tree = pyast.parse(source, filename=filename)
     ast.increment_lineno(tree, first_line - 1)
     tree = _KernelRewriter().visit(tree)
     ast.fix_missing_locations(tree)

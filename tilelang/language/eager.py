@@ -42,6 +42,7 @@ from tvm_tirx.script import tirx as _T
 from tvm_tirx.script.ir_builder import IRBuilder
 
 from .. import dtypes, errors
+from ..utils import pyast
 from . import builder
 from .ast_rewrite import BUILDER, rewrite_function
 from .proxy import TensorAnnotation
@@ -263,7 +264,7 @@ class EagerBody:
             [n for n in runtime_names if n not in signature_annotations]
         ).visit(tree)
         ast.fix_missing_locations(tree)
-        module_code = compile(tree, self.filename, "exec", dont_inherit=True)
+        module_code = pyast.compile_tree(tree, self.filename)
         builder.register_user_code(module_code)
         namespace = dict(func.__globals__)
         namespace.update(_closure_values(func))

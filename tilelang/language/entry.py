@@ -13,6 +13,7 @@ from tvm_tirx.script import tirx as _T
 from tvm_tirx.script.ir_builder import IRBuilder
 
 from .. import dtypes, errors
+from ..utils import pyast
 from . import builder, diagnostics
 from .ast_rewrite import BUILDER, rewrite_function
 from .proxy import TensorAnnotation
@@ -35,7 +36,7 @@ class _Rewritten:
     def __init__(self, func):
         self.func = func
         tree, self.filename, _ = rewrite_function(func)
-        module_code = compile(tree, self.filename, "exec", dont_inherit=True)
+        module_code = pyast.compile_tree(tree, self.filename)
         builder.register_user_code(module_code)
         self.code = next(
             c

@@ -22,6 +22,7 @@ import os
 import re
 
 from ... import errors
+from ...utils import pyast
 
 _SIG_RE = re.compile(
     r'extern "C" __global__ void(?: __launch_bounds__\(\d+\))? (\w+)\(([^)]*)\)\s*\{', re.M
@@ -73,7 +74,7 @@ def eval_extent(text: str, dims: dict) -> int:
                 return min(args) if node.func.id == "min" else max(args)
         raise HipRuntimeError(f"launch extent {text!r}: cannot evaluate {ast.dump(node)}")
 
-    return int(ev(ast.parse(text, mode="eval")))
+    return int(ev(pyast.parse(text, mode="eval")))
 
 
 def _library_candidates():
