@@ -93,9 +93,9 @@ def whole_warpgroups(mask, lanes: int, fname: str) -> list:
 class _Buf:
     """A tensor's storage: flat ``data`` (shared/global) or ``(threads, n)`` (local)."""
 
-    def __init__(self, name, data, shape, local, shared=False):
+    def __init__(self, name, data, shape, local, shared=False, strides=None):
         self.name, self.data, self.shape, self.local = name, data, shape, local
-        self.shared = shared
+        self.shared, self.strides = shared, strides  # strides: a strided T.view's, else None
 
 
 class _Machine:
@@ -160,7 +160,14 @@ class _Machine:
             raise EmulationError(f"decl_tensor of {var.name}: unsupported pointer {ptr}")
         base = self.bufs[base_var.__chandle__()]
         dtype = np_dtype(var.ty.dtype)
-        n = int(np.prod([int(self.scalar(s)) for s in var.ty.shape]))
+        shape = [int(self.scalar(s)) for s in var.ty.shape]
+        layout = var.ty.layout  # explicit strides (T.view(..., strides=)): span of the view
+        strides = None if layout is None else [int(self.scalar(i.stride)) for i in layout.shard]
+        n = (
+            int(np.prod(shape))
+            if strides is None
+            else 1 + sum((e - 1) * st for e, st in zip(shape, strides))
+        )
         raw = base.data.view(np.uint8)
         view = raw[offset : offset + n * np.dtype(dtype).itemsize].view(dtype)
         if view.size != n:
@@ -175,7 +182,9 @@ class _Machine:
             and not peers_write
         ):
             view.fill(np.nan)
-        self.bufs[var.__chandle__()] = _Buf(var.name, view, var.ty.shape, base.local, base.shared)
+        self.bufs[var.__chandle__()] = _Buf(
+            var.name, view, var.ty.shape, base.local, base.shared, strides
+        )
 
     def buf(self, var) -> _Buf:
         b = self.bufs.get(var.__chandle__())
@@ -201,7 +210,7 @@ class _Machine:
                     f"{what} {b.name}: thread {t} (block {self.block_index}) index "
                     f"{[int(x[t]) for x in idx]} is outside shape {shape} (axis {axis})"
                 )
-            flat = flat * size + i
+            flat = flat + i * b.strides[axis] if b.strides else flat * size + i
         return np.where(active, flat, 0), active
 
     def _track(self, b, flat, active, kind, what, nbytes=None, in_bytes=False):
