@@ -474,3 +474,50 @@ def test_many_blocks_into_one_tile_gpu():
     want = y.double() + 2 * pad.reshape(-1, bM, N).sum(0)
     kernel(x, y)
     torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-3)
+
+
+def two_tiles_reduced(M, N, bM, bN):
+    """Two tiles reduced in one loop: Y += sum of X's row blocks, Z += 3 * that. The
+    deferred waits of both go before each tile's first access and after the loop."""
+
+    @T.prim_func
+    def main(
+        X: T.Tensor((M, N), "float32"),
+        Y: T.Tensor((bM, N), "float32"),
+        Z: T.Tensor((bM, N), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(N, bN), threads=128) as bx:
+            S1 = T.alloc_shared((bM, bN), "float32")
+            S2 = T.alloc_shared((bM, bN), "float32")
+            F = T.alloc_fragment((bM, bN), "float32")
+            for k in T.serial(T.ceildiv(M, bM)):
+                T.copy(X[k * bM, bx * bN], F)
+                T.copy(F, S1)
+                for i, j in T.Parallel(bM, bN):
+                    F[i, j] = F[i, j] * 3
+                T.copy(F, S2)
+                T.atomic_add(Y[0:bM, bx * bN : (bx + 1) * bN], S1, use_tma=True)
+                T.atomic_add(Z[0:bM, bx * bN : (bx + 1) * bN], S2, use_tma=True)
+
+    return main
+
+
+def test_deferred_waits_of_two_tiles_emulated():
+    M, N, bM, bN = 150, 96, 32, 64
+    f = pipeline.lower(two_tiles_reduced(M, N, bM, bN), SM90A, DEFER)
+    text = str(f)
+    for tile in ("S1", "S2"):
+        waits = re.findall(rf"tma_store_wait_read<0>\", T.address_of\({tile}", text)
+        assert len(waits) == 2, text  # before the tile's first write, and after the loop
+    x, y, z = (
+        _rand((M, N), "float32", 21),
+        _rand((bM, N), "float32", 22),
+        _rand((bM, N), "float32", 23),
+    )
+    pad = np.zeros((-(-M // bM) * bM, N))
+    pad[:M] = x
+    block_sum = pad.reshape(-1, bM, N).sum(axis=0)
+    want_y, want_z = y.astype(np.float64) + block_sum, z.astype(np.float64) + 3 * block_sum
+    emulate(f, x, y, z, race_check=True)
+    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-4)

@@ -160,8 +160,9 @@ def defer_waits(body, tx):
 
     def visit_for(loop):
         stmts = flatten_seq(loop.body)
+        waits_before: dict[int, list] = {}  # statement index -> waits placed before it
         after = []
-        for r, stmt in enumerate(stmts):
+        for r, stmt in enumerate(stmts):  # decide on the original list, rebuild below
             tile = _reduce_group(stmt)
             if tile is None:
                 continue
@@ -173,11 +174,12 @@ def defer_waits(body, tx):
                 continue
             inner = flatten_seq(stmt.then_case)[:-1]
             stmts[r] = ir.If(stmt.condition, ir.SeqStmt(inner), None, stmt.loc)
-            stmts.insert(first, _tile_wait(tile, tx))
+            waits_before.setdefault(first, []).append(_tile_wait(tile, tx))
             after.append(_tile_wait(tile, tx))
         if not after:
             return loop
-        new = ir.For(loop.var, loop.begin, loop.end, loop.step, loop.kind, ir.SeqStmt(stmts),
+        rebuilt = [w for i, s in enumerate(stmts) for w in [*waits_before.get(i, []), s]]
+        new = ir.For(loop.var, loop.begin, loop.end, loop.step, loop.kind, ir.SeqStmt(rebuilt),
                      loop.annotations, loop.loc)  # fmt: skip
         return ir.SeqStmt([new, *after])
 
