@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
         "utils.deprecated",
         "utils.version",
         "utils.upstream_modules",
+        "utils.pyast",
     ),
     ("layout",),
     # the pass configs, the stage runner and the source hooks, shared by every pipeline
