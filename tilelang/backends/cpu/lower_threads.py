@@ -56,7 +56,7 @@ def _thread_loop(stmts, tvars):
 
 
 #: Tile ops re-planned over an `if`'s threads (as on CUDA: cuda/passes/thread_guard.py).
-_PLANNED_OPS = ("copy", "fill")
+_PLANNED_OPS = ("copy", "fill", "gemm", "reduce")
 
 
 def _only_planned_work(stmt) -> bool:
@@ -70,7 +70,7 @@ def _only_planned_work(stmt) -> bool:
         return True
     if isinstance(stmt, ir.Evaluate):
         found = tile_op_of(stmt)
-        return found is None or found[0].name in _PLANNED_OPS
+        return found is None or found[0].name in _PLANNED_OPS + ("ws",)
     if isinstance(stmt, ir.SeqStmt):
         return all(_only_planned_work(s) for s in stmt.seq)
     if isinstance(stmt, ir.If):
