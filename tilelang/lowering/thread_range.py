@@ -88,9 +88,10 @@ def shift_threads(frag, lo: int):
         return frag
     from ..layout import Fragment
 
+    rep = frag.get_replicate_var()  # listed first among the forward vars when replicated
     return Fragment.from_parts(
         frag.get_input_shape(),
-        frag.get_forward_vars(),
+        [v for v in frag.get_forward_vars() if rep is None or not v.same_as(rep)],
         frag.get_forward_index(),
         frag.get_forward_thread() + lo,
         frag.get_replicate(),
