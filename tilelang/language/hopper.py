@@ -22,6 +22,7 @@ from .. import errors
 from ..ops.hopper import op as _op
 from . import builder
 from .allocate import alloc_shared
+from .tileop import static_clear_accum
 
 WARP_GROUP = 128
 
@@ -256,7 +257,7 @@ def wgmma_gemm(
         transpose_A=bool(transpose_A),
         transpose_B=bool(transpose_B),
         policy=int(policy),
-        clear_accum=bool(clear_accum),
+        clear_accum=static_clear_accum(clear_accum, regions[2]),
     )
     _gemm.gemm_dims(_gemm.GEMM.view(call))  # early shape check, names the user's line
     attrs = dict(call.attrs.items())

@@ -307,7 +307,9 @@ def _whole_tile(view, k_slice_step: int | None = None) -> bool:
 def _mn_slice(view, unit: int) -> bool:
     """Whether the region is whole along its rows (K of an MN-major operand) and, along its
     columns (M or N), a constant extent starting at a multiple of ``unit``."""
-    b_rows, e_rows, s_rows = (_const(x) for x in (view.begins[-2], view.extents[-2], view.shape[-2]))
+    b_rows, e_rows, s_rows = (
+        _const(x) for x in (view.begins[-2], view.extents[-2], view.shape[-2])
+    )
     e, s = _const(view.extents[-1]), _const(view.shape[-1])
     if b_rows != 0 or e_rows is None or e_rows != s_rows or e is None or s is None or e > s:
         return False
