@@ -132,6 +132,11 @@ def check_guarded(planned, loop_layout, get, origin) -> None:
     elements on threads outside its range."""
     items = [(None, loop_layout)] if loop_layout is not None else []
     items += [(var, get(var)) for var in planned.fragments]
+    _check_owners(planned, items, origin)
+
+
+def _check_owners(planned, items, origin) -> None:
+    """``check_guarded`` over ``(fragment Var or None for the loop, layout)`` pairs."""
     for var, layout in items:
         span = owner_span(layout) if layout is not None else None
         if span is None or (planned.lo <= span[0] and span[1] <= planned.hi):
@@ -160,6 +165,8 @@ def run_in_range(planned, rule, view, ctx) -> dict:
     import dataclasses
 
     lo, hi = planned.lo, planned.hi
+    known = [(var, ctx.get_layout(var)) for var in planned.fragments]
+    _check_owners(planned, known, getattr(ctx, "origin_of", lambda var: ""))
     inner = dataclasses.replace(
         ctx, threads=hi - lo, layout_map=relative_layouts(ctx.layout_map, lo)
     )
