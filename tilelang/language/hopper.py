@@ -354,8 +354,9 @@ class WarpSpecializeFrame:
                 f"{total} threads ({max(1, -(-total // WARP_GROUP))} warpgroups)"
             )
         cond = None
-        for g in self.groups:
-            c = (tid >= g * WARP_GROUP) & (tid < (g + 1) * WARP_GROUP) if g else tid < WARP_GROUP
+        for first, last in _runs(self.groups):  # T.ws(1, 2): one range, 128 <= tid < 384
+            lo, hi = first * WARP_GROUP, (last + 1) * WARP_GROUP
+            c = (tid >= lo) & (tid < hi) if lo else tid < hi
             cond = c if cond is None else cond | c
         iff = self._stack.enter_context(builder.if_(cond))
         self._stack.enter_context(iff.then())
@@ -364,6 +365,17 @@ class WarpSpecializeFrame:
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
+
+
+def _runs(groups):
+    """``(first, last)`` of each run of consecutive warpgroup indices in sorted ``groups``."""
+    runs = []
+    for g in groups:
+        if runs and g == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], g)
+        else:
+            runs.append((g, g))
+    return runs
 
 
 ws = WarpSpecializeFrame

@@ -197,6 +197,32 @@ def test_wgmma_range_issues_its_warpgroup_only():
     assert "__syncthreads" not in inner
 
 
+@TARGETS
+def test_ws_of_two_warpgroups(rng, target):
+    """``T.ws(1, 2)`` of a 384-thread block is the range 128..383: the gemm runs on its
+    two warpgroups (8 warps), the rest of the block idles."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((64, 48), "float16"),
+        B: T.Tensor((48, 80), "float16"),
+        C: T.Tensor((64, 80), "float32"),
+    ):
+        with T.Kernel(1, threads=384):
+            a = T.alloc_shared((64, 48), "float16")
+            b = T.alloc_shared((48, 80), "float16")
+            c = T.alloc_fragment((64, 80), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            with T.ws(1, 2):
+                T.gemm(a, b, c, clear_accum=True)
+                T.copy(c, C)
+
+    a, b, ref = _gemm_inputs(rng, 64, 80, 48)
+    got = _run(main, target, a, b, np.zeros((64, 80), np.float32))[2]
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("target", ["cpu", SM80], ids=["cpu", "sm_80"])
 def test_runtime_clear_accum(rng, target):
     """``clear_accum=(j == 0)`` in a T.unroll: the first gemm overwrites C (the condition
