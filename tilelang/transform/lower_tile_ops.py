@@ -125,8 +125,7 @@ class LowerTileOps(StmtMutator):
             self._range_reads = RangeGemmReads(self._root, ctx.thread_var, ctx.threads)
         if not self._range_reads.readers:
             return out
-        written = RegionView.of(view.dst).tensor
-        fence = self._range_reads.fence_after(written, span or (0, ctx.threads))
+        fence = self._range_reads.fence_after(RegionView.of(view.dst), span or (0, ctx.threads))
         return ir.SeqStmt([out, *fence]) if fence else out
 
 

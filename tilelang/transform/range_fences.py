@@ -48,17 +48,34 @@ class RangeGemmReads:
                 span = guarded_range(conds, self.thread_var, self.threads)
                 view = found[0].view(found[1])
                 for region in (view.A, view.B):
-                    tensor = RegionView.of(region).tensor
-                    if span is not None and is_shared(tensor):
-                        self.readers.setdefault(tensor.__chandle__(), set()).add(span)
+                    rv = RegionView.of(region)
+                    if span is not None and is_shared(rv.tensor):
+                        key = rv.tensor.__chandle__()
+                        self.readers.setdefault(key, set()).add((span, _stage(rv)))
             return
         for child in _children(stmt):
             self._walk(child, conds)
 
     def fence_after(self, written, writer_span) -> list:
-        """``[fence]`` when a gemm of a range other than ``writer_span`` reads ``written``."""
-        spans = self.readers.get(written.__chandle__(), set())
-        return [extern_stmt(FENCE)] if any(s != writer_span for s in spans) else []
+        """``[fence]`` when a gemm of a range other than ``writer_span`` reads the region
+        ``written`` (a RegionView) writes: the same tile, and the same slot of its leading
+        dimensions when both name constant ones (``K_shared[g, :, :]`` per warpgroup)."""
+        mine = _stage(written)
+        for span, stage in self.readers.get(written.tensor.__chandle__(), set()):
+            if span != writer_span and (stage is None or mine is None or stage == mine):
+                return [extern_stmt(FENCE)]
+        return []
+
+
+def _stage(view):
+    """The constant indices of a region's leading (non-matrix) dimensions, each of extent
+    1, or None when some is not constant (or the tile is 2-D: the whole tile)."""
+    from ..lowering.region import _const
+
+    lead = list(zip(view.begins[:-2], view.extents[:-2]))
+    if not lead or any(_const(e) != 1 or _const(b) is None for b, e in lead):
+        return None
+    return tuple(_const(b) for b, _ in lead)
 
 
 def _children(stmt) -> list:
