@@ -22,6 +22,7 @@ from .. import errors
 from ..ops.hopper import op as _op
 from . import builder
 from .allocate import alloc_shared
+from .tileop import static_clear_accum
 
 WARP_GROUP = 128
 
@@ -256,7 +257,7 @@ def wgmma_gemm(
         transpose_A=bool(transpose_A),
         transpose_B=bool(transpose_B),
         policy=int(policy),
-        clear_accum=bool(clear_accum),
+        clear_accum=static_clear_accum(clear_accum, regions[2]),
     )
     _gemm.gemm_dims(_gemm.GEMM.view(call))  # early shape check, names the user's line
     attrs = dict(call.attrs.items())
@@ -353,8 +354,9 @@ class WarpSpecializeFrame:
                 f"{total} threads ({max(1, -(-total // WARP_GROUP))} warpgroups)"
             )
         cond = None
-        for g in self.groups:
-            c = (tid >= g * WARP_GROUP) & (tid < (g + 1) * WARP_GROUP) if g else tid < WARP_GROUP
+        for first, last in _runs(self.groups):  # T.ws(1, 2): one range, 128 <= tid < 384
+            lo, hi = first * WARP_GROUP, (last + 1) * WARP_GROUP
+            c = (tid >= lo) & (tid < hi) if lo else tid < hi
             cond = c if cond is None else cond | c
         iff = self._stack.enter_context(builder.if_(cond))
         self._stack.enter_context(iff.then())
@@ -363,6 +365,17 @@ class WarpSpecializeFrame:
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
+
+
+def _runs(groups):
+    """``(first, last)`` of each run of consecutive warpgroup indices in sorted ``groups``."""
+    runs = []
+    for g in groups:
+        if runs and g == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], g)
+        else:
+            runs.append((g, g))
+    return runs
 
 
 ws = WarpSpecializeFrame

@@ -122,13 +122,26 @@ def gemm(
         transpose_A=bool(transpose_A),
         transpose_B=bool(transpose_B),
         policy=int(policy),
-        clear_accum=bool(clear_accum),
+        clear_accum=static_clear_accum(clear_accum, regions[2]),
         k_pack=int(k_pack),
         wg_wait=int(wg_wait),
     )
     _gemm.gemm_dims(_gemm.GEMM.view(call))  # early shape check, names the user's line
     with _ws_tagged(ann, "T.gemm"):
         _emit(call)
+
+
+def static_clear_accum(clear_accum, c_region) -> bool:
+    """``clear_accum`` as a bool. A run-time condition (``clear_accum=(j == 0)`` in a loop;
+    ``bool()`` of it was silently False) becomes ``if cond: T.clear(C)`` before an
+    accumulating gemm, which computes the same."""
+    flag = builder.unwrap(clear_accum)
+    if not builder.is_expr(flag) or builder.static_value(flag) is not None:
+        value = builder.static_value(flag)
+        return bool(flag if value is None else value)
+    with builder.if_(flag) as branch, branch.then():
+        fill(c_region, 0)
+    return False
 
 
 def reduce(buffer, out, reduce_type: str, dim: int, clear: bool, batch=1, annotations=None):

@@ -22,8 +22,11 @@ from .thread_utils import collect_vars
 
 
 def conjuncts(cond) -> list:
-    """The operands of a chain of ``and`` (``[cond]`` for anything else)."""
-    if isinstance(cond, _tirx.And):
+    """The operands of a chain of ``and`` (``[cond]`` for anything else); ``a & b`` of two
+    booleans (``T.ws``'s condition) is an ``and`` too."""
+    if isinstance(cond, _tirx.And) or (
+        isinstance(cond, _tirx.BitwiseAnd) and str(cond.ty.dtype) == "bool"
+    ):
         return conjuncts(cond.a) + conjuncts(cond.b)
     return [cond]
 
@@ -51,7 +54,7 @@ def guarded_range(conditions, thread_var, threads: int):
     ``conditions`` (expressions over ``thread_var`` and constants) are exactly
     ``lo <= t < hi`` with ``lo < hi``, proven by the analyzer; else None (a set with
     holes, an empty one, or one that depends on other values)."""
-    conditions = list(conditions)
+    conditions = [c for cond in conditions for c in conjuncts(cond)]
     if not conditions:
         return 0, threads
     for cond in conditions:  # other variables: the kept threads are not known here
@@ -85,11 +88,74 @@ def shift_threads(frag, lo: int):
         return frag
     from ..layout import Fragment
 
+    rep = frag.get_replicate_var()  # listed first among the forward vars when replicated
     return Fragment.from_parts(
         frag.get_input_shape(),
-        frag.get_forward_vars(),
+        [v for v in frag.get_forward_vars() if rep is None or not v.same_as(rep)],
         frag.get_forward_index(),
         frag.get_forward_thread() + lo,
         frag.get_replicate(),
         frag.get_replicate_var(),
     )
+
+
+def relative_layouts(layout_map: dict, lo: int) -> dict:
+    """``layout_map`` as seen from threads ``t - lo``: every fragment moved down by ``lo``
+    (shared/global layouts unchanged)."""
+    from ..layout import Fragment
+
+    return {
+        var: shift_threads(layout, -lo) if isinstance(layout, Fragment) else layout
+        for var, layout in layout_map.items()
+    }
+
+
+def absolute_layouts(found: dict, lo: int) -> dict:
+    """The layouts a rule chose for threads ``t - lo`` (:func:`relative_layouts`), on the
+    block's threads ``t``."""
+    from ..layout import Fragment
+
+    return {
+        var: shift_threads(layout, lo) if isinstance(layout, Fragment) else layout
+        for var, layout in found.items()
+    }
+
+
+def range_context(ctx, lo: int, hi: int):
+    """``(inner, t_rel)``: a copy of the lowering context ``ctx`` (a ``CudaLowerContext``) for
+    a block of ``hi - lo`` threads whose thread index is the fresh variable ``t_rel``, with
+    the fragments of its layout map on those threads (:func:`relative_layouts`). Code a rule
+    emits in ``inner`` runs on the block's threads once ``t_rel`` is replaced by ``t - lo``
+    (:func:`lower_over_range`)."""
+    import dataclasses
+
+    t_rel = ir.Var(f"{ctx.thread_var.name}_rel", ctx.thread_var.ty)
+    ranges = dict(ctx.ranges)
+    ranges[t_rel] = (0, hi - lo)
+    inner = dataclasses.replace(
+        ctx,
+        ranges=ranges,
+        threads=hi - lo,
+        _analyzer=None,
+        thread_var=t_rel,
+        layout_map=relative_layouts(ctx.layout_map, lo),
+        thread_range=None,
+    )
+    for name in ("thread_guarded", "prefer_mma"):
+        if hasattr(ctx, name):
+            setattr(inner, name, getattr(ctx, name))
+    inner.range_offset = lo  # rules that need aligned ranges check it (gemm: whole warps)
+    return inner, t_rel
+
+
+def lower_over_range(rule, view, ctx, lo: int, hi: int):
+    """The statement ``rule(view, ...)`` lowers a block-wide tile op (gemm, reduce) to, planned
+    over the ``hi - lo`` threads ``[lo, hi)``: the rule sees a block of that many threads
+    (warp and warpgroup indices of ``t - lo``, fragments laid on those threads)."""
+    from .stmt import substitute
+
+    inner, t_rel = range_context(ctx, lo, hi)
+    out = rule(view, inner)
+    if out is None:
+        return None
+    return substitute(out, {t_rel: ctx.thread_var - lo})

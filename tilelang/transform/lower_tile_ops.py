@@ -11,14 +11,18 @@ from __future__ import annotations
 from tvm_tirx import ir
 
 from .. import errors
+from ..lowering.region import RegionView
 from ..lowering.stmt import StmtMutator, uses_any
-from ..lowering.thread_range import guarded_range, negate, split_uniform
+from ..lowering.thread_range import guarded_range, lower_over_range, negate, split_uniform
 from ..lowering.thread_range_marks import drop_work, has_work, mark_range, work_loc
 from ..ops import lowering_for, tile_op_of
+from .range_fences import RangeGemmReads
 
 #: Tile ops whose shared/global work a thread range re-plans (backends/cuda/passes/
 #: thread_guard.py): a branch lowering one is synchronised on its own by insert_sync.
-_PLANNED_OPS = ("copy", "fill")
+_PLANNED_OPS = ("copy", "fill", "gemm", "reduce")
+#: Of those, the ops lowered as on a block of the range's threads (lower_over_range).
+_RANGE_RELATIVE_OPS = ("gemm", "reduce")
 
 
 class LowerTileOps(StmtMutator):
@@ -56,6 +60,7 @@ class LowerTileOps(StmtMutator):
             self._guarded, self._conds = saved
 
     def __call__(self, stmt, ctx=None):
+        self._root, self._range_reads = stmt, None
         out = super().__call__(stmt, ctx)
         return drop_work(out) if has_work(out) else out  # branches no range was found for
 
@@ -94,8 +99,14 @@ class LowerTileOps(StmtMutator):
         ctx.thread_guarded = self._guarded
         if op.name in _PLANNED_OPS:  # split over the range's threads (cooperative_loop)
             self._planned |= getattr(ctx, "thread_range", None) is not None
+        span = getattr(ctx, "thread_range", None)
         try:
-            return rule(op.view(call), ctx)
+            if span is not None and op.name in _RANGE_RELATIVE_OPS:
+                return lower_over_range(rule, op.view(call), ctx, *span)
+            out = rule(op.view(call), ctx)
+            if op.name in ("copy", "fill") and str(getattr(ctx, "arch", "")).startswith("sm_9"):
+                out = self._fence_for_range_gemms(op.view(call), ctx, span, out)
+            return out
         except errors.CompileError as err:
             if not getattr(err, "needs_loc", False):
                 raise
@@ -104,6 +115,18 @@ class LowerTileOps(StmtMutator):
             ) from None
         finally:
             ctx.thread_guarded = False
+
+    def _fence_for_range_gemms(self, view, ctx, span, out):
+        """``out`` followed by a proxy fence when a gemm under another thread range reads
+        the tile it writes (``range_fences.py``)."""
+        if out is None or not getattr(ctx, "threads", None):
+            return out
+        if self._range_reads is None:
+            self._range_reads = RangeGemmReads(self._root, ctx.thread_var, ctx.threads)
+        if not self._range_reads.readers:
+            return out
+        fence = self._range_reads.fence_after(RegionView.of(view.dst), span or (0, ctx.threads))
+        return ir.SeqStmt([out, *fence]) if fence else out
 
 
 def _first_tile_op_loc(stmt):

@@ -56,7 +56,7 @@ def _thread_loop(stmts, tvars):
 
 
 #: Tile ops re-planned over an `if`'s threads (as on CUDA: cuda/passes/thread_guard.py).
-_PLANNED_OPS = ("copy", "fill")
+_PLANNED_OPS = ("copy", "fill", "gemm", "reduce")
 
 
 def _only_planned_work(stmt) -> bool:
@@ -70,7 +70,7 @@ def _only_planned_work(stmt) -> bool:
         return True
     if isinstance(stmt, ir.Evaluate):
         found = tile_op_of(stmt)
-        return found is None or found[0].name in _PLANNED_OPS
+        return found is None or found[0].name in _PLANNED_OPS + ("ws",)
     if isinstance(stmt, ir.SeqStmt):
         return all(_only_planned_work(s) for s in stmt.seq)
     if isinstance(stmt, ir.If):
@@ -156,11 +156,41 @@ def _split_threads(stmt, tvars):
         ranged = _ranged_if(stmt, tvars)
         if ranged is not None:
             return ranged
+    unsupported = _first_op_without_cpu_rule(stmt)
+    if unsupported is not None:  # e.g. the mbarrier hand-offs of a T.ws producer/consumer
+        op, call = unsupported
+        raise errors.compile_error(
+            f"{op.spelling or 'T.' + op.name} is not supported on the CPU backend (its threads "
+            "run one after another, so a branch waiting for another one's mbarrier arrival "
+            "cannot be run); compile for CUDA",
+            call.loc,
+        )
     raise errors.compile_error(
         "the CPU backend cannot run a tile op under a condition or loop that depends on the "
         "thread index",
         tile_op_loc(stmt),
     )
+
+
+def _first_op_without_cpu_rule(stmt):
+    """``(op, call)`` of the first tile op in ``stmt`` the CPU backend has no rule for."""
+    import tvm_ffi
+
+    from ...ops import lowering_for
+
+    found = []
+
+    def visit(x):
+        hit = tile_op_of(x) if isinstance(x, ir.Evaluate) else None
+        if found or hit is None:
+            return
+        try:
+            lowering_for(hit[0], "cpu", hit[1])
+        except errors.CompileError:
+            found.append(hit)
+
+    tvm_ffi.structural_walk(stmt, [(ir.Evaluate, visit)])
+    return found[0] if found else None
 
 
 def lower_threads(body):

@@ -452,13 +452,35 @@ def infer_gemm_layout_dispatch(v, ctx):
     if ctx.options["gemm_scalar"]:
         from .scalar_cuda import gemm_layout
 
+        check_range_alignment(v, ctx, None)
         return gemm_layout(v, ctx)
     plan = wgmma_plan_for(v, ctx)
+    check_range_alignment(v, ctx, plan)
     if plan is not None and getattr(ctx, "prefer_mma", False):
         plan = _wgmma_unless_rows_differ(plan, v, ctx)
     if plan is not None:
         return infer_gemm_layout_wgmma(plan, ctx)
     return infer_gemm_layout_cuda(v, ctx)
+
+
+def check_range_alignment(v, ctx, wgmma_plan) -> None:
+    """A CompileError (at the gemm's line) when the gemm runs on threads ``[lo, hi)`` of the
+    block (under ``if tx < n`` / ``T.ws``: ``ctx`` is ``lowering.thread_range.range_context``'s,
+    ``ctx.range_offset = lo``) that are not whole warps (mma.sync, scalar) or, when it lowers
+    to wgmma, not whole warpgroups: those instructions run on hardware warps/warpgroups."""
+    if getattr(ctx, "range_offset", None) is None:
+        return
+    lo = int(ctx.range_offset)
+    hi = lo + int(ctx.threads)
+    unit, what = (4 * WARP, "warpgroups (128 threads)") if wgmma_plan else (WARP, "warps")
+    if lo % unit or (hi - lo) % unit:
+        inst = "wgmma" if wgmma_plan else "mma.sync"
+        raise errors.compile_error(
+            f"T.gemm runs on threads {lo}..{hi - 1} of the block (the `if` / T.ws around it), "
+            f"which are not whole {what}: {inst} is issued by whole {what}; keep a range "
+            f"that starts and ends on a multiple of {unit} threads",
+            v.loc,
+        )
 
 
 def _wgmma_unless_rows_differ(plan, v, ctx):
@@ -480,8 +502,10 @@ def lower_gemm_dispatch(v, ctx):
     if ctx.options["gemm_scalar"]:
         from .scalar_cuda import lower_gemm_scalar
 
+        check_range_alignment(v, ctx, None)
         return lower_gemm_scalar(v, ctx)
     plan = wgmma_plan_for(v, ctx, require_known=True)
+    check_range_alignment(v, ctx, plan)
     if plan is not None:
         return lower_gemm_wgmma(v, ctx, plan)
     return lower_gemm_cuda(v, ctx)

@@ -287,8 +287,14 @@ def _whole_tile(view, k_slice_step: int | None = None) -> bool:
     whose start is a constant multiple of ``k_slice_step`` (the instruction's K): each
     instruction's descriptor then starts on a 16-byte chunk of an atom row, as the k16
     steps inside a whole tile do, and the swizzle is the whole tile's."""
-    for dim, (b, e, s) in enumerate(zip(view.begins[-2:], view.extents[-2:], view.shape[-2:])):
-        b, e, s = _const(b), _const(e), _const(s)
+    for dim, (begin, e, s) in enumerate(zip(view.begins[-2:], view.extents[-2:], view.shape[-2:])):
+        b, e, s = _const(begin), _const(e), _const(s)
+        if dim == 1 and k_slice_step and b is None and e is not None and s is not None:
+            # a K slice at a run-time start (``[:, j * 64 : (j + 1) * 64]`` in a T.unroll):
+            # the same descriptors when the start is a multiple of the instruction's K
+            if e <= s and _multiple_of(begin, k_slice_step):
+                continue
+            return False
         if b is None or e is None or s is None:
             return False
         if dim == 1 and k_slice_step and b % k_slice_step == 0 and b + e <= s:
@@ -296,6 +302,31 @@ def _whole_tile(view, k_slice_step: int | None = None) -> bool:
         if b != 0 or e != s:
             return False
     return all(_const(e) == 1 for e in view.extents[:-2])
+
+
+def _mn_slice(view, unit: int) -> bool:
+    """Whether the region is whole along its rows (K of an MN-major operand) and, along its
+    columns (M or N), a constant extent starting at a multiple of ``unit``."""
+    b_rows, e_rows, s_rows = (
+        _const(x) for x in (view.begins[-2], view.extents[-2], view.shape[-2])
+    )
+    e, s = _const(view.extents[-1]), _const(view.shape[-1])
+    if b_rows != 0 or e_rows is None or e_rows != s_rows or e is None or s is None or e > s:
+        return False
+    begin = view.begins[-1]
+    start = _const(begin)
+    if start is not None and (start % unit or start + e > s):
+        return False
+    if start is None and not _multiple_of(begin, unit):
+        return False
+    return all(_const(x) == 1 for x in view.extents[:-2])
+
+
+def _multiple_of(expr, step: int) -> bool:
+    """Whether ``expr % step == 0`` for every value of its variables (the simplifier's proof)."""
+    from tvm_tirx import sym
+
+    return bool(sym.Analyzer().can_prove(tirx.floormod(expr, step) == 0))
 
 
 # ---------------------------------------------------------------------------------------
@@ -354,9 +385,9 @@ class WgmmaPlan:
                 return None, "register A stored (K, M)"
             if not _whole_fragment(a):
                 return None, "register A is not a whole 2-D fragment"
-        elif not _whole_tile(a, None if trans_a else k_step):
+        elif not (_whole_tile(a, None if trans_a else k_step) or (trans_a and _mn_slice(a, 1))):
             return None, "A region is not a whole tile (or a K slice of a K-major one)"
-        if not _whole_tile(b, k_step if trans_b else None):
+        if not (_whole_tile(b, k_step if trans_b else None) or (not trans_b and _mn_slice(b, 1))):
             return None, "B region is not a whole tile (or a K slice of a K-major one)"
         if not _whole_fragment(c, rank=None):
             return None, "C region is not the whole fragment"
@@ -364,6 +395,12 @@ class WgmmaPlan:
         if part is None:
             return None, f"no warpgroup split of {m}x{n} over {threads // WARPGROUP}"
         plan = cls(v, a, b, c, m, n, k, part)
+        # an M/N slice of an MN-major tile (``KV[stage, :, : dim // 2]``): its instructions
+        # start where the whole tile's do when it starts on a multiple of their M/N
+        if trans_a and not a_in_regs and not _whole_tile(a) and not _mn_slice(a, INSTR_M):
+            return None, "A is an M slice that does not start on a multiple of 64"
+        if not trans_b and not _whole_tile(b) and not _mn_slice(b, plan.instr_n):
+            return None, f"B is an N slice that does not start on a multiple of {plan.instr_n}"
         bits = dtype_bits(a.dtype)
         a_rows, a_cols = int(_const(a.shape[-2])), int(_const(a.shape[-1]))
         b_rows, b_cols = int(_const(b.shape[-2])), int(_const(b.shape[-1]))

@@ -6,4 +6,4 @@ reports "T.<name> is not supported on the <backend> target" at the user's line);
 ``wgmma.h``), which check the architecture.
 """
 
-from . import cuda, op  # noqa: F401 - registers the rules
+from . import cpu, cuda, op  # noqa: F401 - registers the rules

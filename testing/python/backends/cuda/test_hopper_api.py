@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import tilelang
 import tilelang.language as T
@@ -427,14 +428,14 @@ def _ws_with(body_kind):
 @pytest.mark.parametrize(
     "kind,what,tag",
     [
-        ("copy", "T.copy", "WS_COPY"),
-        ("parallel", "T.Parallel", "WS_PARALLEL"),
         ("sync", "T.sync_threads", "WS_SYNC"),
         ("pipe", "T.Pipelined", "WS_PIPE"),
     ],
 )
 def test_block_wide_ops_inside_ws_are_refused(kind, what, tag):
-    """They are partitioned over all threads: in a warpgroup scope part would never run."""
+    """They are partitioned over all threads: in a warpgroup scope part would never run
+    (T.copy/T.fill/T.gemm/T.reduce_* and T.Parallel are re-planned over the scope's threads:
+    test_ws_copy_and_parallel_run_on_the_warpgroup, test_ws_thread_range_gemm.py)."""
     with pytest.raises(errors.CompileError, match=rf"{what} inside a T.ws scope") as e:
         _lower(_ws_with(kind))
     # a loop is named by the first line of its body
@@ -442,15 +443,41 @@ def test_block_wide_ops_inside_ws_are_refused(kind, what, tag):
     assert any(f"{THIS_FILE}:{n}: " in str(e.value) for n in lines), str(e.value)
 
 
-def test_ws_on_cpu_is_not_supported():
+@pytest.mark.parametrize("kind", ["copy", "parallel"])
+def test_ws_copy_and_parallel_run_on_the_warpgroup(kind):
+    """A T.copy / T.Parallel in ``T.ws(1)`` is planned over threads 128..255 (emulated)."""
+    from tilelang.testing.cuda_emulator import emulate
+
+    a = np.random.default_rng(0).standard_normal(128).astype(np.float32)
+    low = _lower(_ws_with(kind))
+    _, b = emulate(low, a, np.zeros(128, np.float32), race_check=True)
+    np.testing.assert_array_equal(b, a if kind == "parallel" else np.zeros(128, np.float32))
+
+
+def test_ws_per_thread_code_on_cpu():
+    """Per-thread code in a ``T.ws`` scope runs on the CPU backend on that warpgroup's
+    threads; the explicit mbarrier API there is refused naming the line."""
+
     @T.prim_func
     def k(A: T.Tensor((256,), "float32")):
         with T.Kernel(1, threads=256):
-            with T.ws(1):  # WS_CPU
+            with T.ws(1):
                 A[T.get_thread_binding()] = 1.0
 
-    with pytest.raises(tilelang.CompileError, match="CPU backend cannot run a tile op") as e:
-        tilelang.compile(k, target="cpu")
+    a = torch.zeros(256)
+    tilelang.compile(k, target="cpu")(a)
+    np.testing.assert_array_equal(a.numpy(), (np.arange(256) >= 128).astype(np.float32))
+
+    @T.prim_func
+    def waits(A: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256):
+            bar = T.alloc_barrier(arrive_count=128)
+            with T.ws(1):
+                T.barrier_wait(bar, 0)  # WS_CPU
+                A[T.get_thread_binding()] = 1.0
+
+    with pytest.raises(tilelang.CompileError, match="not supported on the CPU backend") as e:
+        tilelang.compile(waits, target="cpu")
     assert f":{_line_of('WS_CPU')}:" in str(e.value)
 
 

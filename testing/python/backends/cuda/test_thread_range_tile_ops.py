@@ -188,7 +188,7 @@ def refused(what):
             s = T.alloc_shared((M, N), "float32")
             f = T.alloc_fragment((M, N), "float32")
             r = T.alloc_fragment((M,), "float32")
-            for i, j in T.Parallel(M, N):  # f laid over all 256 threads
+            for i, j in T.Parallel(M, N):  # f laid over the first threads of the block
                 f[i, j] = A[i, j]
             if what == "odd":
                 if tx % 2 == 0:
@@ -196,8 +196,8 @@ def refused(what):
             elif what == "runtime":
                 if tx < n:
                     T.copy(A, s)  # the refused line
-            elif what == "reduce":
-                if tx < 128:
+            elif what == "reduce":  # re-planned over threads 128..255, but f is on 0..31
+                if tx >= 128:
                     T.reduce_max(f, r, dim=1)  # the refused line
             elif what == "owners":
                 if tx >= 128:
@@ -218,7 +218,7 @@ def refused(what):
     [
         ("odd", r"T.copy under `if tx % 2 == 0`.*not one contiguous range"),
         ("runtime", r"T.copy under `if tx < n`.*not one contiguous range"),
-        ("reduce", r"T.reduce under `if tx < 128`.*every thread of the block"),
+        ("reduce", r"T.reduce under `if tx >= 128`.*fragment f has elements on threads 0\.\.\d+"),
         ("owners", r"T.fill under `if tx >= 128`.*fragment f has elements on threads 0\.\.\d+"),
         ("else", r"T.copy under `if .*not one contiguous range"),
     ],

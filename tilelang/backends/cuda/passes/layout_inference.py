@@ -63,7 +63,14 @@ from .loop_fragment_access import (
     spread_positions,
 )
 from .strided_parallel import check_strided_nest, is_strided_nest
-from .thread_guard import ThreadGuard, check_guarded, fragments_of, plan_under_guard
+from .thread_guard import (
+    RANGE_RELATIVE_OPS,
+    ThreadGuard,
+    check_guarded,
+    fragments_of,
+    plan_under_guard,
+    run_in_range,
+)
 
 
 @dataclass
@@ -355,8 +362,12 @@ class _Inference:
             )
             ctx.prefer_mma = self.prefer_mma  # read by the sm_90a gemm rule (gemm_cuda.py)
             ctx.origin_of = self.origin  # conflict messages name who set a layout (reduce)
+            planned = self.planned.get(call.__chandle__())
             try:
-                found = rule(op.view(call), ctx) or {}
+                if planned is not None and op.name in RANGE_RELATIVE_OPS:
+                    found = run_in_range(planned, rule, op.view(call), ctx)
+                else:
+                    found = rule(op.view(call), ctx) or {}
             except ValueError as err:  # a layout the rule cannot split (reduce's projection)
                 known = ", ".join(
                     f"{v.name}: {self.get(v)!r}" for v in fragments_of(call) if self.get(v)

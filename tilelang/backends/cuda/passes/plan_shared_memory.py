@@ -97,18 +97,22 @@ def _layout_of(var, layouts):
 
 
 def _storage_var(var, layouts):
-    """``var`` itself, or a same-rank tensor holding its padded layout's largest offset."""
+    """``var`` itself, or a same-rank tensor holding its padded layout's largest offset (or,
+    for a tile allocated in static ``"shared"`` memory, the same tensor in the dynamic
+    shared memory every tile is planned into)."""
     layout = _layout_of(var, layouts)
     shape = [E.as_const_int(d) for d in var.ty.shape]
+    dynamic = new_tensor(var.name, list(var.ty.shape), str(var.ty.dtype), "shared.dyn")
+    static = scope_of(var) != "shared.dyn"
     if layout is None or None in shape or not shape:
-        return var
+        return dynamic if static else var
     need = storage_elements(layout)
     have = int(E.prod(shape))
     if need <= have:
-        return var
+        return dynamic if static else var
     inner = int(E.prod(shape[1:]))
     rows = -(-need // inner)
-    return new_tensor(var.name, [rows] + shape[1:], str(var.ty.dtype), scope_of(var))
+    return new_tensor(var.name, [rows] + shape[1:], str(var.ty.dtype), "shared.dyn")
 
 
 def _alloc_loc(stmt):

@@ -4,12 +4,19 @@ Upstream TileLang re-plans a block-wide tile op under ``if tx < 128:`` (``tx >= 
 ``lo <= tx < hi``, a warp-specialization style branch, an ``else`` of one) over the
 threads the condition keeps. Here: when the kept threads are provably one contiguous range
 ``[lo, hi)`` (``lowering.thread_range.guarded_range``), a ``T.copy``/``T.fill``/
-``T.clear``/``T.Parallel`` under it is planned over those ``hi - lo`` threads:
+``T.clear``/``T.Parallel``/``T.gemm``/``T.reduce_*`` under it (or in a ``T.ws`` scope, such
+an ``if``) is planned over those ``hi - lo`` threads:
 
 * a loop's free layout and the default layout of a fragment used only there are laid
   over ``[lo, hi)`` (``default_fragment`` on ``hi - lo`` threads, shifted by ``lo``);
 * the lowering rules partition shared/global tiles over ``t - lo`` (``ctx.thread_range``,
   set by ``transform/lower_tile_ops.py``); fragments keep their own threads;
+* gemm and reduce rules see a block of ``hi - lo`` threads (:func:`run_in_range` here,
+  ``lowering.thread_range.lower_over_range`` when lowering): the gemm's warp partition,
+  warp/warpgroup indices of ``t - lo``, fragments laid on ``[lo, hi)``, the reduce's
+  cross-warp workspace indexed by ``t - lo``; barriers inside the branch are
+  ``bar.sync id, hi - lo`` (``insert_sync``). ``T.gemm`` needs whole warps (mma.sync) or
+  whole warpgroups (wgmma): ``ops/gemm/mma_cuda.check_range_alignment``;
 * :func:`check_guarded` refuses, naming the buffer and both lines, a fragment (or a loop
   layout taken from one) with elements on threads the ``if`` leaves out: those threads
   would skip their part.
@@ -17,7 +24,7 @@ threads the condition keeps. Here: when the kept threads are provably one contig
 Everything else under such an ``if`` is a CompileError at the user's line saying what
 to write instead: a condition keeping a non-contiguous or run-time set of threads, a
 block with several thread dimensions, and tile ops whose lowering involves every thread
-of the block (gemm, reduce, cumsum, region atomics, run-time-extent ``T.Parallel``).
+of the block (cumsum, region atomics, run-time-extent ``T.Parallel``).
 """
 
 from __future__ import annotations
@@ -29,12 +36,12 @@ from tvm_tirx import ir
 
 from .... import errors
 from ....lowering.fragments import owner_span
-from ....lowering.thread_range import guarded_range
+from ....lowering.thread_range import absolute_layouts, guarded_range, relative_layouts
 from ....lowering.thread_utils import is_fragment
 from ....ops.registry import tile_op_of
 
 #: Tile ops re-planned over the guarded threads (``T.clear`` is a ``fill``).
-PLANNED_OPS = ("copy", "fill")
+PLANNED_OPS = ("copy", "fill", "gemm", "reduce")
 
 
 @dataclass
@@ -80,8 +87,9 @@ def plan_under_guard(stmt, nest, guard, thread_vars, threads):
         raise errors.compile_error(
             f"{what} under {guard.text()}: its lowering involves every thread of the block, "
             "so it cannot run on the threads the `if` keeps; move it out of the `if` (only "
-            "T.copy, T.fill, T.clear and static T.Parallel loops are re-planned over the "
-            "threads of an `if tx < n` / `if tx >= n` / `if lo <= tx < hi` branch)",
+            "T.copy, T.fill, T.clear, T.gemm, T.reduce_* and static T.Parallel loops are "
+            "re-planned over the threads of an `if tx < n` / `if tx >= n` / "
+            "`if lo <= tx < hi` branch or a T.ws scope)",
             loc,
         )
     if len(thread_vars) != 1:
@@ -124,6 +132,11 @@ def check_guarded(planned, loop_layout, get, origin) -> None:
     elements on threads outside its range."""
     items = [(None, loop_layout)] if loop_layout is not None else []
     items += [(var, get(var)) for var in planned.fragments]
+    _check_owners(planned, items, origin)
+
+
+def _check_owners(planned, items, origin) -> None:
+    """``check_guarded`` over ``(fragment Var or None for the loop, layout)`` pairs."""
     for var, layout in items:
         span = owner_span(layout) if layout is not None else None
         if span is None or (planned.lo <= span[0] and span[1] <= planned.hi):
@@ -138,3 +151,27 @@ def check_guarded(planned, loop_layout, get, origin) -> None:
             "under this `if`)",
             planned.loc,
         )
+
+
+#: Planned tile ops whose layout rule sees a block of the range's threads (``T.gemm``'s warp
+#: partition and fragments over ``hi - lo`` threads, ``T.reduce``'s projection of them).
+RANGE_RELATIVE_OPS = ("gemm", "reduce")
+
+
+def run_in_range(planned, rule, view, ctx) -> dict:
+    """The layouts ``rule`` (a gemm/reduce layout rule) chooses for an op planned over
+    ``[planned.lo, planned.hi)``: run on a block of ``hi - lo`` threads (fragments known so
+    far moved down by ``lo``), its fragments moved back up onto ``[lo, hi)``."""
+    import dataclasses
+
+    lo, hi = planned.lo, planned.hi
+    known = [(var, ctx.get_layout(var)) for var in planned.fragments]
+    _check_owners(planned, known, getattr(ctx, "origin_of", lambda var: ""))
+    inner = dataclasses.replace(
+        ctx, threads=hi - lo, layout_map=relative_layouts(ctx.layout_map, lo)
+    )
+    for name in ("prefer_mma", "origin_of"):
+        if hasattr(ctx, name):
+            setattr(inner, name, getattr(ctx, name))
+    inner.range_offset = lo
+    return absolute_layouts(rule(view, inner) or {}, lo)

@@ -152,21 +152,23 @@ _WS_ALLOWED_OPS = frozenset(
 
 
 def check_ws_scopes(body):
-    """CompileError (at the op's line) for a tile op, ``T.Parallel`` or ``T.Pipelined`` loop
-    inside a ``T.ws`` scope: they are partitioned over all the block's threads, so inside a
-    warpgroup scope part of their work would silently never run (and a block barrier there
-    would hang the block)."""
+    """CompileError (at the op's line) for a ``T.Pipelined`` loop or a tile op other than the
+    explicit Hopper API inside a ``T.ws`` scope, except those ``thread_guard.py`` re-plans over
+    the scope's threads (``T.copy``/``T.fill``/``T.gemm``/``T.reduce_*``, ``T.Parallel``):
+    the others are partitioned over all the block's threads, so inside a warpgroup scope
+    part of their work would silently never run (and a block barrier there would hang)."""
     import tvm_ffi
 
     from .... import errors
     from ....ops import tile_op_of
+    from .thread_guard import PLANNED_OPS
 
     problems = []
 
     def check_scope(stmt):
         def visit_eval(e):
             found = tile_op_of(e)
-            if found is not None and found[0].name not in _WS_ALLOWED_OPS:
+            if found is not None and found[0].name not in _WS_ALLOWED_OPS.union(PLANNED_OPS):
                 problems.append(
                     (
                         f"T.{found[0].name} inside a T.ws scope is not supported yet (tile "
@@ -177,8 +179,8 @@ def check_ws_scopes(body):
 
         def visit_for(f):
             ann = f.annotations or {}
-            if "tl.parallel" in ann or "num_stages" in ann:
-                what = "T.Parallel" if "tl.parallel" in ann else "T.Pipelined"
+            if "num_stages" in ann:  # tile ops, T.Parallel: thread_guard.py re-plans them
+                what = "T.Pipelined"
                 problems.append(
                     (
                         f"{what} inside a T.ws scope is not supported yet (its iterations are "
