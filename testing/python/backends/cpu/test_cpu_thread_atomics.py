@@ -120,13 +120,3 @@ def test_sync_threads_barrier_id_only_counts_the_block():
             T.sync_threads(2)
 
     assert "named_barrier_sync" in k.script() and "96" in k.script()
-
-
-def test_dynamic_several_names():
-    b, s = T.dynamic("batch, seq_len")
-    m, n, k = T.dynamic("m n  k")
-    assert [v.name for v in (b, s, m, n, k)] == ["batch", "seq_len", "m", "n", "k"]
-    single = T.dynamic("m")
-    assert not isinstance(single, tuple) and single.name == "m"
-    with pytest.raises(errors.TraceError):
-        T.dynamic("a, 1b")
