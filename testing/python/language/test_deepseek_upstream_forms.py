@@ -1,7 +1,6 @@
 """Frontend forms upstream's DeepSeek examples (v3.2 sparse MLA, DSA fine-tuning) write:
 ``T.dynamic`` with several names, Python type hints on ordinary assignments."""
 
-
 import numpy as np
 import pytest
 import torch
