@@ -55,9 +55,19 @@ def _thread_loop(stmts, tvars):
     return body
 
 
-#: Tile ops re-planned over an `if`'s threads (as on CUDA: cuda/passes/thread_guard.py),
-#: and barriers, which only split the branch's thread loop (``T.sync_threads(id, n)``).
-_PLANNED_OPS = ("copy", "fill", "sync_threads", "named_barrier_sync", "named_barrier_arrive")
+#: Tile ops re-planned over an `if`'s threads (as on CUDA: cuda/passes/thread_guard.py;
+#: upstream also plans reductions and gemms over the kept threads -- a whole-tile op, run
+#: once here), and barriers, which only split the branch's thread loop
+#: (``T.sync_threads(id, n)``).
+_PLANNED_OPS = (
+    "copy",
+    "fill",
+    "reduce",
+    "gemm",
+    "sync_threads",
+    "named_barrier_sync",
+    "named_barrier_arrive",
+)
 
 
 def _only_planned_work(stmt) -> bool:

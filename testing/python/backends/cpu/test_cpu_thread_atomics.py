@@ -120,3 +120,52 @@ def test_sync_threads_barrier_id_only_counts_the_block():
             T.sync_threads(2)
 
     assert "named_barrier_sync" in k.script() and "96" in k.script()
+
+
+@tilelang.jit(target="cpu")
+def first_warp_softmax_gemm(n, m, k):
+    """mHC-pre style: the first warp alone normalises a small matrix (reduce, T.Parallel)
+    and multiplies it (gemm) under ``if tx < 32``; upstream plans these tile ops over the
+    threads the ``if`` keeps."""
+
+    @T.prim_func
+    def main(
+        X: T.Tensor((n, m), T.float32),
+        W: T.Tensor((m, k), T.float32),
+        Y: T.Tensor((n, k), T.float32),
+    ):
+        with T.Kernel(1, threads=128):
+            x_s = T.alloc_shared((n, m), T.float32)
+            w_s = T.alloc_shared((m, k), T.float32)
+            T.copy(X, x_s)
+            T.copy(W, w_s)
+            if T.get_thread_binding() < 32:
+                f = T.alloc_fragment((n, m), T.float32)
+                row_max = T.alloc_fragment((n,), T.float32)
+                row_sum = T.alloc_fragment((n,), T.float32)
+                acc = T.alloc_fragment((n, k), T.float32)
+                T.copy(x_s, f)
+                T.reduce_max(f, row_max, dim=1)
+                for i, j in T.Parallel(n, m):
+                    f[i, j] = T.exp(f[i, j] - row_max[i])
+                T.reduce_sum(f, row_sum, dim=1)
+                for i, j in T.Parallel(n, m):
+                    f[i, j] = f[i, j] / row_sum[i]
+                T.copy(f, x_s)
+                T.clear(acc)
+                T.gemm(x_s, w_s, acc)
+                T.copy(acc, Y)
+
+    return main
+
+
+@pytest.mark.parametrize("n,m,k", [(4, 4, 8), (7, 5, 3)])
+def test_reduce_and_gemm_under_first_warp_if(n, m, k):
+    x = torch.randn(n, m)
+    w = torch.randn(m, k)
+    y = torch.zeros(n, k)
+    first_warp_softmax_gemm(n, m, k)(x, w, y)
+    xd = x.double().numpy()
+    p = np.exp(xd - xd.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(y.double().numpy(), p @ w.double().numpy(), rtol=1e-5, atol=1e-6)
