@@ -16,8 +16,21 @@ def _as_int(value, name: str, func: str) -> int:
         ) from None
 
 
+def _is_ir_expr(value) -> bool:
+    from tvm_tirx import ir
+
+    return isinstance(value, ir.Expr) and ir.is_prim_expr(value)
+
+
 def cdiv(a: int, b: int) -> int:
-    """Ceiling division ``ceil(a / b)`` of two Python ints (for symbolic sizes use ``T.ceildiv``)."""
+    """Ceiling division ``ceil(a / b)`` of two Python ints; with a symbolic size (a
+    ``T.dynamic``/``T.const`` dimension) the expression ``(a + b - 1) // b``, as upstream."""
+    if _is_ir_expr(a) or _is_ir_expr(b):
+        if not _is_ir_expr(a):
+            _as_int(a, "a", "cdiv")
+        if not _is_ir_expr(b) and _as_int(b, "b", "cdiv") == 0:
+            raise ZeroDivisionError("tilelang.cdiv: b must not be zero")
+        return (a + b - 1) // b
     a = _as_int(a, "a", "cdiv")
     b = _as_int(b, "b", "cdiv")
     if b == 0:

@@ -237,11 +237,14 @@ class AutoTuner:
         self.profile_args = ProfileArgs()
         self._args: tuple = ()
         self._kwargs: dict = {}
+        self._jit = None  # the @jit factory, when tuning one (its eager form traces itself)
 
     @classmethod
     def from_kernel(cls, kernel: Callable, configs) -> AutoTuner:
         """An AutoTuner for ``kernel`` (a function returning a prim_func, or a ``@jit`` factory)."""
         tuner = cls(getattr(kernel, "fn", kernel), configs)
+        if hasattr(kernel, "get_tir") and hasattr(kernel, "fn"):
+            tuner._jit = kernel
         options = getattr(kernel, "options", None)
         if options:
             tuner.set_compile_args(**options)
@@ -410,6 +413,15 @@ class AutoTuner:
             _MEMORY[key] = result
         return result
 
+    def _trace(self, config: dict):
+        """The traced function of one candidate: the factory's result, or (an eager
+        ``@jit`` body, whose ``T.const`` sizes may be given as keywords) its trace."""
+        kwargs = {**self._kwargs, **config}
+        jit = self._jit
+        if jit is not None and jit._resolve_mode(self._args, kwargs) == "eager":
+            return jit.get_tir(*self._args, **kwargs)
+        return self.fn(*self._args, **kwargs)
+
     def _from_disk(self, key: str, configs) -> AutotuneResult | None:
         allowed = set().union(*(c.keys() for c in configs))
         record = load_record(self._record_path(key), key, allowed)
@@ -417,7 +429,7 @@ class AutoTuner:
             return None
         config = record["config"]
         try:
-            func = self.fn(*self._args, **{**self._kwargs, **config})
+            func = self._trace(config)
             kernel = self.compile_args.compile_program(func)
         except Exception as err:  # noqa: BLE001 - a stale record: tune again
             logger.warning("stored best config %s no longer compiles (%s); retuning", config, err)
@@ -438,7 +450,7 @@ class AutoTuner:
         traced = []
         for i, config in enumerate(configs):  # tracing is not thread-safe: one at a time
             try:
-                traced.append((i, config, self.fn(*self._args, **{**self._kwargs, **config})))
+                traced.append((i, config, self._trace(config)))
             except Exception as err:  # noqa: BLE001 - a config that does not trace is skipped
                 failures[i] = f"trace: {err}"
         compiled = []
@@ -526,7 +538,13 @@ class AutoTuneImpl:
         """The best kernel for these arguments; arguments that fix a tunable skip tuning."""
         configs = self.configs if not callable(self.configs) else None
         if configs is not None:
-            bound = inspect.signature(self.jit_impl.fn).bind_partial(*args, **kwargs)
+            params = inspect.signature(self.jit_impl.fn).parameters
+            if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                # keywords that are not parameters: an eager body's T.const sizes
+                kwargs_named = {k: v for k, v in kwargs.items() if k in params}
+            else:
+                kwargs_named = kwargs
+            bound = inspect.signature(self.jit_impl.fn).bind_partial(*args, **kwargs_named)
             given = self._tunables(configs) & set(bound.arguments)
             if given:
                 logger.info("tunable parameters %s given explicitly: not tuning", sorted(given))

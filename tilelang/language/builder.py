@@ -616,12 +616,26 @@ def bind(name: str, value, previous):
 
 
 def declare(name: str, annotation, value):
-    """Behind ``name: dtype = value``: a mutable scalar cell initialised to ``value``."""
+    """Behind ``name: dtype = value``: a mutable scalar cell initialised to ``value``.
+
+    A Python type hint (``dtype: str = T.bfloat16``, ``n: int = 4``, ``Optional[float]``)
+    is not an element type: the line is the plain assignment it is in Python.
+    """
     from .allocate import alloc_var
+
+    if _python_type_hint(annotation):
+        return value
 
     cell = alloc_var(dtypes.canonical(annotation), init=value)
     name_value(name, cell.source)
     return cell
+
+
+def _python_type_hint(annotation) -> bool:
+    """Whether ``annotation`` is a Python/typing type hint rather than an element type."""
+    if isinstance(annotation, type):
+        return True
+    return getattr(type(annotation), "__module__", "") in ("typing", "types")
 
 
 def _apply(op: str, lhs, rhs):

@@ -102,10 +102,33 @@ def annotate_layout(layout_map: dict):
         _T.emit_(ir.Evaluate(call, loc=loc))
 
 
-def sync_threads():
-    """A block-wide barrier (``__syncthreads``)."""
-    builder.state()
-    _T.emit_(_sync())
+def sync_threads(barrier_id=None, arrive_count=None):
+    """A block-wide barrier (``__syncthreads``); with ``barrier_id`` (and ``arrive_count``),
+    the named barrier ``bar.sync barrier_id, arrive_count`` that ``arrive_count`` threads
+    (a multiple of 32; all of the block's when omitted) reach, as upstream's
+    ``T.sync_threads(barrier_id, arrive_count)``."""
+    st = builder.state()
+    if barrier_id is None and arrive_count is None:
+        _T.emit_(_sync())
+        return
+    if barrier_id is None:
+        raise errors.TraceError("T.sync_threads(arrive_count=...) needs a barrier_id as well")
+    if arrive_count is None:
+        if not st.kernels or builder.static_value(st.kernels[-1].num_threads) is None:
+            raise errors.TraceError(
+                "T.sync_threads(barrier_id): give arrive_count too, outside a T.Kernel with a "
+                "static thread count"
+            )
+        arrive_count = builder.static_value(st.kernels[-1].num_threads)
+    count = builder.static_value(builder.unwrap(arrive_count))
+    if count is not None and (count <= 0 or count % 32):
+        raise errors.TraceError(
+            f"T.sync_threads: arrive_count must be a positive multiple of 32 (whole warps), "
+            f"got {count}"
+        )
+    from .hopper import named_barrier_sync
+
+    named_barrier_sync(barrier_id, arrive_count)
 
 
 def _sync():

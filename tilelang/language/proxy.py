@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tvm_tirx import ir
 from tvm_tirx.script import tirx as _T
 
-from .. import dtypes
+from .. import dtypes, errors
 
 
 def _shape(shape) -> tuple:
@@ -107,8 +108,21 @@ StridedTensor = _Subscriptable(StridedTensor)
 
 
 def dynamic(name: str, dtype: str = "int32"):
-    """A symbolic dimension (``M = T.dynamic("m")``), bound from the arguments at call time."""
-    return ir.Var(name, dtypes.canonical(dtype))
+    """A symbolic dimension (``M = T.dynamic("m")``), bound from the arguments at call time.
+
+    Several names separated by commas or spaces (``B, S = T.dynamic("batch, seq_len")``)
+    give a tuple of dimensions, as upstream's ``T.dynamic`` does.
+    """
+    dtype = dtypes.canonical(dtype)
+    names = [n for n in re.split(r"[\s,]+", name.strip()) if n] if isinstance(name, str) else []
+    if not names:
+        raise errors.TraceError(f"T.dynamic({name!r}): give at least one name")
+    for n in names:
+        if not n.isidentifier():
+            raise errors.TraceError(f"T.dynamic({name!r}): {n!r} is not a valid name")
+    if len(names) == 1 and not re.search(r"[\s,]", name.strip()):
+        return ir.Var(names[0], dtype)
+    return tuple(ir.Var(n, dtype) for n in names)
 
 
 symbolic = dynamic

@@ -15,11 +15,22 @@ class LowerContext:
     ranges: dict = field(default_factory=dict)  # Var -> (begin, extent)
     threads: int = 1
     _analyzer: sym.Analyzer | None = None
+    #: conditions known to hold here (enclosing ``if``s, :meth:`with_fact`); not a dataclass
+    #: field, so subclasses keep their positional constructors
+    _facts = ()
 
     def with_range(self, var, begin, extent) -> LowerContext:
         ranges = dict(self.ranges)
         ranges[var] = (begin, extent)
-        return LowerContext(self.backend, ranges, self.threads)
+        out = LowerContext(self.backend, ranges, self.threads)
+        out._facts = self._facts
+        return out
+
+    def with_fact(self, cond) -> LowerContext:
+        """A plain context like this one where ``cond`` (a boolean expression) also holds."""
+        out = LowerContext(self.backend, dict(self.ranges), self.threads)
+        out._facts = (*self._facts, cond)
+        return out
 
     @property
     def analyzer(self) -> sym.Analyzer:
@@ -27,6 +38,8 @@ class LowerContext:
             ctx = sym.ConstraintContext()
             for var, (begin, extent) in self.ranges.items():
                 ctx.append(sym.RangeConstraint(var, ir.Range.from_min_extent(begin, extent)))
+            for cond in self._facts:
+                ctx.append(sym.PredicateConstraint(cond))
             self._analyzer = sym.Analyzer()
             self._analyzer.sync_constraint_context(ctx)
         return self._analyzer

@@ -1,18 +1,25 @@
-"""LegalizeSafeMemoryAccess: guard global-memory accesses of ``T.Parallel`` loops at tails.
+"""LegalizeSafeMemoryAccess: guard global-memory accesses the analyzer cannot prove in bounds.
 
-A ``T.Parallel`` loop over a tile may reach past the end of a global tensor
-when the problem size is not a tile multiple (or is dynamic). As upstream
-TileLang does, such a store is skipped and such a load reads zero.
+A ``T.Parallel`` loop over a tile may reach past the end of a global tensor when the
+problem size is not a tile multiple (or is dynamic), and SIMT code indexes with the thread
+(``Logits[bx, n * block + tx] = ...`` past the row's end). As upstream TileLang does, such a
+store is skipped and such a load reads zero. With ``everywhere=False`` only the accesses
+inside ``T.Parallel`` loops are guarded (the CUDA lowering plans the others itself).
 
-Assumes: parallel loops carry the ``tl.parallel`` annotation (the frontend's
-``T.Parallel``). Guarantees: every global TensorStore/TensorLoad inside one (in stored values,
-bindings and ``if`` conditions) is in bounds or guarded; accesses the analyzer proves in bounds are left alone.
+Facts the enclosing ``if``s establish are used in the proofs (``if idx < n: A[idx] = v``
+gets no second guard).
+
+Assumes: parallel loops carry the ``tl.parallel`` annotation (the frontend's ``T.Parallel``);
+tile ops are not lowered yet (their own lowerings guard them; they are left alone).
+Guarantees: every global TensorStore/TensorLoad in scope (stored values, bindings, ``if`` and
+``while`` conditions) is in bounds or guarded; accesses proven in bounds are left alone.
 """
 
 from __future__ import annotations
 
 import tvm_ffi
 from tvm_tirx import ir
+from tvm_tirx import tirx as _tirx
 
 from ..lowering.bounds import in_bounds
 from ..lowering.stmt import StmtMutator
@@ -23,9 +30,9 @@ def _is_parallel(stmt) -> bool:
 
 
 class LegalizeSafeMemoryAccess(StmtMutator):
-    def __init__(self, backend="generic"):
+    def __init__(self, backend="generic", everywhere=False):
         super().__init__(backend)
-        self.depth = 0
+        self.depth = 1 if everywhere else 0
 
     def visit_For(self, stmt, ctx):
         if not _is_parallel(stmt):
@@ -41,8 +48,6 @@ class LegalizeSafeMemoryAccess(StmtMutator):
             pred = in_bounds(load.source, list(load.indices), ctx, {})
             if pred is None:
                 return load
-            from tvm_tirx import tirx as _tirx
-
             return _tirx.if_then_else(pred, load, ir.const(0, str(load.source.ty.dtype)))
 
         return tvm_ffi.structural_map(expr, [(ir.TensorLoad, repl)])
@@ -56,11 +61,20 @@ class LegalizeSafeMemoryAccess(StmtMutator):
         return store if pred is None else ir.If(pred, store, None, stmt.loc)
 
     def visit_If(self, stmt, ctx):
-        out = super().visit_If(stmt, ctx)
+        cond = stmt.condition
+        then = self.body(stmt.then_case, ctx.with_fact(cond))
+        other = None
+        if stmt.else_case is not None:
+            other = self.visit(stmt.else_case, ctx.with_fact(_tirx.Not(cond)))
+        if self.depth:
+            cond = self._guard_loads(cond, ctx)
+        return ir.If(cond, then, other, stmt.loc)
+
+    def visit_While(self, stmt, ctx):
+        out = super().visit_While(stmt, ctx)
         if self.depth == 0:
             return out
-        cond = self._guard_loads(out.condition, ctx)
-        return ir.If(cond, out.then_case, out.else_case, out.loc)
+        return ir.While(self._guard_loads(out.condition, ctx), out.body, out.loc)
 
     def visit_Bind(self, stmt, ctx):
         if self.depth == 0:
@@ -68,6 +82,7 @@ class LegalizeSafeMemoryAccess(StmtMutator):
         return ir.Bind(stmt.var, self._guard_loads(stmt.value, ctx), stmt.loc)
 
 
-def legalize_safe_memory_access(body, backend="generic"):
-    """Run :class:`LegalizeSafeMemoryAccess` over a statement."""
-    return LegalizeSafeMemoryAccess(backend)(body)
+def legalize_safe_memory_access(body, backend="generic", everywhere=False):
+    """Run :class:`LegalizeSafeMemoryAccess` over a statement (``everywhere``: guard the
+    global accesses outside ``T.Parallel`` loops too, as upstream does)."""
+    return LegalizeSafeMemoryAccess(backend, everywhere)(body)

@@ -167,3 +167,33 @@ def test_autotune_record_is_reused_by_another_process(cache_dir):
         assert proc.returncode == 0, proc.stderr
         outs.append(proc.stdout.split("RESULT")[1].split())
     assert outs == [["False", "1"], ["True", "1"]]
+
+
+def test_eager_body_with_const_sizes_given_as_keywords(cache_dir):
+    """Upstream's mHC sinkhorn backward: ``@autotune`` over an eager ``@jit`` body whose
+    tensors are annotated inside it, compiled with ``.compile(n_stream=4)`` (a ``T.const``
+    size, not a parameter) under ``set_autotune_inputs``."""
+    import tilelang.language as T
+
+    seen = []
+
+    def reference(a):
+        seen.append(a.shape)
+        return a * torch.arange(1, 5)
+
+    @tilelang.autotune(configs=[{"block": 8}, {"block": 32}], ref_prog=reference, skip_check=False)
+    @tilelang.jit(target="cpu")
+    def scale_rows(x, block: int = 16):
+        rows, n_stream = T.const("rows, n_stream")
+        x: T.Tensor((rows, n_stream), T.float32)
+        y = T.empty((rows, n_stream), T.float32)
+        with T.Kernel(T.ceildiv(rows, block), threads=32) as bx:
+            for i, j in T.Parallel(block, n_stream):
+                y[bx * block + i, j] = x[bx * block + i, j] * (j + 1)
+        return y
+
+    x = torch.randn(37, 4)
+    with set_autotune_inputs(x):
+        kernel = scale_rows.compile(rows=37, n_stream=4)
+    assert kernel.config in ({"block": 8}, {"block": 32}) and seen
+    torch.testing.assert_close(kernel(x).double(), x.double() * torch.arange(1, 5).double())

@@ -124,3 +124,23 @@ def test_deprecated_warns_and_forwards():
     assert old_add.__name__ == "old_add" and old_add.__doc__ == "Adds."
     with pytest.raises(TypeError, match="new_method_name must be a str"):
         deprecated("a", None)
+
+
+def test_cdiv_of_a_symbolic_size_is_an_expression():
+    """Upstream's NSA backward sizes a loop with ``tilelang.cdiv(seq_len, BS)`` where
+    ``seq_len`` is a ``T.dynamic``/``T.const`` dimension: the ceiling-division expression."""
+    from tvm_tirx import ir, sym
+
+    import tilelang.language as T
+    from tilelang.lowering.stmt import substitute
+
+    n = T.dynamic("n")
+    expr = tilelang.cdiv(n, 32)
+    analyzer = sym.Analyzer()
+    for value in (1, 31, 32, 33, 100, 4096):
+        got = analyzer.simplify(substitute(expr, {n: ir.const(value, "int32")}))
+        assert int(got.value) == math.ceil(Fraction(value, 32))
+    with pytest.raises(ZeroDivisionError):
+        tilelang.cdiv(n, 0)
+    with pytest.raises(TypeError, match=r"cdiv: a must be an int"):
+        tilelang.cdiv(1.5, n)

@@ -14,15 +14,22 @@ torch's result (which agrees with ml_dtypes wherever the value is in range):
 float16/bfloat16 sources are widened to float32 exactly first; float64 and integer sources
 are converted from float64 bits (one rounding). Casts from fp8 are decoded from the code's
 bits as well (TIRx's decoding gets subnormals wrong too: code 0x00 read as 2**-7).
-Assumes: scalar expressions only (tile ops lowered). Guarantees: no ``Cast`` to or from an
-fp8 type remains.
+The kernel's own fp8 tensors are then stored as ``uint8`` codes
+(:func:`store_fp8_tiles_as_bytes`). Assumes: scalar expressions only (tile ops lowered).
+Guarantees: no ``Cast`` to or from an fp8 type remains.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import tvm_ffi
+from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 from tvm_tirx.ir.prim import expr as P
+from tvm_tirx.script import tirx as _T
+
+from ...lowering.stmt import alloc_of, make_alloc, uses_any
 
 #: fp8 type -> (exponent bias, mantissa bits, largest finite code, code on overflow)
 _FP8 = {
@@ -124,10 +131,86 @@ def _rewrite(cast):
     return cast
 
 
+def _is_reinterpret(x) -> bool:
+    return isinstance(x, ir.Call) and getattr(x.op, "name", "") == "tirx.reinterpret"
+
+
+def _as_bytes(value):
+    """``value`` (an fp8 expression) as its ``uint8`` code: a reinterpret undone, a constant
+    encoded, a select taken apart (TIRx's FP8 legalization would compute those in float32
+    and then reinterpret a float32 as a byte)."""
+    if _is_reinterpret(value) and str(value.args[0].ty) == "uint8":
+        return value.args[0]
+    if isinstance(value, ir.FloatImm):
+        dtype = getattr(ml_dtypes, str(value.ty))
+        return _tirx.const(int(np.array([value.value], dtype=dtype).view(np.uint8)[0]), "uint8")
+    if isinstance(value, P.Select):
+        return _tirx.Select(
+            value.condition, _as_bytes(value.true_value), _as_bytes(value.false_value)
+        )
+    if isinstance(value, ir.Call) and getattr(value.op, "name", "") == "prim.if_then_else":
+        cond, a, b = value.args
+        return _tirx.if_then_else(cond, _as_bytes(a), _as_bytes(b))
+    return _tirx.reinterpret(value, ty="uint8")
+
+
+def _fold_reinterprets(x):
+    """``reinterpret(reinterpret(b, fp8), uint8)`` -> ``b``."""
+    if _is_reinterpret(x) and str(x.ty) == "uint8" and str(x.args[0].ty) in _FP8:
+        return _as_bytes(x.args[0])
+    return x
+
+
+def store_fp8_tiles_as_bytes(body):
+    """The kernel's own fp8 tensors (shared, fragment, local) become ``uint8`` tensors of
+    the same shape: a load reads the code, a store writes it. Afterwards no fp8 value
+    lives in an on-chip tensor or a temporary: TIRx's FP8 legalization on LLVM promotes
+    fp8 temporaries (e.g. the common subexpression of a load-modify-store of an fp8
+    fragment) to float32 and then emits an invalid ``bitcast float to i8``."""
+    byte_tiles, originals = {}, []
+
+    def on_bind(stmt):
+        var = alloc_of(stmt)
+        if var is None or str(var.ty.dtype) not in _FP8:
+            return stmt
+        ty = var.ty
+        new = ir.Var(var.name, _T.Tensor(tuple(ty.shape), "uint8", scope=str(ty.scope)))
+        byte_tiles[var.__chandle__()] = (new, str(ty.dtype))
+        originals.append(var)
+        return make_alloc(new)
+
+    source = body
+    body = tvm_ffi.structural_map(body, [(ir.Bind, on_bind)])
+    if not byte_tiles:
+        return body
+
+    def on_load(x):
+        hit = byte_tiles.get(x.source.__chandle__())
+        if hit is None:
+            return x
+        return _tirx.reinterpret(ir.TensorLoad(hit[0], list(x.indices)), ty=hit[1])
+
+    def on_store(st):
+        hit = byte_tiles.get(st.dest.__chandle__())
+        if hit is None:
+            return st
+        value = st.value
+        if str(value.ty) != hit[1]:  # an implicit conversion (a float constant, say)
+            value = _rewrite(P.Cast(hit[1], value))
+        return ir.TensorStore(hit[0], list(st.indices), _as_bytes(value), st.loc)
+
+    body = tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load), (ir.TensorStore, on_store)])
+    body = tvm_ffi.structural_map(body, [(ir.Call, _fold_reinterprets)])
+    # a tile used other than by element loads and stores (a view of it, an address) keeps
+    # its fp8 type: then nothing is changed
+    return source if uses_any(body, originals) else body
+
+
 def legalize_fp8_casts(body):
     """Rewrite every cast to or from an fp8 type in ``body`` into :func:`encode_fp8` /
-    :func:`decode_fp8`."""
-    return tvm_ffi.structural_map(body, [(P.Cast, _rewrite)])
+    :func:`decode_fp8`, and store the kernel's fp8 tiles as bytes
+    (:func:`store_fp8_tiles_as_bytes`)."""
+    return store_fp8_tiles_as_bytes(tvm_ffi.structural_map(body, [(P.Cast, _rewrite)]))
 
 
-__all__ = ["decode_fp8", "encode_fp8", "legalize_fp8_casts"]
+__all__ = ["decode_fp8", "encode_fp8", "legalize_fp8_casts", "store_fp8_tiles_as_bytes"]

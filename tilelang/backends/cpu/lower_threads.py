@@ -26,7 +26,7 @@ from ... import errors
 from ...lowering.stmt import alloc_of, contains, launch_chain, launch_of, substitute, uses_any
 from ...lowering.thread_range import guarded_range, negate, split_uniform
 from ...ops import tile_op_of
-from .privatize import privatize, tile_op_loc
+from .privatize import is_tile_stmt, privatize, tile_op_loc
 
 
 def _is_collective(stmt, names=()) -> bool:
@@ -35,7 +35,7 @@ def _is_collective(stmt, names=()) -> bool:
 
     def block_wide(x):
         if isinstance(x, ir.Evaluate):
-            return tile_op_of(x) is not None
+            return is_tile_stmt(x)
         if isinstance(x, ir.For) and x.annotations is not None and "tl.parallel" in x.annotations:
             return not uses_any(x, names)
         return False
@@ -55,8 +55,19 @@ def _thread_loop(stmts, tvars):
     return body
 
 
-#: Tile ops re-planned over an `if`'s threads (as on CUDA: cuda/passes/thread_guard.py).
-_PLANNED_OPS = ("copy", "fill", "gemm", "reduce")
+#: Tile ops re-planned over an `if`'s threads (as on CUDA: cuda/passes/thread_guard.py;
+#: upstream also plans reductions and gemms over the kept threads -- a whole-tile op, run
+#: once here), and barriers, which only split the branch's thread loop
+#: (``T.sync_threads(id, n)``).
+_PLANNED_OPS = (
+    "copy",
+    "fill",
+    "reduce",
+    "gemm",
+    "sync_threads",
+    "named_barrier_sync",
+    "named_barrier_arrive",
+)
 
 
 def _only_planned_work(stmt) -> bool:

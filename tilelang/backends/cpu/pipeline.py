@@ -106,7 +106,11 @@ def _lower_kernel(func, pass_configs):
         ("lower_warp_mma", on_body(lower_warp_mma)),  # ldmatrix / mma.sync helpers
         ("lower_atomic_mem", on_body(lower_atomic_mem)),  # T.atomic_load/store: plain
         ("lower_threads", on_body(lower_threads)),
-        ("legalize_safe_memory_access", on_body(lambda b: legalize_safe_memory_access(b, "cpu"))),
+        # SIMT accesses too, as upstream; with tl.enable_bounds_check they trap instead
+        (
+            "legalize_safe_memory_access",
+            on_body(lambda b: legalize_safe_memory_access(b, "cpu", everywhere=not checked)),
+        ),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
         ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),
         ("legalize_half_math", on_body(legalize_half_math)),

@@ -28,14 +28,37 @@ from tvm_tirx import tirx as _tirx
 from tvm_tirx.script import tirx as _T
 
 from ... import errors
+from ...lowering.region import make_region
 from ...lowering.stmt import alloc_of, contains, make_alloc, uses_any
 from ...ops import tile_op_of
 
 _LOCAL = ("local", "local.var")
 
 
+def scalar_atomic(stmt):
+    """The ``(op, view)`` of ``stmt`` when it is a one-element atomic (``T.atomic_add(A[i], v)``,
+    with or without ``return_prev``): per-thread code, as on CUDA (every thread that
+    reaches it performs its own update), so not a collective statement; else None."""
+    found = tile_op_of(stmt)
+    if found is None or found[0].name not in ("atomic", "atomic_prev"):
+        return None
+    op, call = found
+    view = op.view(call)
+    if op.name == "atomic" and (
+        view.value_is_region
+        or not all(isinstance(r.extent, ir.IntImm) and r.extent.value == 1 for r in view.dst.region)
+    ):
+        return None
+    return op, view
+
+
+def is_tile_stmt(x) -> bool:
+    """Whether ``x`` is a tile op that runs once per block (not a per-thread scalar atomic)."""
+    return isinstance(x, ir.Evaluate) and tile_op_of(x) is not None and scalar_atomic(x) is None
+
+
 def _is_collective(stmt) -> bool:
-    return contains(stmt, lambda x: isinstance(x, ir.Evaluate) and tile_op_of(x) is not None)
+    return contains(stmt, is_tile_stmt)
 
 
 def _units(stmt, out):
@@ -66,6 +89,10 @@ def _stores(unit):
     def visit(x):
         if isinstance(x, ir.TensorStore):
             found[x.dest.__chandle__()] = x.dest
+        atomic = scalar_atomic(x) if isinstance(x, ir.Evaluate) else None
+        if atomic is not None and atomic[0].name == "atomic_prev":  # writes its prev cell
+            cell = atomic[1].prev.source
+            found[cell.__chandle__()] = cell
 
     tvm_ffi.structural_walk(unit, visit)
     return found
@@ -172,6 +199,21 @@ def tile_op_loc(stmt):
     return found[0] if found else getattr(stmt, "loc", None)
 
 
+def _private_prev_cell(stmt, new, flat):
+    """A ``return_prev`` atomic whose cell was privatized writes this thread's slot."""
+    atomic = scalar_atomic(stmt)
+    if atomic is None or atomic[0].name != "atomic_prev":
+        return stmt
+    op, view = atomic
+    target = new.get(view.prev.source.__chandle__())
+    if target is None:
+        return stmt
+    lanes = [r.extent for r in view.prev.region]
+    cell = make_region(target, [flat, *[r.begin for r in view.prev.region]], [1, *lanes])
+    options = {key: getattr(view, key) for key in op.options}
+    return ir.Evaluate(op.make(view.dst, view.value, cell, loc=view.loc, **options), loc=stmt.loc)
+
+
 def _rewrite(body, priv, binds, flat, total):
     new = {}
     for handle, var in priv.items():
@@ -206,7 +248,7 @@ def _rewrite(body, priv, binds, flat, total):
             return ir.If(stmt.condition, stmt_map(stmt.then_case), other, stmt.loc)
         if isinstance(stmt, ir.While):
             return ir.While(stmt.condition, stmt_map(stmt.body), stmt.loc)
-        return stmt
+        return _private_prev_cell(stmt, new, flat)
 
     def on_store(s):
         target = new.get(s.dest.__chandle__())

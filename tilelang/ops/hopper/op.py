@@ -1,13 +1,14 @@
 """IR forms of the explicit Hopper API. Each is ``tl.<name>(operands...)`` with options.
 
 A barrier operand is the element expression ``bars[i]`` of a ``uint64`` shared tensor made
-by ``T.alloc_barrier``; the CUDA rules pass its address. There is no CPU (or ROCm/Metal)
-rule: those targets report the op as not supported, naming the user's line.
+by ``T.alloc_barrier``; the CUDA rules pass its address. Apart from the named barriers
+(below), there is no CPU (or ROCm/Metal) rule: those targets report the op as not
+supported, naming the user's line.
 """
 
 from __future__ import annotations
 
-from ..registry import TileOpDef
+from ..registry import TileOpDef, lower_rule
 
 #: T.alloc_barrier's initialisation: ``counts`` arrivals per barrier of ``bar``.
 BARRIER_INIT = TileOpDef("alloc_barrier", ("bar",), {"counts": []})
@@ -30,6 +31,16 @@ CLUSTER_WAIT = TileOpDef("cluster_wait", (), {})
 CLUSTER_SYNC = TileOpDef("cluster_sync", (), {})
 NAMED_BARRIER_ARRIVE = TileOpDef("named_barrier_arrive", ("barrier_id", "thread_count"), {})
 NAMED_BARRIER_SYNC = TileOpDef("named_barrier_sync", ("barrier_id", "thread_count"), {})
+
+
+@lower_rule("named_barrier_sync", "cpu")
+@lower_rule("named_barrier_arrive", "cpu")
+def lower_named_barrier_cpu(v, ctx):
+    """A block's threads run one after another on the CPU (``lower_threads`` splits its
+    thread loops at the barrier, under an ``if`` keeping ``[lo, hi)`` too): nothing to do."""
+    return None
+
+
 #: First statement of a ``T.ws`` branch; the CUDA pipeline's ``merge_ws_branches`` removes it.
 WS = TileOpDef("ws", (), {"groups": []})
 #: ``T.Kernel(..., cluster_dims=(x, y, z))`` with a cluster of more than one block: the

@@ -109,3 +109,51 @@ def test_overflow_and_specials_match_torch(dst):
     got = _cast(x, dst)
     ref = x.to(getattr(torch, dst)).view(torch.uint8).numpy()
     np.testing.assert_array_equal(got, ref)
+
+
+@tilelang.jit(target="cpu")
+def fp8_tile_kernel(m, n, dtype, block_m=8):
+    """fp8 tiles the kernel owns (shared and fragment): read-modify-write of a fragment,
+    a reduction over it, an fp8 shared tile written back (upstream's HISA pooling and
+    DeepGEMM scale passes do this)."""
+
+    @T.prim_func
+    def main(
+        X: T.Tensor((m, n), dtype),
+        S: T.Tensor((m,), T.float32),
+        Y: T.Tensor((m, n), dtype),
+        R: T.Tensor((n,), T.float32),
+    ):
+        with T.Kernel(T.ceildiv(m, block_m), threads=64) as bx:
+            f = T.alloc_fragment((block_m, n), dtype)
+            sh = T.alloc_shared((block_m, n), dtype)
+            acc = T.alloc_fragment((n,), T.float32)
+            T.fill(f, 0.0)
+            T.copy(X[bx * block_m, 0], f)
+            for i, j in T.Parallel(block_m, n):
+                f[i, j] = f[i, j] * S[bx * block_m + i]
+            T.reduce_sum(f, acc, dim=0, clear=True)
+            for j in T.Parallel(n):
+                T.atomic_add(R[j], acc[j])
+            T.copy(f, sh)
+            T.copy(sh, Y[bx * block_m, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("dst", FP8)
+@pytest.mark.parametrize("m,n", [(13, 24), (5, 7)])
+def test_kernel_fp8_tiles_compute_in_float32_and_store_codes(dst, m, n):
+    x64 = np.random.default_rng(m * n).standard_normal((m, n)) * 4
+    x = torch.from_numpy(x64).to(getattr(torch, dst))
+    s = torch.rand(m) * 2 + 0.25
+    y = torch.zeros(m, n, dtype=getattr(torch, dst))
+    r = torch.zeros(n)
+    fp8_tile_kernel(m, n, dst)(x, s, y, r)
+    # each element: fp8 * float32 scale in float32, rounded to fp8 (nearest even)
+    prod = (x.double() * s.double()[:, None]).float().double().numpy()
+    want = _ml_codes(prod, dst)
+    np.testing.assert_array_equal(y.view(torch.uint8).numpy(), want)
+    # the reduction sums the fp8 values the fragment held (rows past m read as 0)
+    held = want.view(getattr(ml_dtypes, dst)).astype(np.float64)
+    np.testing.assert_allclose(r.double().numpy(), held.sum(0), rtol=1e-5, atol=1e-4)

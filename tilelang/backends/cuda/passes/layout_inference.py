@@ -424,6 +424,15 @@ class _Inference:
                     self.layout_map[tensor] = accumulating_layout(loop, pos, shape)
                     self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
                     changed = True
+                elif self.get(tensor) is None and self._read_only_gather(tensor, idx, nest):
+                    # a[k, i] with k an inner loop's variable and a nest axis left out
+                    # (mHC post: x[i, j] += a[k, i] * b[k, j]): every thread running the
+                    # nest reads it, so every one holds all of it (upstream replicates it)
+                    lo, hi = self._threads_of(nest.key)
+                    shape = [int(d) for d in tensor.ty.shape]
+                    self.layout_map[tensor] = shift_threads(replicated_fragment(shape, hi - lo), lo)
+                    self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
+                    changed = True
                 continue
             want = loop if keep == list(range(len(nest.vars))) else project_fragment(loop, keep)
             if len(keep) != len(tensor.ty.shape):
@@ -471,6 +480,20 @@ class _Inference:
             vec //= 2
         layout = default_fragment(nest.extents, hi - lo, vec)
         self.loop_layouts[nest.key] = shift_threads(layout, lo)
+
+    @staticmethod
+    def _read_only_gather(tensor, idx, nest) -> bool:
+        """Whether fragment ``tensor`` is only read in ``nest``, with indices that are nest
+        variables or variables of loops inside it (a small table every iteration reads)."""
+        if any(store and t.same_as(tensor) for t, _, store in nest.accesses):
+            return False
+        inner = inner_loops(nest)
+        for i in idx:
+            if not isinstance(i, ir.Var):
+                return False
+            if not any(i.same_as(v) for v in nest.vars) and E.key(i) not in inner:
+                return False
+        return True
 
     @staticmethod
     def _exact(idx, nest) -> bool:

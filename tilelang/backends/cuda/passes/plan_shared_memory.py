@@ -123,6 +123,45 @@ def _alloc_loc(stmt):
     return getattr(getattr(stmt, "value", None), "loc", None)
 
 
+def _hoist_nested_tiles(inner):
+    """``T.alloc_shared`` inside a loop or branch (upstream allows it: DSA's indexer kernels
+    allocate their tiles in the loop body) moves to the kernel's top level: one tile for
+    every iteration, as upstream's allocation planning gives it. Shapes are static, so the
+    tile does not depend on where it was written. ``inner`` itself if nothing moves."""
+    top = {
+        id_.__chandle__()
+        for id_ in (alloc_of(s) for s in (inner.seq if isinstance(inner, ir.SeqStmt) else [inner]))
+        if id_ is not None
+    }
+    moved = []
+
+    def keep(stmt) -> bool:
+        var = alloc_of(stmt)
+        if var is None or not is_shared(var) or var.__chandle__() in top:
+            return True
+        if any(not isinstance(d, ir.IntImm) for d in var.ty.shape):
+            return True  # left for the error below
+        moved.append(stmt)
+        return False
+
+    def on_seq(seq):
+        kept = [s for s in seq.seq if keep(s)]
+        if len(kept) == len(seq.seq):
+            return seq
+        return (
+            kept[0] if len(kept) == 1 else ir.SeqStmt(kept or [ir.Evaluate(ir.const(0, "int32"))])
+        )
+
+    stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
+    new = [
+        tvm_ffi.structural_map(s, [(ir.SeqStmt, on_seq)]) if alloc_of(s) is None else s
+        for s in stmts
+    ]
+    if not moved:
+        return inner
+    return ir.SeqStmt(moved + new)
+
+
 def plan_shared_memory(
     body, arch: str = "sm_90a", layouts=None, plan: dict | None = None, ws_split=None
 ):
@@ -133,6 +172,9 @@ def plan_shared_memory(
     warp-specialized kernel (its consumer branch is spread out, :class:`_Timeline`).
     """
     _, inner = launches_of(body)
+    hoisted_inner = _hoist_nested_tiles(inner)
+    if hoisted_inner is not inner:
+        body, inner = with_launch_body(body, hoisted_inner), hoisted_inner
     stmts = list(inner.seq) if isinstance(inner, ir.SeqStmt) else [inner]
     tiles = []  # (var, index of its alloc)
     alloc_locs = {}  # var handle -> the allocation's source location
