@@ -522,19 +522,34 @@ class AutoTuneImpl:
             self._results[key] = result
         return result
 
+    def _given_tunables(self, args, kwargs) -> set:
+        """The tunable parameters these arguments fix. Keywords that are not parameters
+        of the function (an eager body's ``T.const`` names, ``compile(M=1024, ...)``) fix
+        none."""
+        configs = self.configs if not callable(self.configs) else None
+        if configs is None:
+            return set()
+        signature = inspect.signature(self.jit_impl.fn)
+        params = signature.parameters
+        named = {k: v for k, v in kwargs.items() if k in params}
+        bound = signature.bind_partial(*args, **named)
+        return self._tunables(configs) & set(bound.arguments)
+
     def __call__(self, *args, **kwargs):
         """The best kernel for these arguments; arguments that fix a tunable skip tuning."""
-        configs = self.configs if not callable(self.configs) else None
-        if configs is not None:
-            bound = inspect.signature(self.jit_impl.fn).bind_partial(*args, **kwargs)
-            given = self._tunables(configs) & set(bound.arguments)
-            if given:
-                logger.info("tunable parameters %s given explicitly: not tuning", sorted(given))
-                return self.jit_impl(*args, **kwargs)
+        given = self._given_tunables(args, kwargs)
+        if given:
+            logger.info("tunable parameters %s given explicitly: not tuning", sorted(given))
+            return self.jit_impl(*args, **kwargs)
         return self.tune(*args, **kwargs).kernel
 
     def compile(self, *args, **kwargs):
-        """Same as calling: the best kernel for these arguments."""
+        """The kernel for these arguments: compiled as given when they fix a tunable
+        (``T.const`` values may come as keywords), else the best one after tuning."""
+        given = self._given_tunables(args, kwargs)
+        if given:
+            logger.info("tunable parameters %s given explicitly: not tuning", sorted(given))
+            return self.jit_impl.compile(*args, **kwargs)
         return self(*args, **kwargs)
 
     def get_tir(self, *args, **kwargs):

@@ -58,6 +58,8 @@ from .loop_fragment_access import (
     accumulations,
     check_nest,
     check_serial_accesses,
+    coarse_axes,
+    coarse_layout,
     first_loc,
     inner_loops,
     spread_positions,
@@ -408,9 +410,14 @@ class _Inference:
                 # f[j, i] (permuted axes) or f[i, k] (k an inner T.serial loop's variable):
                 # the loop's threads, the inner loops' axes in each thread's registers
                 pos = spread_positions(idx, nest, inner_loops(nest))
-                if pos is not None and self.get(tensor) is None:
+                factors = coarse_axes(idx, nest) if pos is None else None
+                if (pos is not None or factors is not None) and self.get(tensor) is None:
                     shape = [int(d) for d in tensor.ty.shape]
-                    self.layout_map[tensor] = accumulating_layout(loop, pos, shape)
+                    self.layout_map[tensor] = (
+                        accumulating_layout(loop, pos, shape)
+                        if pos is not None
+                        else coarse_layout(loop, factors, shape)
+                    )
                     self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
                     changed = True
                 continue
