@@ -15,7 +15,6 @@ through the CUDA emulator (sm_90a lowering, scalar GEMM).
 import math
 import shutil
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -390,3 +389,60 @@ def test_convolution_nvcc_sm90a():
 @needs_gpu
 def test_convolution_gpu():
     _load(CONV).main()
+
+
+# ---------------------------------------------------------------- tilelang.tools.Analyzer
+
+
+class _Device:
+    bandwidth = [750, 2_000_000]  # MB/s
+    compute_capability = "80"
+
+
+@pytest.mark.parametrize("m,n,k,bm,bn,bk", [(256, 128, 96, 64, 64, 32), (200, 72, 50, 64, 32, 16)])
+def test_analyzer_gemm_counts(m, n, k, bm, bn, bk):
+    """FLOPs are 2*bm*bn*bk per k-step and block; global bytes are the A and B tiles per
+    k-step and the C tile once, per block (padded tiles, as upstream counts)."""
+    from tilelang.tools import Analyzer
+
+    @T.prim_func
+    def gemm(
+        A: T.Tensor((m, k), "float16"),
+        B: T.Tensor((k, n), "float16"),
+        C: T.Tensor((m, n), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(n, bn), T.ceildiv(m, bm), threads=128) as (bx, by):
+            As = T.alloc_shared((bm, bk), "float16")
+            Bs = T.alloc_shared((bk, bn), "float16")
+            Cl = T.alloc_fragment((bm, bn), "float32")
+            T.clear(Cl)
+            for kk in T.Pipelined(T.ceildiv(k, bk), num_stages=2):
+                T.copy(A[by * bm, kk * bk], As)
+                T.copy(B[kk * bk, bx * bn], Bs)
+                T.gemm(As, Bs, Cl)
+            T.copy(Cl, C[by * bm, bx * bn])
+
+    blocks, steps = math.ceil(n / bn) * math.ceil(m / bm), math.ceil(k / bk)
+    result = Analyzer.analysis(gemm, _Device())
+    assert result.total_flops == 2 * bm * bn * bk * steps * blocks
+    assert result.total_global_bytes == blocks * (steps * (bm * bk + bk * bn) * 2 + bm * bn * 4)
+    peak = round(108 * 128 * 1.41 * 2 / 1e3, 1)
+    assert result.expected_tflops == peak and result.expected_bandwidth_GBps == 2000
+    expected = max(result.total_global_bytes / 2e12, result.total_flops / (peak * 1e12))
+    assert result.estimated_time == pytest.approx(expected)
+
+
+def test_analyzer_symbolic_shape_is_an_error():
+    from tilelang.tools import Analyzer
+
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def copy(A: T.Tensor((n, 64), "float32"), B: T.Tensor((n, 64), "float32")):
+        with T.Kernel(T.ceildiv(n, 32), threads=128) as bx:
+            s = T.alloc_shared((32, 64), "float32")
+            T.copy(A[bx * 32, 0], s)
+            T.copy(s, B[bx * 32, 0])
+
+    with pytest.raises(errors.CompileError, match="Analyzer: the blockIdx.x extent"):
+        Analyzer.analysis(copy, _Device())
