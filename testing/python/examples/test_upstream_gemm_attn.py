@@ -446,3 +446,101 @@ def test_analyzer_symbolic_shape_is_an_error():
 
     with pytest.raises(errors.CompileError, match="Analyzer: the blockIdx.x extent"):
         Analyzer.analysis(copy, _Device())
+
+
+# ---------------------------------------------------------------- autotuner: early_stop, pass_configs
+
+
+def _autotune_kernels():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "autotuner"))
+    try:
+        import tl_autotune_kernels
+    finally:
+        sys.path.pop(0)
+    return tl_autotune_kernels
+
+
+@pytest.fixture
+def tune_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TILELANG_AUTO_TUNING_PROGRESS", "0")
+    tilelang.cache.clear_cache()
+    yield
+    tilelang.cache.clear_cache()
+
+
+@pytest.mark.parametrize("early_stop", [False, True])
+def test_autotune_early_stop(tune_cache, monkeypatch, early_stop):
+    """With early_stop, a config whose 3-call probe exceeds best * factor is not timed in
+    full; the best config is the same either way."""
+    from tilelang.profiler import Profiler
+
+    calls = []
+
+    def fake_bench(self, func=None, *args, n_repeat=0, **kwargs):
+        work = self.kernel.config_work
+        calls.append((work, n_repeat))
+        return {1: 1.0, 7: 1.5, 96: 10.0}[work]
+
+    monkeypatch.setattr(Profiler, "do_bench", fake_bench)
+    kernels = _autotune_kernels()
+    original = tilelang.autotuner.param.CompileArgs.compile_program
+
+    def tagged(self, func, pass_configs=None):
+        kernel = original(self, func, pass_configs)
+        kernel.config_work = _WORK[func.__chandle__()]
+        return kernel
+
+    _WORK = {}
+    real_fn = kernels.repeated_sum
+
+    def traced(n=16384, work=1, **kw):
+        func = real_fn(n, work, **kw)
+        _WORK[func.__chandle__()] = work
+        return func
+
+    monkeypatch.setattr(tilelang.autotuner.param.CompileArgs, "compile_program", tagged)
+    tuned = tilelang.autotune(
+        configs=[{"work": 1}, {"work": 96}, {"work": 7}],
+        warmup=2,
+        rep=7,
+        skip_check=True,
+        early_stop=early_stop,
+        early_stop_factor=1.2,
+    )(tilelang.jit(out_idx=[-1], target="cpu")(traced))
+    result = tuned.tune(1000)
+    assert result.config == {"work": 1}
+    full = sorted(w for w, n in calls if n != 3)
+    assert full == ([1] if early_stop else [1, 7, 96])
+    assert sorted(w for w, n in calls if n == 3) == ([7, 96] if early_stop else [])
+
+
+def test_autotune_early_stop_factor_below_one_is_an_error(tune_cache):
+    kernels = _autotune_kernels()
+    tuner = tilelang.autotuner.AutoTuner.from_kernel(kernels.repeated_sum, [{"work": 1}])
+    with pytest.raises(ValueError, match="early_stop_factor must be >= 1.0"):
+        tuner.run(early_stop=True, early_stop_factor=0.5)
+
+
+def test_autotune_per_config_pass_configs(tune_cache):
+    """A config's ``pass_configs`` compile that candidate (over the jit's); the rest of the
+    config goes to the function; ``enable_grouped_compile`` is accepted."""
+    kernels = _autotune_kernels()
+    configs = [
+        {"work": 1, "pass_configs": {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}},
+        {"work": 96, "pass_configs": {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: False}},
+    ]
+    tuner = (
+        tilelang.autotuner.AutoTuner.from_kernel(kernels.repeated_sum, configs)
+        .set_compile_args(out_idx=[-1], target="cpu")
+        .set_profile_args(warmup=1, rep=3, skip_check=True)
+    )
+    tuner.set_kernel_parameters((3000,))
+    result = tuner.run(enable_grouped_compile=True, group_compile_size=2)
+    assert result.config == configs[0]
+    assert result.kernel.pass_configs == configs[0]["pass_configs"]
+    x = torch.randn(3000)
+    torch.testing.assert_close(result.kernel(x), x)
