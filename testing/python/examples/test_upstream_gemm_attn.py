@@ -544,3 +544,24 @@ def test_autotune_per_config_pass_configs(tune_cache):
     assert result.kernel.pass_configs == configs[0]["pass_configs"]
     x = torch.randn(3000)
     torch.testing.assert_close(result.kernel(x), x)
+
+
+# ---------------------------------------------------------------- gemm_sp: a clear refusal
+
+
+def test_gemm_sp_imports_fail_clearly():
+    """Upstream's 2:4 sparse example helpers import ``_TORCH_DTYPE_TO_STR`` (provided) and
+    the sparse metadata layouts (a ModuleNotFoundError saying sparse GEMM is not lowered)."""
+    from tilelang.language.dtypes import _TORCH_DTYPE_TO_STR
+
+    assert _TORCH_DTYPE_TO_STR[torch.float16] == "float16"
+    assert _TORCH_DTYPE_TO_STR[torch.float8_e4m3fn] == "float8_e4m3fn"
+    assert all(
+        T.dtype(name).as_torch() is t
+        for t, name in _TORCH_DTYPE_TO_STR.items()
+        if name != "float4_e2m1fn"
+    )
+    with pytest.raises(ModuleNotFoundError, match="does not lower sparse tensor-core GEMMs"):
+        from tilelang.cuda.intrinsics.sparse_layout import get_e_factor  # noqa: F401
+    with pytest.raises(AttributeError, match="T.gemm_sp is not supported"):
+        T.gemm_sp  # noqa: B018
