@@ -14,6 +14,7 @@ _ALIASES = {
     "half": "float16",
     "double": "float64",
     "int": "int32",
+    "uint": "uint32",
     "float8_e4m3": "float8_e4m3fn",
     "e4m3_float8": "float8_e4m3fn",
     "e5m2_float8": "float8_e5m2",

@@ -231,6 +231,11 @@ def test_expr_dtype_and_tvm_reinterpret_cpu():
     np.testing.assert_array_equal(z.numpy(), x.numpy())
 
 
+def test_uint_names_uint32():
+    """TVM's "uint" is uint32, as "int" is int32 (upstream's lop3 helpers pass "uint")."""
+    assert T.dtype("uint") == "uint32" == T.uint and T.dtype("int") == "int32" == T.int
+
+
 def test_tvm_reinterpret_of_python_number_is_an_error():
     from tilelang.tvm import tirx
 
