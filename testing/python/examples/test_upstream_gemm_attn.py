@@ -148,6 +148,40 @@ def test_persistent_gemm_cpu(m, n, k, block, sm, group, persistent):
     np.testing.assert_allclose(c.double().numpy(), ref.numpy(), rtol=2e-3, atol=2e-2)
 
 
+def test_persistent_dynamic_rows_cpu():
+    """A symbolic tile count: the number of waves is a run-time value (no early break)."""
+
+    @tilelang.jit(out_idx=[-1])
+    def gemm(n, k, bm, bn, bk, sm):
+        m = T.dynamic("m")
+
+        @T.prim_func
+        def main(
+            A: T.Tensor((m, k), "float32"),
+            B: T.Tensor((k, n), "float32"),
+            C: T.Tensor((m, n), "float32"),
+        ):
+            with T.Kernel(sm, threads=128) as bid:
+                As = T.alloc_shared((bm, bk), "float32")
+                Bs = T.alloc_shared((bk, bn), "float32")
+                Cl = T.alloc_fragment((bm, bn), "float32")
+                for bx, by in T.Persistent([T.ceildiv(m, bm), T.ceildiv(n, bn)], sm, bid):
+                    T.clear(Cl)
+                    for kk in T.Pipelined(T.ceildiv(k, bk), num_stages=2):
+                        T.copy(A[bx * bm, kk * bk], As)
+                        T.copy(B[kk * bk, by * bn], Bs)
+                        T.gemm(As, Bs, Cl)
+                    T.copy(Cl, C[bx * bm, by * bn])
+
+        return main
+
+    kernel = gemm(136, 72, 32, 32, 32, 3)
+    for m in (200, 33):
+        a, b = torch.randn(m, 72, dtype=torch.float64), torch.randn(72, 136, dtype=torch.float64)
+        c = kernel(a.float(), b.float())
+        np.testing.assert_allclose(c.double().numpy(), (a @ b).numpy(), rtol=1e-5, atol=1e-4)
+
+
 def test_persistent_compile_with_const_keywords_cpu():
     """``.compile(M=..., N=..., K=...)`` binds the T.const shapes (upstream's main)."""
     _load(PERSISTENT).main(200, 136, 72, block=(64, 64, 32), threads=128, num_stages=2, sm_num=5)
