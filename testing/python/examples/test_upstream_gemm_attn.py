@@ -405,6 +405,20 @@ def test_im2col_tile_cpu(n, c, h, w, k, s, d, p, step):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "n,c,h,w,f,k,s,d,p", [(1, 12, 7, 6, 20, 3, 2, 1, 1), (2, 8, 5, 5, 16, 3, 1, 2, 2)]
+)
+def test_convolution_im2col_cuda_emulated(n, c, h, w, f, k, s, d, p):
+    """The im2col gather inside the pipelined k-loop, lowered for sm_90a."""
+    module = _load(CONV)
+    a = torch.randn(n, h, w, c, dtype=torch.float16)
+    b = torch.randn(k, k, c, f, dtype=torch.float16)
+    func = module.convolution.jit_impl.get_tir(a, b, s, d, p, **CONV_CONFIG)
+    ref = module.ref_program(s, p, d)(a.double(), b.double()).numpy()
+    out = _emulate(func, a.numpy(), b.numpy(), np.zeros(ref.shape, np.float16))
+    np.testing.assert_allclose(out[2].astype(np.float64), ref, rtol=2e-3, atol=2e-2)
+
+
 def test_im2col_bad_arguments():
     with pytest.raises(errors.TraceError, match="T.im2col: img must be a 4-D NHWC tensor"):
 
