@@ -14,6 +14,7 @@ _ALIASES = {
     "half": "float16",
     "double": "float64",
     "int": "int32",
+    "uint": "uint32",
     "float8_e4m3": "float8_e4m3fn",
     "e4m3_float8": "float8_e4m3fn",
     "e5m2_float8": "float8_e5m2",
@@ -234,3 +235,21 @@ def resolve_torch_storage_dtype(value) -> dtype:
     to a byte in torch's ``float4_e2m1fn_x2``, which tilelang names ``float4_e2m1fn``)."""
     name = str(as_torch(value)).replace("torch.", "")
     return dtype("float4_e2m1fn" if name == "float4_e2m1fn_x2" else canonical(name))
+
+
+def __getattr__(name: str):
+    """``_TORCH_DTYPE_TO_STR``: upstream's private table torch dtype -> element type name
+    (its example helpers import it from ``tilelang.language.dtypes``)."""
+    if name != "_TORCH_DTYPE_TO_STR":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import torch
+
+    table = {}
+    for attr in dir(torch):
+        value = getattr(torch, attr, None)
+        if isinstance(value, torch.dtype) and value not in table:
+            try:
+                table[value] = canonical(value)
+            except Exception:  # noqa: BLE001 - torch dtypes tilelang has no name for
+                continue
+    return table

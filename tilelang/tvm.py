@@ -24,6 +24,8 @@ from tvm_ffi import dtype as DataType  # noqa: N812 - upstream's name
 from tvm_tirx import IRModule, ir, runtime, target, transform  # noqa: F401
 from tvm_tirx import tirx as _tirx_tirx
 
+from . import dtypes as _dtypes
+
 __all__ = ["DataType", "IRModule", "ir", "runtime", "target", "tirx", "transform"]
 
 _WHY = (
@@ -31,10 +33,26 @@ _WHY = (
     "{what} has no TIRx counterpart, so `tilelang.tvm` cannot provide it"
 )
 
-# upstream tvm.tirx names whose TIRx object lives elsewhere or under another name
+
+def _reinterpret(dtype, value, span=None):
+    """``tvm.tirx.reinterpret(dtype, value)``: TVM's argument order (TIRx's is
+    ``reinterpret(value, ty=...)``); the bits of ``value`` read as ``dtype``."""
+    if isinstance(value, str) and not isinstance(dtype, str):
+        dtype, value = value, dtype
+    if isinstance(value, int | float):
+        raise TypeError(
+            f"tvm.tirx.reinterpret({dtype!r}, {value!r}): the value must be an expression "
+            "(a Python number has no bit width; wrap it in tvm.tirx.const(value, dtype))"
+        )
+    return _tirx_tirx.reinterpret(value, ty=_dtypes.canonical(dtype))
+
+
+# upstream tvm.tirx names whose TIRx object lives elsewhere, under another name, or takes
+# its arguments in another order
 _TIRX_ALIASES = {
     "PrimExpr": lambda: _tirx_tirx.Expr,
     "PrimFunc": lambda: _tirx_tirx.Function,
+    "reinterpret": lambda: _reinterpret,
 }
 
 

@@ -29,8 +29,8 @@ class CompileArgs:
     pass_configs: dict | None = None
     compile_flags: list | None = None
 
-    def compile_program(self, func):
-        """Compile one traced candidate."""
+    def compile_program(self, func, pass_configs=None):
+        """Compile one traced candidate (``pass_configs``: the candidate's own, over these)."""
         from ..jit import compile as tl_compile
 
         return tl_compile(
@@ -40,7 +40,7 @@ class CompileArgs:
             target=self.target,
             target_host=self.target_host,
             verbose=self.verbose,
-            pass_configs=self.pass_configs,
+            pass_configs={**(self.pass_configs or {}), **(pass_configs or {})} or None,
             compile_flags=self.compile_flags,
         )
 
@@ -61,6 +61,10 @@ class ProfileArgs:
     skip_check: bool = False
     manual_check_prog: Callable | None = None
     cache_input_tensors: bool = False
+    #: time a candidate in full only when a short probe is within ``early_stop_factor`` of
+    #: the best latency so far (a clearly slower one keeps its probe latency)
+    early_stop: bool = False
+    early_stop_factor: float = 2.0
 
 
 @dataclass

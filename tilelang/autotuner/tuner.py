@@ -120,6 +120,21 @@ class _Timeout(Exception):
     pass
 
 
+#: a config key that is not a parameter: the candidate's own pass configs (upstream's)
+PASS_CONFIGS_KEY = "pass_configs"
+
+
+def _params_of(config: dict) -> dict:
+    """A config's function arguments (its ``pass_configs`` entry left out)."""
+    return {k: v for k, v in config.items() if k != PASS_CONFIGS_KEY}
+
+
+def _compile_one(compile_args, func, config: dict):
+    """``func`` compiled with ``config``'s own pass configs, if it has any."""
+    own = config.get(PASS_CONFIGS_KEY)
+    return compile_args.compile_program(func, own) if own else compile_args.compile_program(func)
+
+
 def _compile_all(compile_args, traced, timeout):
     """Compile the traced candidates in parallel; yield ``(i, config, func, kernel | error)``.
 
@@ -133,7 +148,7 @@ def _compile_all(compile_args, traced, timeout):
 
     def task(i, func):
         try:
-            outcome = compile_args.compile_program(func)
+            outcome = _compile_one(compile_args, func, by_index[i][0])
         except BaseException as err:  # noqa: BLE001 - reported per config
             outcome = err
         results.put((i, outcome))
@@ -294,7 +309,9 @@ class AutoTuner:
         for i, config in enumerate(configs):
             if not isinstance(config, dict):
                 raise TypeError(f"configs[{i}] must be a dict, got {type(config).__name__}")
-            unknown = [k for k in config if k not in params and not takes_kwargs]
+            if not isinstance(config.get(PASS_CONFIGS_KEY, {}), dict):
+                raise TypeError(f"configs[{i}]['pass_configs'] must be a dict of pass configs")
+            unknown = [k for k in _params_of(config) if k not in params and not takes_kwargs]
             if unknown:
                 raise ValueError(
                     f"configs[{i}] names {unknown}, which are not parameters of "
@@ -362,7 +379,7 @@ class AutoTuner:
         shared["inputs"] = inputs
         return inputs
 
-    def _bench(self, kernel, warmup, rep, shared: dict) -> float:
+    def _bench(self, kernel, warmup, rep, shared: dict, baseline=None) -> float:
         pa = self.profile_args
         profiler = kernel.get_profiler(pa.supply_type)
         inputs = self._inputs_for(kernel, profiler, shared)
@@ -377,6 +394,12 @@ class AutoTuner:
                     rtol=pa.rtol,
                     max_mismatched_ratio=pa.max_mismatched_ratio,
                 )
+        if baseline is not None:  # early stop: a short probe first
+            probe = profiler.do_bench(
+                n_warmup=1, n_repeat=3, input_tensors=inputs, return_mode="median"
+            )
+            if probe > baseline:
+                return probe
         # median: robust to a stray slow call on a loaded machine (the ranking is what matters)
         latency = profiler.do_bench(
             warmup=warmup, rep=rep, input_tensors=inputs, return_mode="median"
@@ -388,12 +411,39 @@ class AutoTuner:
         return latency
 
     # -- the run -----------------------------------------------------------------
-    def run(self, warmup: int | None = None, rep: int | None = None, timeout=None):
-        """Tune (or reuse the stored best config) and return an :class:`AutotuneResult`."""
+    def run(
+        self,
+        warmup: int | None = None,
+        rep: int | None = None,
+        timeout=None,
+        enable_grouped_compile: bool = False,
+        group_compile_size: int = 2,
+        early_stop: bool | None = None,
+        early_stop_factor: float | None = None,
+    ):
+        """Tune (or reuse the stored best config) and return an :class:`AutotuneResult`.
+
+        ``early_stop``/``early_stop_factor``: see :class:`ProfileArgs`. Upstream's
+        ``enable_grouped_compile``/``group_compile_size`` batch configs into shared
+        compile units; here every config is its own unit, compiled in parallel threads,
+        so they only are checked."""
         pa = self.profile_args
         warmup = pa.warmup if warmup is None else warmup
         rep = pa.rep if rep is None else rep
         timeout = pa.timeout if timeout is None else timeout
+        if not isinstance(group_compile_size, int) or group_compile_size < 1:
+            raise ValueError(
+                f"group_compile_size must be a positive int, got {group_compile_size!r}"
+            )
+        early = {
+            "early_stop": pa.early_stop if early_stop is None else bool(early_stop),
+            "early_stop_factor": pa.early_stop_factor
+            if early_stop_factor is None
+            else early_stop_factor,
+        }
+        if early["early_stop_factor"] < 1.0:
+            raise ValueError(f"early_stop_factor must be >= 1.0, got {early['early_stop_factor']}")
+        self._early = early
         configs = self._config_list()
         material = self.key_material(configs)
         key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
@@ -416,7 +466,7 @@ class AutoTuner:
     def _trace(self, config: dict):
         """The traced function of one candidate: the factory's result, or (an eager
         ``@jit`` body, whose ``T.const`` sizes may be given as keywords) its trace."""
-        kwargs = {**self._kwargs, **config}
+        kwargs = {**self._kwargs, **_params_of(config)}
         jit = self._jit
         if jit is not None and jit._resolve_mode(self._args, kwargs) == "eager":
             return jit.get_tir(*self._args, **kwargs)
@@ -430,7 +480,7 @@ class AutoTuner:
         config = record["config"]
         try:
             func = self._trace(config)
-            kernel = self.compile_args.compile_program(func)
+            kernel = _compile_one(self.compile_args, func, config)
         except Exception as err:  # noqa: BLE001 - a stale record: tune again
             logger.warning("stored best config %s no longer compiles (%s); retuning", config, err)
             return None
@@ -465,8 +515,17 @@ class AutoTuner:
         latencies: dict[int, float] = {}
         for i, config, func, kernel in _progress(compiled, desc="Benchmarking configurations"):
             try:
+                early = getattr(self, "_early", {})
+                baseline = (
+                    best[0] * early["early_stop_factor"]
+                    if early.get("early_stop") and best is not None
+                    else None
+                )
                 latency = _run_with_timeout(
-                    lambda kernel=kernel: self._bench(kernel, warmup, rep, shared), timeout
+                    lambda kernel=kernel, baseline=baseline: self._bench(
+                        kernel, warmup, rep, shared, baseline
+                    ),
+                    timeout,
                 )
             except Exception as err:  # noqa: BLE001 - includes timeouts and failed checks
                 failures[i] = f"benchmark: {type(err).__name__}: {err}"
@@ -534,25 +593,37 @@ class AutoTuneImpl:
             self._results[key] = result
         return result
 
+    def _given_tunables(self, args, kwargs) -> set:
+        """The tunable parameters these arguments fix. Keywords that are not parameters
+        of the function (an eager body's ``T.const`` names, ``compile(M=1024, ...)``) fix
+        none."""
+        configs = self.configs if not callable(self.configs) else None
+        if configs is None:
+            return set()
+        signature = inspect.signature(self.jit_impl.fn)
+        params = signature.parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            named = kwargs
+        else:
+            named = {k: v for k, v in kwargs.items() if k in params}
+        bound = signature.bind_partial(*args, **named)
+        return self._tunables(configs) & set(bound.arguments)
+
     def __call__(self, *args, **kwargs):
         """The best kernel for these arguments; arguments that fix a tunable skip tuning."""
-        configs = self.configs if not callable(self.configs) else None
-        if configs is not None:
-            params = inspect.signature(self.jit_impl.fn).parameters
-            if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-                # keywords that are not parameters: an eager body's T.const sizes
-                kwargs_named = {k: v for k, v in kwargs.items() if k in params}
-            else:
-                kwargs_named = kwargs
-            bound = inspect.signature(self.jit_impl.fn).bind_partial(*args, **kwargs_named)
-            given = self._tunables(configs) & set(bound.arguments)
-            if given:
-                logger.info("tunable parameters %s given explicitly: not tuning", sorted(given))
-                return self.jit_impl(*args, **kwargs)
+        given = self._given_tunables(args, kwargs)
+        if given:
+            logger.info("tunable parameters %s given explicitly: not tuning", sorted(given))
+            return self.jit_impl(*args, **kwargs)
         return self.tune(*args, **kwargs).kernel
 
     def compile(self, *args, **kwargs):
-        """Same as calling: the best kernel for these arguments."""
+        """The kernel for these arguments: compiled as given when they fix a tunable
+        (``T.const`` values may come as keywords), else the best one after tuning."""
+        given = self._given_tunables(args, kwargs)
+        if given:
+            logger.info("tunable parameters %s given explicitly: not tuning", sorted(given))
+            return self.jit_impl.compile(*args, **kwargs)
         return self(*args, **kwargs)
 
     def get_tir(self, *args, **kwargs):
@@ -576,6 +647,8 @@ def autotune(
     skip_check: bool = False,
     manual_check_prog: Callable | None = None,
     cache_input_tensors: bool = False,
+    early_stop: bool = False,
+    early_stop_factor: float = 2.0,
 ):
     """Decorator stacked over ``@tilelang.jit``: tune ``configs`` on first call per arguments.
 
@@ -584,7 +657,9 @@ def autotune(
     seconds per candidate's check + timing. ``ref_prog`` (with ``rtol``/``atol``/
     ``max_mismatched_ratio``, or ``manual_check_prog(outputs, reference)``) rejects wrong
     candidates unless ``skip_check``. Inputs: ``set_autotune_inputs(...)``, else
-    ``supply_prog(params)``, else random tensors of ``supply_type``.
+    ``supply_prog(params)``, else random tensors of ``supply_type``. ``early_stop``: see
+    :class:`ProfileArgs`. A config may carry ``"pass_configs": {...}``, compiled with
+    those pass configs over the jit's.
     """
     if func is not None:
         raise TypeError("use @tilelang.autotune(configs=...) with arguments, over @tilelang.jit")
@@ -601,6 +676,8 @@ def autotune(
         skip_check=skip_check,
         manual_check_prog=manual_check_prog,
         cache_input_tensors=cache_input_tensors,
+        early_stop=early_stop,
+        early_stop_factor=early_stop_factor,
     )
 
     def decorator(impl):

@@ -186,7 +186,7 @@ class LoopSpec:
     """
 
     dims: list
-    kind: str = "serial"  # serial | parallel | unroll | vectorized | pipelined
+    kind: str = "serial"  # serial | parallel | unroll | vectorized | pipelined | custom
     annotations: dict = field(default_factory=dict)
 
     def __iter__(self):
@@ -280,6 +280,20 @@ def _mark_ir(probe) -> None:
 def for_(iterable, names: str, probe: LoopProbe | None = None):
     """Generator behind every rewritten ``for`` statement."""
     st = state()
+    if isinstance(iterable, LoopSpec) and iterable.kind == "custom":
+        # a loop construct that opens its own frames (T.Persistent): spec.enter(stack, names)
+        _mark_ir(probe)
+        st.loops.append(_Loop(True, st.ir_if_depth))
+        try:
+            with contextlib.ExitStack() as stack:
+                name_list = [n.strip() for n in names.strip("()").split(",") if n.strip()]
+                vars_ = iterable.annotations["enter"](stack, name_list)
+                for name, var in zip(name_list, vars_):
+                    name_value(name, var)
+                yield vars_[0] if len(vars_) == 1 else tuple(vars_)
+        finally:
+            st.loops.pop()
+        return
     if isinstance(iterable, LoopSpec):
         _mark_ir(probe)
         vars_ = []

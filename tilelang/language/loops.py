@@ -67,9 +67,76 @@ def grid(*extents):
     return LoopSpec([(0, e, None) for e in extents], "serial")
 
 
-def Persistent(*args, **kwargs):  # noqa: N802
-    """Not supported by this backend set yet."""
-    raise errors.TraceError("T.Persistent is not supported yet")
+def Persistent(domain, wave_size, index, group_size=8):  # noqa: N802 - upstream API
+    """The tiles of ``domain`` (a list of tile counts) visited by a persistent block.
+
+    ``for bx, by in T.Persistent([m_tiles, n_tiles], wave_size, index)`` runs a serial
+    loop over waves; in wave ``w`` the block handles tile ``w * wave_size + index`` of the
+    tiles ordered in groups of ``group_size`` along the last axis (rasterization: the
+    last coordinate is ``group * group_size + the tile's place in its group``, the other
+    coordinates count through the domain within a group). Tiles past the domain's end
+    are skipped; with two or more waves the loop stops at the first wave past the end.
+    """
+    domain = list(domain)
+    if not domain:
+        raise errors.TraceError("T.Persistent needs a non-empty domain (a list of tile counts)")
+    return LoopSpec(
+        [],
+        "custom",
+        {
+            "enter": lambda stack, names: _persistent(
+                stack, names, domain, wave_size, index, group_size
+            )
+        },
+    )
+
+
+def _persistent(stack, names, domain, wave_size, index, group_size):
+    from tvm_tirx import ir
+    from tvm_tirx import tirx as _tirx
+    from tvm_tirx.script import tirx as _T
+
+    from . import builder
+
+    def ceildiv(a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return -(-a // b)
+        return builder.unwrap(_tirx.ceildiv(_as_expr(a), _as_expr(b)))
+
+    def _as_expr(x):
+        return ir.const(x, "int32") if isinstance(x, int) else builder.unwrap(x)
+
+    last = domain[-1]
+    group = group_size if group_size is not None else 1
+    if isinstance(group, int) and isinstance(last, int):
+        group = max(1, min(group, last))
+    else:
+        group = builder.unwrap(_tirx.max(_as_expr(1), _tirx.min(_as_expr(group), _as_expr(last))))
+    grouped = [ceildiv(last, group), *domain[:-1], group]
+    padded = grouped[0]
+    for extent in grouped[1:]:
+        padded = padded * extent
+    waves = ceildiv(padded, wave_size)
+    w = builder.unwrap(stack.enter_context(_T.serial(0, waves)))
+    tile = builder.unwrap(w * wave_size + index)
+    if (builder.static_value(waves) or 0) >= 2:
+        with builder._IRIf(builder.unwrap(_as_expr(padded) <= tile)), _T.then_():
+            _T.break_()
+    coords, rest = [None] * len(grouped), tile
+    for axis in range(len(grouped) - 1, 0, -1):
+        coords[axis] = builder.unwrap(rest % grouped[axis])
+        rest = builder.unwrap(rest // grouped[axis])
+    coords[0] = rest
+    values = [*coords[1:-1], builder.unwrap(coords[0] * group + coords[-1])]
+    vars_ = []
+    for k, value in enumerate(values):
+        name = names[k] if k < len(names) else f"v{k}"
+        var = ir.Var(name, value.ty)
+        _T.emit_(ir.Bind(var, value, loc=builder.user_loc()))
+        vars_.append(var)
+    stack.enter_context(builder._IRIf(builder.unwrap(vars_[-1] < _as_expr(last))))
+    stack.enter_context(_T.then_())
+    return vars_
 
 
 def loop_break():

@@ -55,7 +55,6 @@ NOT_LOWERED: dict[str, str] = {
     "mma_gemm_blockscaled": _SM120,
     "tma_load": _TMA_EXPLICIT,
     "create_tma_descriptor": _TMA_EXPLICIT,
-    "im2col": "the TMA im2col copy is not lowered; write the im2col gather with T.Parallel",
     "tma_gather4": _TMA_GATHER,
     "tma_gather4_bytes": _TMA_GATHER,
     "tma_scatter4": _TMA_GATHER,

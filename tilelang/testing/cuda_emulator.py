@@ -311,6 +311,9 @@ class _Machine:
             return np.int32(0)
         if name == "tirx.reinterpret" and _tma.is_address(e.args[0]):  # TMA base alignment
             return _tma.address_value(self, e.args[0], mask)
+        if name == "tirx.reinterpret":  # the same bits read as another type of one width
+            value = np.asarray(self.eval(e.args[0], mask)).astype(np_dtype(e.args[0].ty))
+            return value.view(np_dtype(e.ty))
         short = name.split(".")[-1]
         if short in _MATH:
             return self._as(_MATH[short](self.eval(e.args[0], mask)), e.ty)

@@ -39,7 +39,6 @@ ABSENT: dict[str, str] = {
     + "; tilelang has one kernel type, tilelang.JITKernel",
     "tilelang.contrib.cutedsl": "upstream's CuTe DSL backend; tilelang has none",
     "tilelang.tools.cuda": _INTERNAL.format(what="IKET CUDA event tracer"),
-    "tilelang.tools.Analyzer": _INTERNAL.format(what="roofline analyzer of its TVM IR"),
     "tilelang.backend": _INTERNAL.format(what="target/pass-pipeline registry")
     + "; see tilelang.utils.target.determine_target and tilelang.backends",
     "tilelang.engine.callback": "upstream's source post-processing hooks; not provided yet",
@@ -47,6 +46,10 @@ ABSENT: dict[str, str] = {
     + "; every T.* name lives in tilelang.language",
     "tilelang.language.eager.ast": _INTERNAL.format(what="AST mutator of its eager builder"),
     "tilelang.utils.language": _INTERNAL.format(what="helpers over its TVM Buffer IR"),
+    "tilelang.cuda.intrinsics.sparse_layout": _INTERNAL.format(
+        what="2:4 sparse metadata layouts of T.gemm_sp (mma.sp / sparse wgmma)"
+    )
+    + "; tilelang does not lower sparse tensor-core GEMMs",
     "tilelang.carver.template": _INTERNAL.format(what="carver templates"),
     "tilelang.carver.roller": _INTERNAL.format(what="carver roller"),
 }

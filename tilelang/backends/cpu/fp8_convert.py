@@ -14,7 +14,7 @@ torch's result (which agrees with ml_dtypes wherever the value is in range):
 float16/bfloat16 sources are widened to float32 exactly first; float64 and integer sources
 are converted from float64 bits (one rounding). Casts from fp8 are decoded from the code's
 bits as well (TIRx's decoding gets subnormals wrong too: code 0x00 read as 2**-7).
-The kernel's own fp8 tensors are then stored as ``uint8`` codes
+The stage after it stores the kernel's own fp8 tensors as ``uint8`` codes
 (:func:`store_fp8_tiles_as_bytes`). Assumes: scalar expressions only (tile ops lowered).
 Guarantees: no ``Cast`` to or from an fp8 type remains.
 """
@@ -208,9 +208,9 @@ def store_fp8_tiles_as_bytes(body):
 
 def legalize_fp8_casts(body):
     """Rewrite every cast to or from an fp8 type in ``body`` into :func:`encode_fp8` /
-    :func:`decode_fp8`, and store the kernel's fp8 tiles as bytes
-    (:func:`store_fp8_tiles_as_bytes`)."""
-    return store_fp8_tiles_as_bytes(tvm_ffi.structural_map(body, [(P.Cast, _rewrite)]))
+    :func:`decode_fp8` (the next stage, :func:`store_fp8_tiles_as_bytes`, stores the
+    kernel's fp8 tiles as bytes)."""
+    return tvm_ffi.structural_map(body, [(P.Cast, _rewrite)])
 
 
 __all__ = ["decode_fp8", "encode_fp8", "legalize_fp8_casts", "store_fp8_tiles_as_bytes"]

@@ -1,7 +1,7 @@
 """The CPU (LLVM) backend: one linear pipeline from traced kernel to a loaded shared library.
 
     trace ─► ws_schedule_program_order ─► unswitch_uniform_select ─► lower_threads ─► LegalizeSafeMemoryAccess ─► LowerTileOps("cpu") ─► strip schedule hints
-          ─► legalize_half_math ─► legalize_fp8_casts ─► lower_blocks
+          ─► legalize_half_math ─► legalize_fp8_casts ─► store_fp8_tiles_as_bytes ─► lower_blocks
           ─► TIRx pipeline + LLVM codegen ─► .so ─► tvm_ffi.load_module
 
 Blocks run as a parallel loop over cores (serial when the kernel uses atomics);
@@ -32,7 +32,7 @@ from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.unswitch_uniform_select import unswitch_uniform_select
 from ...transform.wide_index import widen_indices
 from ...transform.ws_schedule import program_order as ws_program_order
-from .fp8_convert import legalize_fp8_casts
+from .fp8_convert import legalize_fp8_casts, store_fp8_tiles_as_bytes
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 from .warp_mma import lower_warp_mma
@@ -116,6 +116,7 @@ def _lower_kernel(func, pass_configs):
         ("legalize_half_math", on_body(legalize_half_math)),
         ("portable_ieee_math", on_body(lambda b: portable_ieee_calls(b, "cpu"))),
         ("legalize_fp8_casts", on_body(legalize_fp8_casts)),  # round to nearest even
+        ("store_fp8_tiles_as_bytes", on_body(store_fp8_tiles_as_bytes)),
         *([("bounds_check", on_body(_bounds_checks))] if checked else []),
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
         ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),

@@ -58,6 +58,8 @@ from .loop_fragment_access import (
     accumulations,
     check_nest,
     check_serial_accesses,
+    coarse_axes,
+    coarse_layout,
     first_loc,
     inner_loops,
     spread_positions,
@@ -419,9 +421,14 @@ class _Inference:
                 # f[j, i] (permuted axes) or f[i, k] (k an inner T.serial loop's variable):
                 # the loop's threads, the inner loops' axes in each thread's registers
                 pos = spread_positions(idx, nest, inner_loops(nest))
-                if pos is not None and self.get(tensor) is None:
+                factors = coarse_axes(idx, nest) if pos is None else None
+                if (pos is not None or factors is not None) and self.get(tensor) is None:
                     shape = [int(d) for d in tensor.ty.shape]
-                    self.layout_map[tensor] = accumulating_layout(loop, pos, shape)
+                    self.layout_map[tensor] = (
+                        accumulating_layout(loop, pos, shape)
+                        if pos is not None
+                        else coarse_layout(loop, factors, shape)
+                    )
                     self.origins[tensor.__chandle__()] = ("a T.Parallel loop", nest.loc)
                     changed = True
                 elif self.get(tensor) is None and self._read_only_gather(tensor, idx, nest):
@@ -478,8 +485,24 @@ class _Inference:
         vec = 16 // max(bytes_) if bytes_ else 1
         while vec > 1 and (nest.extents[-1] % vec or total // vec < hi - lo):
             vec //= 2
-        layout = default_fragment(nest.extents, hi - lo, vec)
-        self.loop_layouts[nest.key] = shift_threads(layout, lo)
+        layout = shift_threads(default_fragment(nest.extents, hi - lo, vec), lo)
+        self.loop_layouts[nest.key] = self._row_owner_layout(nest, layout) or layout
+
+    def _row_owner_layout(self, nest: ParallelNest, free: Fragment):
+        """When ``free`` would run a read ``f[i]`` of a fragment with a known layout (``f``
+        indexed by some of the nest's axes, in order: ``scores_max[h]`` in a loop over
+        ``h, k``) on threads that do not hold it, the layout running each iteration on
+        ``f[i]``'s threads, the other axes in registers (upstream derives the loop layout
+        from such a fragment); else None."""
+        for tensor, idx, _ in nest.accesses:
+            known = self.get(tensor) if is_fragment(tensor) else None
+            keep = self._axes(idx, nest) if known is not None else None
+            if keep is None or len(keep) != len(tensor.ty.shape):
+                continue
+            if len(keep) == len(nest.vars) or same_threads(known, project_fragment(free, keep)):
+                continue
+            return accumulating_layout(known, keep, nest.extents)
+        return None
 
     @staticmethod
     def _read_only_gather(tensor, idx, nest) -> bool:

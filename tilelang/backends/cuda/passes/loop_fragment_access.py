@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import tvm_ffi
 from tvm_tirx import ir
+from tvm_tirx.ir.prim import expr as P
 
 from .... import errors
 from ....layout import Fragment
@@ -71,6 +72,41 @@ def spread_positions(idx, nest, inner):
         elif E.key(i) not in inner:
             return None
     return pos if all(p is not None for p in pos) else None
+
+
+def coarse_axes(idx, nest):
+    """For ``F[idx]`` whose indices are, in the nest's axis order, each a nest variable or
+    a nest variable floor-divided by a positive constant (``B_local[i, j // 2]``: packed
+    elements read by several iterations), naming every nest variable once: the constant
+    of each nest axis (1 for a plain variable); else None."""
+    if len(idx) != len(nest.vars):
+        return None
+    factors = []
+    for i, var in zip(idx, nest.vars):
+        factor = 1
+        if isinstance(i, P.FloorDiv):
+            factor = E.as_const_int(i.b)
+            i = i.a
+        if not isinstance(i, ir.Var) or not i.same_as(var) or not factor or factor < 1:
+            return None
+        factors.append(factor)
+    return factors
+
+
+def coarse_layout(loop: Fragment, factors, shape) -> Fragment:
+    """The layout of a fragment of ``shape`` read as ``F[x // factors]`` by a nest of
+    layout ``loop``: element ``c`` on the threads running iteration ``c * factors`` (the
+    iterations reading the same element must share those threads: :func:`check_nest`)."""
+    fvars, rep = loop._vars, loop._rep
+    replicate = loop.get_replicate()
+
+    def thread_fn(*args):
+        mapping = {E.key(v): args[a] * f for a, (v, f) in enumerate(zip(fvars, factors))}
+        if replicate > 1:
+            mapping[E.key(rep)] = args[-1]
+        return E.substitute(loop.thread, mapping)
+
+    return Fragment([int(e) for e in shape], forward_thread_fn=thread_fn, replicate=replicate)
 
 
 def accumulations(nest) -> list:
