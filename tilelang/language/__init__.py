@@ -75,13 +75,12 @@ from .kernel import (
     get_thread_bindings,
     get_thread_extent,
 )
+from .logical import all_of, any_of
 from .loops import Parallel, Persistent, Pipelined, grid, loop_break, serial, unroll, vectorized
 from .math import (
     Cast,
     abs,
     address_of,
-    all_of,
-    any_of,
     bitwise_and,
     bitwise_or,
     bitwise_xor,

@@ -184,11 +184,3 @@ def bitwise_or(a, b):
 
 def bitwise_xor(a, b):
     return _tirx.bitwise_xor(_expr(a), _expr(b))
-
-
-def all_of(*conds):
-    return _tirx.all(*conds)
-
-
-def any_of(*conds):
-    return _tirx.any(*conds)
