@@ -175,12 +175,12 @@ def shift_right(a, b):
 
 
 def bitwise_and(a, b):
-    return _tirx.bitwise_and(_expr(a), _expr(b))
+    return _tirx.bitwise_and(_expr(a, like=b), _expr(b, like=a))
 
 
 def bitwise_or(a, b):
-    return _tirx.bitwise_or(_expr(a), _expr(b))
+    return _tirx.bitwise_or(_expr(a, like=b), _expr(b, like=a))
 
 
 def bitwise_xor(a, b):
-    return _tirx.bitwise_xor(_expr(a), _expr(b))
+    return _tirx.bitwise_xor(_expr(a, like=b), _expr(b, like=a))

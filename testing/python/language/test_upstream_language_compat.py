@@ -108,3 +108,80 @@ def test_all_of_symbolic_slice_is_a_clear_error():
     with pytest.raises(tilelang.TileLangError, match="T.all_of.*non-constant extent") as info:
         make()
     assert f":{line_of(make, 'T.all_of(F[0:n])')}" in str(info.value)
+
+
+# ------------------------------------------------- integer literals in & | ^ (issue: intimm)
+@pytest.mark.parametrize("dtype", ["int64", "uint32", "uint64"])
+def test_bitwise_ops_type_python_int_like_the_operand_cpu(dtype, rng):
+    """``x & 0xFFFFFFF0`` / ``x | 2**40`` / ``lit ^ x``: the literal takes x's type (it used to
+    be squeezed into 32 bits: wrapped silently for int64, a raw TIRx check for uint)."""
+    n = 11
+    bits = int(dtype.removeprefix("u").removeprefix("int"))
+    lits = {
+        "int64": (2**40 + 7, 0x80000001, -(2**35) - 3),
+        "uint32": (0xFFFFFFF0, 0x80000001, 0xDEADBEEF),
+        "uint64": (2**63 + 5, 0xFFFFFFFF00000000, 2**40 + 3),
+    }[dtype]
+    a_lit, o_lit, x_lit = lits
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), dtype), B: T.Tensor((n, 5), dtype)):
+        with T.Kernel(1, threads=1):
+            for i in T.serial(n):
+                B[i, 0] = A[i] & a_lit
+                B[i, 1] = A[i] | o_lit
+                B[i, 2] = x_lit ^ A[i]
+                B[i, 3] = T.bitwise_and(A[i], a_lit)
+                B[i, 4] = (A[i] ^ x_lit) & o_lit
+
+    np_dtype = np.dtype(dtype)
+    raw = rng.integers(0, 2**62, size=n, dtype=np.int64).astype(np.uint64) * 3
+    a = raw.astype(np_dtype) if dtype != "int64" else (raw.astype(np.int64) - 2**61)
+    out = np.zeros((n, 5), dtype=np_dtype)
+    a_t, out_t = torch.from_numpy(a), torch.from_numpy(out)
+    tilelang.compile(main, target="cpu")(a_t, out_t)
+    py = [int(v) for v in a]
+    mask = (1 << bits) - 1
+
+    def wrap(v):  # Python int -> the dtype's value (two's complement for int64)
+        v &= mask
+        return v - (1 << bits) if dtype == "int64" and v >> (bits - 1) else v
+
+    ref = [
+        [
+            wrap(v & a_lit),
+            wrap(v | o_lit),
+            wrap(x_lit ^ v),
+            wrap(v & a_lit),
+            wrap((v ^ x_lit) & o_lit),
+        ]
+        for v in py
+    ]
+    assert [[int(x) for x in row] for row in out_t.numpy()] == ref
+
+
+def test_bitwise_literal_that_does_not_fit_is_a_clear_error():
+    def make():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "int32"), B: T.Tensor((4,), "int32")):
+            with T.Kernel(1, threads=1):
+                for i in T.serial(4):
+                    B[i] = A[i] & 0x80000000
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError, match="2147483648 does not fit .* int32") as info:
+        make()
+    assert f":{line_of(make, 'A[i] & 0x80000000')}" in str(info.value)
+
+
+def test_upstream_intimm_expressions():
+    """Upstream's test_tilelang_intimm, outside a kernel: literals of each integer type's
+    range build, and ``&`` with the full mask keeps the operand's type."""
+    assert T.uint32(0xFFFFFFFF).value == 0xFFFFFFFF
+    assert T.int64(-(2**63)).value == -(2**63)
+    for make, mask in ((T.int32, 0x7FFFFFFF), (T.uint32, 0xFFFFFFFF), (T.int64, 2**63 - 1)):
+        var = make()
+        expr = var & mask
+        assert str(expr.ty) == str(var.ty)
+        assert expr.b.value == mask
