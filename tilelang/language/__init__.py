@@ -21,7 +21,7 @@ from ..dtypes import (
 )
 from ..dtypes import bool_ as bool  # noqa: A004 - upstream name
 from ..layout import Fragment, Layout  # noqa: F401 - upstream exports T.Layout / T.Fragment
-from . import int_literals  # noqa: F401 - types 0xFFFFFFFF in `x & 0xFFFFFFFF` as x's type
+from . import expr_compat  # noqa: F401 - expr.dtype; `x & 0xFFFFFFFF` typed as x
 from .allocate import (
     alloc_fragment,
     alloc_global,

@@ -34,9 +34,15 @@ from . import builder
 from . import math as _math
 from .builder import LoopSpec
 
+_FAST_MATH_TYPES = ("float16", "bfloat16", "float32", "float64")
+
 
 def _fast(name: str, precise):
     def fast_math(x):
+        value = builder.unwrap(x)
+        if builder.is_expr(value) and str(value.ty) not in _FAST_MATH_TYPES:
+            # upstream's check and message: the fast intrinsics exist for these types only
+            raise TypeError(f"T.{name} only supports floating-point inputs, but got {value.ty}")
         return precise(x)
 
     fast_math.__name__ = name

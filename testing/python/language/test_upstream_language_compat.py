@@ -185,3 +185,77 @@ def test_upstream_intimm_expressions():
         expr = var & mask
         assert str(expr.ty) == str(var.ty)
         assert expr.b.value == mask
+
+
+# ------------------------------------------------------------------------ expr.dtype
+def test_scalar_expression_dtype_drives_casts_and_allocations_cpu(rng):
+    """``x.dtype`` of loads, arithmetic, vars and intrinsics (upstream's ``PrimExpr.dtype``),
+    used the way upstream macros use it: casts and buffers typed after an expression."""
+    n, block = 45, 16
+
+    @T.macro
+    def scaled(src_value, scale):
+        acc = T.alloc_var(T.float32 if src_value.dtype == "float16" else src_value.dtype)
+        acc = T.cast(src_value, acc.dtype) * scale
+        return acc
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((n,), "float16"), I: T.Tensor((n,), "int32"), B: T.Tensor((n, 3), "float64")
+    ):
+        with T.Kernel(T.ceildiv(n, block), threads=1) as bx:
+            buf = T.alloc_local((block,), A[0].dtype)
+            for i in T.serial(block):
+                r = bx * block + i
+                if r < n:
+                    x = A[r] * T.cast(2, A.dtype)
+                    buf[i] = x
+                    B[r, 0] = T.cast(scaled(buf[i], 0.5), B.dtype)
+                    B[r, 1] = T.cast(T.exp(T.cast(x, "float32")).dtype == "float32", "float64")
+                    B[r, 2] = T.cast(I[r] + T.cast(1, I[r].dtype), "float64")
+
+    a = rng.standard_normal(n).astype(np.float16)
+    ints = rng.integers(-100, 100, n).astype(np.int32)
+    out = torch.zeros((n, 3), dtype=torch.float64)
+    tilelang.compile(main, target="cpu")(torch.from_numpy(a), torch.from_numpy(ints), out)
+    want_0 = (a.astype(np.float64) * 2).astype(np.float16).astype(np.float64) * 0.5
+    np.testing.assert_allclose(out[:, 0].numpy(), want_0, rtol=1e-6)
+    np.testing.assert_array_equal(out[:, 1].numpy(), np.ones(n))
+    np.testing.assert_array_equal(out[:, 2].numpy(), ints.astype(np.float64) + 1)
+
+
+def test_scalar_expression_dtype_outside_a_kernel():
+    x = T.float16()
+    assert str(x.dtype) == "float16" and x.dtype == "float16"
+    assert (x + 1).dtype == "float16"
+    assert T.exp(T.float32()).dtype == "float32"
+
+
+# ------------------------------------------------------- fast math on a non-float operand
+@pytest.mark.parametrize("name", ["__exp", "__log2", "__sin"])
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "bool", "float8_e4m3fn"])
+def test_fast_math_rejects_non_float_operand(name, dtype):
+    """Upstream's TypeError for ``T.__exp`` & co. on a type without a fast intrinsic."""
+    with pytest.raises(
+        TypeError, match=rf"T\.{name} only supports floating-point inputs, but got {dtype}"
+    ):
+        getattr(T, name)(getattr(T, dtype)())
+
+
+def test_fast_math_matches_precise_function_cpu(rng):
+    n = 37
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n, 3), "float32")):
+        with T.Kernel(1, threads=1):
+            for i in T.serial(n):
+                B[i, 0] = T.__exp(A[i])
+                B[i, 1] = T.__log2(T.abs(A[i]) + 0.5)
+                B[i, 2] = T.__sin(A[i])
+
+    a = rng.standard_normal(n).astype(np.float32)
+    out = torch.zeros((n, 3), dtype=torch.float32)
+    tilelang.compile(main, target="cpu")(torch.from_numpy(a), out)
+    a64 = a.astype(np.float64)
+    want = np.stack([np.exp(a64), np.log2(np.abs(a64) + 0.5), np.sin(a64)], 1)
+    np.testing.assert_allclose(out.numpy(), want, rtol=2e-6, atol=2e-6)

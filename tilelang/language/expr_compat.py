@@ -1,14 +1,20 @@
-"""Python integer literals in ``&``, ``|`` and ``^``: typed as the other operand, as upstream does.
+"""Upstream's expression surface on TIRx expressions, installed at import.
 
-TIRx turns the Python int of ``x & 0xFFFFFFFF`` into a 32-bit constant before it looks at
+``expr.dtype``: the element type of a scalar expression (``x.dtype``, ``A[i].dtype``,
+``T.exp(x).dtype``), as upstream's ``PrimExpr.dtype``; TIRx spells it ``expr.ty`` and had no
+``dtype`` for scalars (tensors already had one).
+
+Python integer literals in ``&``, ``|`` and ``^`` are typed as the other operand, as upstream
+does. TIRx turns the Python int of ``x & 0xFFFFFFFF`` into a 32-bit constant before it looks at
 ``x``: with a uint32 ``x`` that is a raw "cannot make uint from negative value" check failure,
 and with an int64 ``x`` the literal silently wraps (``x & 2**40`` became ``x & 0``). Upstream
 types the literal as ``x``'s integer type. This module installs that rule on TIRx's operator
-overloads at import; a literal that does not fit ``x``'s type is a TraceError naming both.
+overloads; a literal that does not fit ``x``'s type is a TraceError naming both.
 """
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm_tirx import ir
 
 from .. import errors
@@ -55,7 +61,17 @@ def _wrap(original, op: str):
     return method
 
 
-def _install() -> None:
+def _install_dtype() -> None:
+    prim = ir.PrimType
+    if "dtype" not in prim.__expr_properties__:
+        # a dict of PrimType's own: Type's default is shared by every type class
+        prim.__expr_properties__ = {
+            **prim.__expr_properties__,
+            "dtype": lambda ty, expr: tvm_ffi.dtype(str(ty)),
+        }
+
+
+def _install_literals() -> None:
     from tvm_tirx.ir import _prim_expr_overload as overload
 
     for op in ("and", "or", "xor"):
@@ -69,4 +85,5 @@ def _install() -> None:
             setattr(overload, name, wrapped)
 
 
-_install()
+_install_dtype()
+_install_literals()
