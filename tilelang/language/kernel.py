@@ -13,15 +13,18 @@ _AXES = ("x", "y", "z")
 
 
 class KernelLaunchFrame:
-    """``with T.Kernel(gx, gy, gz, threads=N) as (bx, by, bz):``
+    """``with T.Kernel(gx, gy, gz, threads=N) as (bx, by, bz):``; ``T.Kernel(threads=N)``
+    launches one block.
 
     Opens one ``blockIdx`` launch per grid dimension and one ``threadIdx`` launch
     per thread dimension. Entering yields the block index (a tuple for several).
     """
 
     def __init__(self, *blocks, threads=128, cluster_dims=None, is_cpu=False, prelude=None):
-        if not blocks:
-            raise errors.TraceError("T.Kernel needs at least one grid dimension")
+        # ``T.Kernel(threads=n)`` / ``T.Kernel()`` (upstream accepts them): one block, and the
+        # frame yields no block index
+        self.yields_no_index = not blocks
+        blocks = blocks or (1,)
         if len(blocks) > 3:
             raise errors.TraceError(f"T.Kernel takes at most 3 grid dimensions, got {len(blocks)}")
         if isinstance(threads, int) or builder.is_expr(threads):
@@ -69,6 +72,8 @@ class KernelLaunchFrame:
         from .pointer import emit_pending_views  # T.make_tensor views made before T.Kernel
 
         emit_pending_views()
+        if self.yields_no_index:
+            return ()
         return self.block_vars[0] if len(self.block_vars) == 1 else tuple(self.block_vars)
 
     def __exit__(self, *exc):

@@ -259,3 +259,56 @@ def test_fast_math_matches_precise_function_cpu(rng):
     a64 = a.astype(np.float64)
     want = np.stack([np.exp(a64), np.log2(np.abs(a64) + 0.5), np.sin(a64)], 1)
     np.testing.assert_allclose(out.numpy(), want, rtol=2e-6, atol=2e-6)
+
+
+# ---------------------------------------------- T.Kernel(threads=n): one block (issue 1719)
+def test_kernel_without_grid_dimensions_is_one_block_cpu(rng):
+    """``T.Kernel(threads=n)`` launches one block (upstream accepts it); its frame yields no
+    block index."""
+    m, n = 19, 7
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), "float32"), out: T.Tensor((m,), "float32")):
+        with T.Kernel(threads=32) as nothing:
+            T.device_assert(len(nothing) == 0)
+            tile = T.alloc_fragment((m, n), "float32")
+            row = T.alloc_fragment((m,), "float32")
+            T.copy(A, tile)
+            T.reduce_sum(tile, row, dim=1)
+            T.copy(row, out)
+
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    out = torch.zeros(m, dtype=torch.float32)
+    tilelang.compile(main, target="cpu")(torch.from_numpy(a), out)
+    np.testing.assert_allclose(out.numpy(), a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_without_tensor_parameters_compiles_and_runs_cpu():
+    """A kernel over shared/fragment buffers and scalars only (upstream's issue 1719 and 1690
+    programs compile such kernels): the CPU build used to fail inside TIRx ("Unknown device
+    id"). A wrong sum trips the kernel's device assertion."""
+
+    @T.prim_func
+    def main(n: T.int32):
+        with T.Kernel(threads=32):
+            tile = T.alloc_fragment((4, 9), "int32")
+            total = T.alloc_fragment((4,), "int32")
+            for i, j in T.Parallel(4, 9):
+                tile[i, j] = n * i + j
+            T.reduce_sum(tile, total, dim=1)
+            for i in T.serial(4):
+                T.device_assert(total[i] == 9 * n * i + 36, "wrong row sum")
+
+    kernel = tilelang.compile(main, target="cpu")
+    kernel(5)
+    kernel(-3)
+
+    @tilelang.jit
+    def no_arguments():
+        with T.Kernel():
+            s = T.alloc_shared((8, 8), T.float16)
+            f = T.alloc_fragment((8, 8), T.float32)
+            T.clear(f)
+            T.copy(f, s)
+
+    no_arguments.compile()

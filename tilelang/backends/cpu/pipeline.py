@@ -121,10 +121,21 @@ def _lower_kernel(func, pass_configs):
         ("lower_blocks", on_body(lambda b: lower_blocks(b, parallel=parallel))),
         ("apply_global_layouts", on_body(lambda b: apply_global_layouts(b, global_layouts))),
         ("widen_indices", on_body(widen_indices)),
+        ("device_context_without_tensors", _device_context_without_tensors),
     ]
     global_layouts = collect_global_layouts(func.body)
     with no_vectors_for(global_layouts):
         return run_stages(func, stages, pass_configs)
+
+
+def _device_context_without_tensors(func):
+    """A kernel without tensor parameters (``T.Kernel(threads=n)`` over shared/fragment
+    buffers, scalars only) runs on CPU device 0: TIRx takes the device of allocations from
+    the first tensor argument and has none to take here."""
+    if any(hasattr(p.ty, "shape") for p in func.params):
+        return func
+    device = [ir.const(1, "int32"), ir.const(0, "int32")]  # kDLCPU, device 0
+    return func.with_body(ir.RegionStmt("tirx.device_context", device, [], None, func.body))
 
 
 def _bounds_checks(body):
