@@ -84,9 +84,9 @@ def min(a, b, *rest):  # noqa: A001 - upstream name
     return min(out, *rest) if rest else out
 
 
-def clamp(x, lo, hi):
-    """``min(max(x, lo), hi)``."""
-    return min(max(x, lo), hi)
+def clamp(dst, min_val, max_val):
+    """``min(max(dst, min_val), max_val)`` (upstream's parameter names)."""
+    return min(max(dst, min_val), max_val)
 
 
 def if_then_else(cond, then_value, else_value):

@@ -14,6 +14,11 @@ from source_lines import line_of
 
 import tilelang
 import tilelang.language as T
+from tilelang.backends.cuda import pipeline as cuda_pipeline
+from tilelang.testing.cuda_emulator import emulate
+
+SM80 = {"kind": "cuda", "arch": "sm_80"}
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 # ------------------------------------------------------------------ T.all_of / T.any_of
@@ -312,3 +317,79 @@ def test_kernel_without_tensor_parameters_compiles_and_runs_cpu():
             T.copy(f, s)
 
     no_arguments.compile()
+
+
+# ---------------------------------------------------------- T.clamp(min_val=, max_val=)
+def test_clamp_takes_upstreams_keywords_cpu(rng):
+    n, block = 70, 32
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n, 2), "float32")):
+        with T.Kernel(T.ceildiv(n, block), threads=block) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    B[bx * block + i, 0] = T.clamp(A[bx * block + i], min_val=-0.5, max_val=0.75)
+                    B[bx * block + i, 1] = T.clamp(dst=A[bx * block + i], min_val=0.0, max_val=1.0)
+
+    a = rng.standard_normal(n).astype(np.float32)
+    out = torch.zeros((n, 2), dtype=torch.float32)
+    tilelang.compile(main, target="cpu")(torch.from_numpy(a), out)
+    a64 = a.astype(np.float64)
+    np.testing.assert_array_equal(out[:, 0].numpy(), np.clip(a64, -0.5, 0.75))
+    np.testing.assert_array_equal(out[:, 1].numpy(), np.clip(a64, 0.0, 1.0))
+
+
+# ------------------------------------- T.sync_threads(barrier_id, arrive_count) (issue 2188)
+def named_barrier_handoff(n):
+    """Upstream issue 2188's program: warp 0 writes a slot and arrives at barrier 10; warp 1
+    waits there with T.sync_threads(10, 64), reads it, then releases barrier 11."""
+
+    @T.prim_func
+    def main(inp: T.Tensor((n,), "int32"), out: T.Tensor((n,), "int32")):
+        with T.Kernel(n, threads=64) as bx:
+            tx = T.get_thread_binding()
+            slot = T.alloc_shared((1,), "int32")
+            if tx < 32:
+                if tx == 0:
+                    slot[0] = inp[bx] * 3 + 1
+                T.named_barrier_arrive(10, 64)
+                T.sync_threads(11, 64)
+            else:
+                T.sync_threads(10, 64)
+                if tx == 32:
+                    out[bx] = slot[0]
+                T.named_barrier_arrive(11, 64)
+
+    return main
+
+
+def test_sync_threads_with_barrier_id_is_a_named_barrier_emulated(rng):
+    n = 5
+    inp = rng.integers(-1000, 1000, n).astype(np.int32)
+    low = cuda_pipeline.lower(named_barrier_handoff(n), SM80)
+    _, out = emulate(low, inp, np.zeros(n, np.int32), race_check=True)
+    np.testing.assert_array_equal(out, inp.astype(np.int64) * 3 + 1)
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_sync_threads_with_barrier_id_is_a_named_barrier_cuda(rng):
+    n = 5
+    inp = torch.from_numpy(rng.integers(-1000, 1000, n).astype(np.int32)).cuda()
+    out = torch.zeros(n, dtype=torch.int32, device="cuda")
+    tilelang.compile(named_barrier_handoff(n), target="cuda")(inp, out)
+    torch.testing.assert_close(out.cpu(), inp.cpu() * 3 + 1)
+
+
+def test_sync_threads_arrive_count_without_barrier_id_is_a_clear_error():
+    def make():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "int32")):
+            with T.Kernel(1, threads=64):
+                T.sync_threads(arrive_count=64)
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError, match="needs a barrier_id") as info:
+        make()
+    assert f":{line_of(make, 'T.sync_threads(arrive_count=64)')}" in str(info.value)
