@@ -320,7 +320,22 @@ class _KernelRewriter(ast.NodeTransformer):
                 isinstance(e, ast.Name) for e in target.elts
             ):
                 return self._unpack(target.elts, node)
+        if len(node.targets) > 1:
+            return self._chain(node)
         return node
+
+    def _chain(self, node):
+        """``A[i] = B[i] = v``: evaluate ``v`` once, then assign it to each target in order."""
+        temp = self._fresh("c")
+        first = ast.Assign(targets=[ast.Name(temp, ast.Store())], value=node.value)
+        out = [ast.fix_missing_locations(ast.copy_location(first, node))]
+        for target in node.targets:
+            single = ast.copy_location(
+                ast.Assign(targets=[target], value=ast.Name(temp, ast.Load())), node
+            )
+            done = self.visit_Assign(single)
+            out.extend(done if isinstance(done, list) else [done])
+        return out
 
     def _unpack(self, names, node):
         """``a, b = v``: unpack into temporaries, then bind each name as ``a = v0`` would."""

@@ -393,3 +393,33 @@ def test_sync_threads_arrive_count_without_barrier_id_is_a_clear_error():
     with pytest.raises(tilelang.TileLangError, match="needs a barrier_id") as info:
         make()
     assert f":{line_of(make, 'T.sync_threads(arrive_count=64)')}" in str(info.value)
+
+
+# ------------------------------------------------------ chained assignment (chain_equal)
+def test_chained_assignment_to_tensors_and_names_cpu(rng):
+    """``A[i] = B[i] = C[i] = v`` and ``x = A[i] = v`` (upstream's chain_equal test): the value
+    is evaluated once and stored to every target."""
+    n, block = 50, 16
+
+    @T.prim_func
+    def main(
+        S: T.Tensor((n,), "float32"),
+        A: T.Tensor((n,), "float32"),
+        B: T.Tensor((n,), "float32"),
+        C: T.Tensor((n,), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(n, block), threads=block) as bx:
+            for lane in T.Parallel(block):
+                idx = bx * block + lane
+                if idx < n:
+                    A[idx] = B[idx] = C[idx] = S[idx] * 2
+                    x = C[idx] = C[idx] + S[idx]
+                    B[idx] = B[idx] + x
+
+    s = rng.standard_normal(n).astype(np.float32)
+    a, b, c = (torch.zeros(n, dtype=torch.float32) for _ in range(3))
+    tilelang.compile(main, target="cpu")(torch.from_numpy(s), a, b, c)
+    s64 = s.astype(np.float64)
+    np.testing.assert_allclose(a.numpy(), 2 * s64, rtol=1e-6)
+    np.testing.assert_allclose(c.numpy(), 3 * s64, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), 5 * s64, rtol=1e-6)
