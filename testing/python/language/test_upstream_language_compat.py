@@ -423,3 +423,66 @@ def test_chained_assignment_to_tensors_and_names_cpu(rng):
     np.testing.assert_allclose(a.numpy(), 2 * s64, rtol=1e-6)
     np.testing.assert_allclose(c.numpy(), 3 * s64, rtol=1e-6)
     np.testing.assert_allclose(b.numpy(), 5 * s64, rtol=1e-6)
+
+
+# ------------------------------------------- T.atomic_add(tile, scalar) (atomic_*_expr tests)
+def scalar_into_tiles(m, n, block_m, block_n, kind, value):
+    fn = getattr(T, f"atomic_{kind}")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), "float32"), S: T.Tensor((1,), "float32")):
+        with T.Kernel(T.ceildiv(m, block_m), T.ceildiv(n, block_n), threads=32) as (bx, by):
+            tile = A[bx * block_m : (bx + 1) * block_m, by * block_n : (by + 1) * block_n]
+            if value == "tensor":
+                fn(tile, S[0] * 2.0)  # an expression: a scalar (S[0] alone is a tile start)
+            else:
+                fn(tile, value)
+            fn(A[bx * block_m, by * block_n : (by + 1) * block_n], 0.25)  # one row of the tile
+
+    return main
+
+
+def scalar_into_tiles_reference(a, block_m, block_n, kind, value):
+    out = a.astype(np.float64).copy()
+    op = {"add": np.add, "max": np.maximum, "min": np.minimum}[kind]
+    out = op(out, value)
+    for r in range(0, a.shape[0], block_m):
+        out[r] = op(out[r], 0.25)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["add", "max", "min"])
+def test_atomic_scalar_into_tile_updates_every_element_cpu(kind, rng):
+    """Upstream's ``T.atomic_add(A[tile], 1.0)``: the scalar goes into every element of the
+    tile (it went into the tile's first element only, silently)."""
+    m, n, bm, bn = 40, 26, 16, 8
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    s = np.array([0.5], np.float32)
+    a_t = torch.from_numpy(a.copy())
+    tilelang.compile(scalar_into_tiles(m, n, bm, bn, kind, "tensor"), target="cpu")(
+        a_t, torch.from_numpy(s)
+    )
+    want = scalar_into_tiles_reference(a, bm, bn, kind, 1.0)
+    np.testing.assert_allclose(a_t.numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["add", "max"])
+def test_atomic_scalar_into_tile_updates_every_element_emulated(kind, rng):
+    m, n, bm, bn = 40, 26, 16, 8
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    low = cuda_pipeline.lower(scalar_into_tiles(m, n, bm, bn, kind, 1.0), SM80)
+    out, _ = emulate(low, a.copy(), np.zeros(1, np.float32))
+    want = scalar_into_tiles_reference(a, bm, bn, kind, 1.0)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_atomic_scalar_into_tile_updates_every_element_cuda(rng):
+    m, n, bm, bn = 40, 26, 16, 8
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    a_t = torch.from_numpy(a.copy()).cuda()
+    kernel = tilelang.compile(scalar_into_tiles(m, n, bm, bn, "add", 1.0), target="cuda")
+    kernel(a_t, torch.zeros(1, device="cuda"))
+    want = scalar_into_tiles_reference(a, bm, bn, "add", 1.0)
+    np.testing.assert_allclose(a_t.cpu().numpy(), want, rtol=1e-6, atol=1e-6)

@@ -104,6 +104,8 @@ def lower_atomic_cuda(v, ctx):
     refuse_use_tma(v, str(ctx.arch))
     dst = RegionView.of(v.dst)
     _check_dst(dst, v.loc, v.kind)
+    if not v.value_is_region and dst.nonunit_axes():
+        return _scalar_into_tile(v, dst, ctx)
     if not v.value_is_region:
         idx = physical(dst.tensor, dst.begins, ctx)
         stmt = _guarded(atomic_stmt(v.kind, dst.tensor, idx, v.value, v.loc), dst.tensor, idx, ctx)
@@ -131,6 +133,21 @@ def lower_atomic_cuda(v, ctx):
 
     # one element per vector lane: atomics are never vectorized
     return cooperative_loop([(src, [])], extents, ctx, body, name="a", loc=v.loc)
+
+
+def _scalar_into_tile(v, dst, ctx):
+    """``T.atomic_add(A[tile], scalar)``: the scalar into every element of the tile, the
+    elements shared among the block's threads (upstream's meaning)."""
+    axes = dst.nonunit_axes()
+    extents = _static([dst.extents[a] for a in axes], f"T.atomic_{v.kind}", v.loc)
+
+    def body(offsets, inner):
+        d_idx = [inner.simplify(i) for i in dst.index(dict(zip(axes, offsets)))]
+        pred = in_bounds(dst.tensor, d_idx, inner, {})
+        phys = physical(dst.tensor, d_idx, inner)
+        return atomic_stmt(v.kind, dst.tensor, phys, v.value, v.loc), pred
+
+    return cooperative_loop([(dst, [])], extents, ctx, body, name="a", loc=v.loc)
 
 
 def _from_fragment(v, src, dst, sa, da, ctx):

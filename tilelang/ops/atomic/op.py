@@ -2,7 +2,7 @@
 
 IR: ``tl.atomic(dst_region, value)`` with ``kind`` in add/max/min and
 ``value_is_region`` telling whether ``value`` is a tile (elementwise atomics over
-the region) or one scalar expression (``dst`` then has one element). ``use_tma``
+the region) or one scalar expression (applied to every element of ``dst``, as upstream). ``use_tma``
 (``T.atomic_add`` of a tile only): upstream's bulk reduction of a shared tile on
 sm_90+ (``backends/cuda/passes/tma_reduce.py``); the CPU rule refuses it, as upstream.
 """
@@ -59,9 +59,22 @@ def lower_atomic_cpu(v, ctx):
     refuse_use_tma(v, "cpu (llvm)")
     dst = RegionView.of(v.dst)
     if not v.value_is_region:
-        old = ir.TensorLoad(dst.tensor, dst.begins)
         value = v.value.astype(dst.dtype)
-        return guarded_store(dst.tensor, dst.begins, apply(v.kind, old, value), ctx, {}, loc=v.loc)
+        axes = dst.nonunit_axes()
+        if not axes:
+            old = ir.TensorLoad(dst.tensor, dst.begins)
+            return guarded_store(
+                dst.tensor, dst.begins, apply(v.kind, old, value), ctx, {}, loc=v.loc
+            )
+        extents = [dst.extents[a] for a in axes]
+
+        def each(vars_):  # a scalar into a tile: every element of dst (upstream)
+            ranges = {var: (0, e) for var, e in zip(vars_, extents)}
+            d_idx = dst.index(dict(zip(axes, vars_)))
+            new = apply(v.kind, ir.TensorLoad(dst.tensor, d_idx), value)
+            return guarded_store(dst.tensor, d_idx, new, ctx, ranges, loc=v.loc)
+
+        return irb.loop_nest(extents, each, loc=v.loc)
     src = RegionView.of(v.value)
     sa, da, extents = matched_axes(src, dst, v.loc, op=f"T.atomic_{v.kind}")
 
