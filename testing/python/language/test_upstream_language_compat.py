@@ -486,3 +486,33 @@ def test_atomic_scalar_into_tile_updates_every_element_cuda(rng):
     kernel(a_t, torch.zeros(1, device="cuda"))
     want = scalar_into_tiles_reference(a, bm, bn, "add", 1.0)
     np.testing.assert_allclose(a_t.cpu().numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------- profiler.assert_allclose and NaN (view tests)
+def bits_as_half(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int16"), B: T.Tensor((n,), "float16")):
+        with T.Kernel(1, threads=32):
+            T.copy(T.view(A, (n,), dtype="float16"), B)
+
+    return main
+
+
+def test_profiler_assert_allclose_matches_nan_where_the_reference_has_nan(rng):
+    """Upstream's view test reads random bits as float16, NaNs included: NaN where the
+    reference has NaN matches (upstream's ``equal_nan``); a NaN the reference lacks fails."""
+    n = 300
+    bits = rng.integers(-(2**15), 2**15, n).astype(np.int16)
+    bits[:20] = 0x7E00  # NaN codes for sure
+    kernel = tilelang.compile(bits_as_half(n), out_idx=-1, target="cpu")
+    profiler = kernel.get_profiler()
+    a = torch.from_numpy(bits)
+    profiler.assert_allclose(lambda A: A.view(torch.float16), input_tensors=[a])
+
+    def zero_where_nan(A):
+        ref = A.view(torch.float16).clone()
+        ref[:1] = 0
+        return ref
+
+    with pytest.raises(AssertionError, match="differ"):
+        profiler.assert_allclose(zero_where_nan, input_tensors=[a])
