@@ -337,6 +337,25 @@ class _KernelRewriter(ast.NodeTransformer):
             out.extend(done if isinstance(done, list) else [done])
         return out
 
+    def visit_With(self, node: ast.With):
+        """``with T.Kernel(n) as (bx,):`` -- a one-dimension launch yields one index, which
+        upstream also lets you unpack as a 1-tuple: bind through ``launch_unpack``."""
+        self.generic_visit(node)
+        unpacks = []
+        for item in node.items:
+            target = item.optional_vars
+            if isinstance(target, ast.Tuple | ast.List):
+                temp = self._fresh("w")
+                item.optional_vars = ast.Name(temp, ast.Store())
+                value = _call(
+                    "launch_unpack", ast.Name(temp, ast.Load()), ast.Constant(len(target.elts))
+                )
+                unpack = ast.Assign(targets=[target], value=value)
+                unpacks.append(ast.fix_missing_locations(ast.copy_location(unpack, node)))
+        if unpacks:
+            node.body = unpacks + node.body
+        return node
+
     def _unpack(self, names, node):
         """``a, b = v``: unpack into temporaries, then bind each name as ``a = v0`` would."""
         temps = [self._fresh("u") for _ in names]

@@ -727,6 +727,15 @@ def _store_lanes(target, indices, lanes: LaneValues):
         store(target, idx, lane)
 
 
+def launch_unpack(value, count: int):
+    """Behind ``with frame as (a, ...):``: a single value unpacks as a 1-tuple (upstream's
+    ``T.Kernel(n) as (bx,)``); anything else unpacks as Python would."""
+    value = unwrap(value)
+    if count == 1 and is_expr(value):
+        return (value,)
+    return value
+
+
 def setitem(target, key, value):
     """Behind ``target[key] = value``."""
     target = unwrap(target)

@@ -516,3 +516,25 @@ def test_profiler_assert_allclose_matches_nan_where_the_reference_has_nan(rng):
 
     with pytest.raises(AssertionError, match="differ"):
         profiler.assert_allclose(zero_where_nan, input_tensors=[a])
+
+
+# ------------------------------------------------- with T.Kernel(n) as (bx,): (issue 830)
+def test_one_dimension_launch_unpacks_as_a_one_tuple_cpu(rng):
+    """``with T.Kernel(n, threads=...) as (bx,):`` (upstream's tests write it): the single block
+    index unpacks as a 1-tuple; several dimensions unpack as before. It used to fail inside
+    TIRx ("PrimType does not support subscript")."""
+    m, n, block = 37, 5, 8
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), "float32"), B: T.Tensor((m, n), "float32")):
+        with T.Kernel(T.ceildiv(m, block), threads=1) as (bx,):
+            for i, j in T.grid(block, n):
+                if bx * block + i < m:
+                    B[bx * block + i, j] = A[bx * block + i, j] * 3.0
+        with T.Kernel(m, n, threads=1) as [r, c]:
+            B[r, c] = B[r, c] + 1.0
+
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    out = torch.zeros((m, n), dtype=torch.float32)
+    tilelang.compile(main, target="cpu")(torch.from_numpy(a), out)
+    np.testing.assert_allclose(out.numpy(), a.astype(np.float64) * 3 + 1, rtol=1e-6, atol=1e-6)
