@@ -180,14 +180,25 @@ def reduce(buffer, out, reduce_type: str, dim: int, clear: bool, batch=1, annota
         _emit(call)
 
 
-def reduce_max(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
-    """Row/column maximum."""
-    reduce(buffer, out, "max", dim, clear, batch, annotations)
+def _with_nan(annotations, nan_propagate):
+    """``annotations`` plus upstream's ``nan_propagate=`` keyword (the keyword wins)."""
+    if not nan_propagate:
+        return annotations
+    return {**(annotations or {}), "nan_propagate": True}
 
 
-def reduce_min(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
-    """Row/column minimum."""
-    reduce(buffer, out, "min", dim, clear, batch, annotations)
+def reduce_max(
+    buffer, out, dim: int = -1, clear: bool = True, batch=1, nan_propagate=False, annotations=None
+):
+    """Row/column maximum. ``nan_propagate=True``: NaN when any input is NaN (float types)."""
+    reduce(buffer, out, "max", dim, clear, batch, _with_nan(annotations, nan_propagate))
+
+
+def reduce_min(
+    buffer, out, dim: int = -1, clear: bool = True, batch=1, nan_propagate=False, annotations=None
+):
+    """Row/column minimum. ``nan_propagate=True``: NaN when any input is NaN (float types)."""
+    reduce(buffer, out, "min", dim, clear, batch, _with_nan(annotations, nan_propagate))
 
 
 def reduce_sum(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
@@ -200,9 +211,11 @@ def reduce_abssum(buffer, out, dim: int = -1, clear: bool = True, batch=1, annot
     reduce(buffer, out, "abssum", dim, clear, batch, annotations)
 
 
-def reduce_absmax(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):
-    """Row/column maximum of absolute values."""
-    reduce(buffer, out, "absmax", dim, clear, batch, annotations)
+def reduce_absmax(
+    buffer, out, dim: int = -1, clear: bool = True, batch=1, nan_propagate=False, annotations=None
+):
+    """Row/column maximum of absolute values. ``nan_propagate=True``: NaN when any input is NaN (float types)."""
+    reduce(buffer, out, "absmax", dim, clear, batch, _with_nan(annotations, nan_propagate))
 
 
 def reduce_bitand(buffer, out, dim: int = -1, clear: bool = True, batch=1, annotations=None):

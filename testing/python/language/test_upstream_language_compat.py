@@ -538,3 +538,43 @@ def test_one_dimension_launch_unpacks_as_a_one_tuple_cpu(rng):
     out = torch.zeros((m, n), dtype=torch.float32)
     tilelang.compile(main, target="cpu")(torch.from_numpy(a), out)
     np.testing.assert_allclose(out.numpy(), a.astype(np.float64) * 3 + 1, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------- T.reduce_max(..., nan_propagate=) (reduce_maxmin_nan)
+def nan_reduce_kernel(rows, cols, dtype, nan_propagate):
+    @T.prim_func
+    def main(A: T.Tensor((rows, cols), dtype), out: T.Tensor((rows, 3), dtype)):
+        with T.Kernel(1, threads=32):
+            tile = T.alloc_fragment((rows, cols), dtype)
+            red = T.alloc_fragment((rows,), dtype)
+            T.copy(A, tile)
+            T.reduce_max(tile, red, dim=1, nan_propagate=nan_propagate)
+            for i in T.Parallel(rows):
+                out[i, 0] = red[i]
+            T.reduce_min(tile, red, 1, True, 1, nan_propagate)  # upstream's positional order
+            for i in T.Parallel(rows):
+                out[i, 1] = red[i]
+            T.reduce_absmax(tile, red, dim=1, nan_propagate=nan_propagate)
+            for i in T.Parallel(rows):
+                out[i, 2] = red[i]
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("nan_propagate", [False, True])
+def test_reduce_nan_propagate_keyword_cpu(dtype, nan_propagate, rng):
+    """``nan_propagate=True``: a row with a NaN reduces to NaN; the default skips NaN inputs
+    (upstream's CUDA ``fmaxf``/``fminf``). bfloat16 min/max used to fail inside the compiler
+    ("Cannot decide infinity for type bfloat16")."""
+    rows, cols = 9, 13
+    a = rng.standard_normal((rows, cols))
+    a[2, 5] = a[6, 0] = a[6, 12] = np.nan
+    t = torch.from_numpy(a).to(getattr(torch, dtype))
+    out = torch.zeros((rows, 3), dtype=getattr(torch, dtype))
+    tilelang.compile(nan_reduce_kernel(rows, cols, dtype, nan_propagate), target="cpu")(t, out)
+    ref = t.double().numpy()
+    reducers = (np.max, np.min, lambda x, axis: np.max(np.abs(x), axis=axis))
+    nan_safe = (np.nanmax, np.nanmin, lambda x, axis: np.nanmax(np.abs(x), axis=axis))
+    want = np.stack([f(ref, axis=1) for f in (reducers if nan_propagate else nan_safe)], 1)
+    np.testing.assert_array_equal(out.double().numpy(), want)

@@ -24,6 +24,14 @@ REDUCE = TileOpDef(
 REDUCE_TYPES = ("sum", "max", "min", "abssum", "absmax", "bitand", "bitor", "bitxor")
 
 
+def _infinity(dtype: str):
+    """+inf of a float ``dtype``; TIRx's ``infinity`` has no bfloat16 (the constant does)."""
+    try:
+        return _tirx.infinity(ty=dtype)
+    except Exception:  # noqa: BLE001 - "Cannot decide infinity for type bfloat16"
+        return ir.const(float("inf"), dtype)
+
+
 def init_value(kind: str, dtype: str):
     """Identity element of the reduction ``kind`` in ``dtype``."""
     if kind in ("sum", "abssum", "bitor", "bitxor"):
@@ -32,9 +40,9 @@ def init_value(kind: str, dtype: str):
         return ir.const(0, dtype)
     is_float = dtype.startswith(("float", "bfloat"))
     if kind == "max":
-        return -_tirx.infinity(ty=dtype) if is_float else _tirx.min_value(ty=dtype)
+        return -_infinity(dtype) if is_float else _tirx.min_value(ty=dtype)
     if kind == "min":
-        return _tirx.infinity(ty=dtype) if is_float else _tirx.max_value(ty=dtype)
+        return _infinity(dtype) if is_float else _tirx.max_value(ty=dtype)
     if kind == "bitand":
         return ir.const(-1, dtype)
     raise ValueError(kind)
@@ -98,6 +106,11 @@ def lower_reduce_cpu(v, ctx):
     src, dst, dim, pairs = reduce_axes(v)
     kind = v.reduce_type
     acc_dtype = dst.dtype
+    drops_nan = (
+        kind in ("max", "min", "absmax")
+        and not v.nan_propagate
+        and acc_dtype.startswith(("float", "bfloat"))
+    )
 
     def outer(vars_):
         d_idx = dst.index({b: var for (a, b), var in zip(pairs, vars_)})
@@ -111,9 +124,10 @@ def lower_reduce_cpu(v, ctx):
             s_idx = src.index({**{a: var for (a, b), var in zip(pairs, vars_)}, dim: rv[0]})
             value = ir.TensorLoad(src.tensor, s_idx).astype(acc_dtype)
             cur = ir.TensorLoad(dst.tensor, d_idx)
-            return irb.store(
-                dst.tensor, d_idx, combine(kind, cur, value, bool(v.nan_propagate)), loc=v.loc
-            )
+            new = combine(kind, cur, value, bool(v.nan_propagate))
+            if drops_nan:  # CUDA's fmaxf/fminf (upstream's default): a NaN input is skipped
+                new = _tirx.Select(_tirx.isnan(value), cur, new)
+            return irb.store(dst.tensor, d_idx, new, loc=v.loc)
 
         stmts.append(irb.loop_nest([src.extents[dim]], inner, names=["r"]))
         return irb.seq(stmts)
