@@ -578,3 +578,32 @@ def test_reduce_nan_propagate_keyword_cpu(dtype, nan_propagate, rng):
     nan_safe = (np.nanmax, np.nanmin, lambda x, axis: np.nanmax(np.abs(x), axis=axis))
     want = np.stack([f(ref, axis=1) for f in (reducers if nan_propagate else nan_safe)], 1)
     np.testing.assert_array_equal(out.double().numpy(), want)
+
+
+# ---------------------------------------------------- fp8 constants on the CPU (infinity test)
+FP8_CONSTANTS = [0.3, 448.0, -2.5, 1e-3, -3e-4, 0.0, float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.mark.parametrize("dtype", ["float8_e5m2", "float8_e4m3fn"])
+def test_fp8_constants_match_torch_cpu(dtype):
+    """fp8 constants (``T.infinity("float8_e5m2")``, NaN, subnormals) store torch's code: TIRx
+    turned inf into 1.0, NaN into 1.5 and flushed e4m3fn subnormals to 0 (upstream's
+    test_infinity)."""
+    n = len(FP8_CONSTANTS)
+    has_inf = dtype == "float8_e5m2"
+    values = [v for v in FP8_CONSTANTS if has_inf or abs(v) != float("inf")]
+
+    @T.prim_func
+    def main(B: T.Tensor((n,), dtype), F: T.Tensor((4,), dtype)):
+        with T.Kernel(1, threads=1):
+            for k, v in enumerate(values):
+                B[k] = T.cast(v, dtype)
+            T.fill(F, T.infinity(dtype) if has_inf else T.max_value(dtype))
+
+    out = torch.zeros(n, dtype=getattr(torch, dtype))
+    fill = torch.zeros(4, dtype=getattr(torch, dtype))
+    tilelang.compile(main, target="cpu")(out, fill)
+    want = torch.tensor(values, dtype=torch.float64).to(getattr(torch, dtype))
+    assert out[: len(values)].view(torch.uint8).tolist() == want.view(torch.uint8).tolist()
+    top = float("inf") if has_inf else 448.0
+    assert fill.double().tolist() == [top] * 4

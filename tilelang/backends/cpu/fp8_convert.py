@@ -209,8 +209,18 @@ def store_fp8_tiles_as_bytes(body):
 def legalize_fp8_casts(body):
     """Rewrite every cast to or from an fp8 type in ``body`` into :func:`encode_fp8` /
     :func:`decode_fp8` (the next stage, :func:`store_fp8_tiles_as_bytes`, stores the
-    kernel's fp8 tiles as bytes)."""
+    kernel's fp8 tiles as bytes); every fp8 constant becomes its code as well."""
+    body = tvm_ffi.structural_map(body, [(ir.FloatImm, _rewrite_const)])
     return tvm_ffi.structural_map(body, [(P.Cast, _rewrite)])
+
+
+def _rewrite_const(imm):
+    """An fp8 constant as its code computed by :func:`encode_fp8` (TIRx's own lowering of fp8
+    constants turned inf into 1.0, NaN into 1.5 and flushed e4m3fn subnormals to 0)."""
+    target = str(imm.ty)
+    if target not in _FP8:
+        return imm
+    return encode_fp8(_tirx.const(float(imm.value), "float64"), target)
 
 
 __all__ = ["decode_fp8", "encode_fp8", "legalize_fp8_casts", "store_fp8_tiles_as_bytes"]
