@@ -46,11 +46,31 @@ erf = _unary(_tirx.erf)
 sigmoid = _unary(_tirx.sigmoid)
 floor = _unary(_tirx.floor)
 ceil = _unary(_tirx.ceil)
-round = _unary(_tirx.round)  # noqa: A001 - upstream name
+_round_even = _unary(_tirx.round)
 trunc = _unary(_tirx.trunc)
 isnan = _unary(_tirx.isnan)
 isinf = _unary(_tirx.isinf)
 isfinite = _unary(_tirx.isfinite)
+
+
+def round(x, rounding_mode="ties-to-even"):  # noqa: A001 - upstream name
+    """Nearest integer: halves to even (``"ties-to-even"``, the default) or away from zero
+    (``"ties-away-from-zero"``), upstream's two rounding modes."""
+    if rounding_mode == "ties-to-even":
+        return _round_even(x)
+    if rounding_mode != "ties-away-from-zero":
+        from .. import errors
+
+        raise errors.TraceError(
+            f"T.round: rounding_mode must be 'ties-to-even' or 'ties-away-from-zero', "
+            f"got {rounding_mode!r}"
+        )
+    x = _expr(x)
+    whole = _tirx.trunc(x)
+    half = ir.const(0.5, str(x.ty))
+    step = _tirx.Select(x < ir.const(0, str(x.ty)), ir.const(-1, str(x.ty)), ir.const(1, str(x.ty)))
+    # x - trunc(x) is exact, so the tie test is too (floor(|x| + 0.5) is not: 0.49999997)
+    return _tirx.Select(_tirx.abs(x - whole) >= half, whole + step, whole)
 
 
 def abs(x):  # noqa: A001 - upstream name

@@ -607,3 +607,47 @@ def test_fp8_constants_match_torch_cpu(dtype):
     assert out[: len(values)].view(torch.uint8).tolist() == want.view(torch.uint8).tolist()
     top = float("inf") if has_inf else 448.0
     assert fill.double().tolist() == [top] * 4
+
+
+# ------------------------------------------------ T.round(x, rounding_mode) (issue 2635)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_round_modes_cpu(dtype, rng):
+    """``T.round(x, "ties-away-from-zero")`` and the default ties-to-even, against numpy in
+    float64 (halves, values just below a half, negatives)."""
+    vals = np.concatenate(
+        [
+            np.arange(-4.5, 5.0, 1.0),
+            [0.49999997, -0.49999997, 2.4999, -7.25],
+            rng.standard_normal(21) * 6,
+        ]
+    )
+    n = len(vals)
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), dtype), B: T.Tensor((n, 2), dtype)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(n):
+                B[i, 0] = T.round(A[i], "ties-away-from-zero")
+                B[i, 1] = T.round(A[i])
+
+    a = torch.from_numpy(vals).to(getattr(torch, dtype))
+    out = torch.zeros((n, 2), dtype=getattr(torch, dtype))
+    tilelang.compile(main, target="cpu")(a, out)
+    x = a.double().numpy()
+    away = np.where(np.abs(x - np.trunc(x)) >= 0.5, np.trunc(x) + np.sign(x), np.trunc(x))
+    np.testing.assert_array_equal(out[:, 0].double().numpy(), away)
+    np.testing.assert_array_equal(out[:, 1].double().numpy(), np.round(x))
+
+
+def test_round_unknown_mode_is_a_clear_error():
+    def make():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=1):
+                A[0] = T.round(A[1], "half-up")
+
+        return main
+
+    with pytest.raises(tilelang.TileLangError, match="rounding_mode must be") as info:
+        make()
+    assert f":{line_of(make, 'T.round(A[1], ')}" in str(info.value)
