@@ -290,6 +290,12 @@ class PassConfigKey(str, Enum):
     then run one after another); CUDA: the thread prints that and executes ``__trap()``.
     Default: False. (Accesses that are certainly out of bounds are compile errors anyway.)"""
 
+    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
+    """True: global loads/stores outside ``T.Parallel`` loops (SIMT code such as
+    ``O[bx * 128 + tx] = v``) that the compiler cannot prove in bounds are left as written.
+    Default False: as upstream, such a store is skipped and such a load reads 0 (CPU and
+    CUDA; a ``T.Parallel`` loop's tails are always guarded)."""
+
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
     """Index bit width; tilelang indexes in 32 bits and rejects any other value."""
 
@@ -305,7 +311,6 @@ class PassConfigKey(str, Enum):
     TL_ENABLE_PTXAS_VERBOSE_OUTPUT = "tl.enable_ptxas_verbose_output"
     TL_EMIT_LINE_DIRECTIVES = "tl.emit_line_directives"
     TL_LAYOUT_COST_MODEL = "tl.layout_cost_model"
-    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
     TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
     TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
     TL_ENABLE_LOWER_LDGSTG = "tl.enable_lower_ldgstg"
@@ -346,7 +351,6 @@ COMPAT_ONLY_KEYS = frozenset(
         PassConfigKey.TL_ENABLE_PTXAS_VERBOSE_OUTPUT.value,
         PassConfigKey.TL_EMIT_LINE_DIRECTIVES.value,
         PassConfigKey.TL_LAYOUT_COST_MODEL.value,
-        PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS.value,
         PassConfigKey.TL_DISABLE_VECTORIZE_256.value,
         PassConfigKey.TL_ENABLE_ASYNC_COPY.value,
         PassConfigKey.TL_ENABLE_LOWER_LDGSTG.value,
@@ -512,6 +516,7 @@ def build_options(pass_configs) -> dict:
         ),
         "warp_specialize": not flag(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED, False),
         "bounds_check": flag(PassConfigKey.TL_ENABLE_BOUNDS_CHECK, False),
+        "safe_memory_access": not flag(PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS, False),
         "cluster_multicast": int(multicast),
         "cluster_multicast_sync": mc_sync,
         "heavy_blocks_first": flag(PassConfigKey.TL_HEAVY_BLOCKS_FIRST, True),

@@ -4,7 +4,8 @@ A ``T.Parallel`` loop over a tile may reach past the end of a global tensor when
 problem size is not a tile multiple (or is dynamic), and SIMT code indexes with the thread
 (``Logits[bx, n * block + tx] = ...`` past the row's end). As upstream TileLang does, such a
 store is skipped and such a load reads zero. With ``everywhere=False`` only the accesses
-inside ``T.Parallel`` loops are guarded (the CUDA lowering plans the others itself).
+inside ``T.Parallel`` loops are guarded; with ``inside_parallel=False`` only those outside
+them (CUDA: ``lower_parallel`` guards a parallel loop's tails as it partitions the loop).
 
 Facts the enclosing ``if``s establish are used in the proofs (``if idx < n: A[idx] = v``
 gets no second guard).
@@ -30,18 +31,20 @@ def _is_parallel(stmt) -> bool:
 
 
 class LegalizeSafeMemoryAccess(StmtMutator):
-    def __init__(self, backend="generic", everywhere=False):
+    def __init__(self, backend="generic", everywhere=False, inside_parallel=True):
         super().__init__(backend)
         self.depth = 1 if everywhere else 0
+        self.inside_parallel = inside_parallel
 
     def visit_For(self, stmt, ctx):
         if not _is_parallel(stmt):
             return super().visit_For(stmt, ctx)
-        self.depth += 1
+        saved = self.depth
+        self.depth = saved + 1 if self.inside_parallel else 0
         try:
             return super().visit_For(stmt, ctx)
         finally:
-            self.depth -= 1
+            self.depth = saved
 
     def _guard_loads(self, expr, ctx):
         def repl(load):
@@ -82,7 +85,8 @@ class LegalizeSafeMemoryAccess(StmtMutator):
         return ir.Bind(stmt.var, self._guard_loads(stmt.value, ctx), stmt.loc)
 
 
-def legalize_safe_memory_access(body, backend="generic", everywhere=False):
+def legalize_safe_memory_access(body, backend="generic", everywhere=False, inside_parallel=True):
     """Run :class:`LegalizeSafeMemoryAccess` over a statement (``everywhere``: guard the
-    global accesses outside ``T.Parallel`` loops too, as upstream does)."""
-    return LegalizeSafeMemoryAccess(backend, everywhere)(body)
+    global accesses outside ``T.Parallel`` loops too, as upstream does; ``inside_parallel=
+    False``: leave the accesses inside ``T.Parallel`` loops to the backend's loop lowering)."""
+    return LegalizeSafeMemoryAccess(backend, everywhere, inside_parallel)(body)

@@ -110,3 +110,64 @@ def test_user_guard_is_not_doubled():
     added = legalize_safe_memory_access(kernel(False).body, "cpu", everywhere=True).script()
     assert added.count("< n") == 1, added
     assert "< n" not in kernel(False).script()
+
+
+def _cuda_kernels():
+    """The two programs above, traced for the CUDA pipeline (static shapes: the rows kernel
+    reaches 212 columns past a 300-column row's chunk; the shift reads one past the end)."""
+
+    rows, cols, threads, block = 3, 300, 64, 256
+
+    @T.prim_func
+    def rows_kernel(
+        L: T.Tensor((rows, cols), T.float32),
+        KS: T.Tensor((rows,), T.int32),
+        KE: T.Tensor((rows,), T.int32),
+    ):
+        with T.Kernel(rows, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            for n in T.serial(T.ceildiv(cols, block)):
+                for k in T.serial(block // threads):
+                    idx = n * block + k * threads + tx
+                    if idx < KS[bx] or idx >= KE[bx]:
+                        L[bx, idx] = -T.infinity(T.float32)
+
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def shift_kernel(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, 32), threads=32) as bx:
+            tx = T.get_thread_binding()
+            i = bx * 32 + tx
+            B[i] = A[i] + A[i + 1] * 2.0
+
+    return rows_kernel, shift_kernel
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_simt_guards_on_cuda_emulated(arch):
+    """CUDA guards SIMT accesses as the CPU does (the emulator fails any access outside a
+    tensor); ``tl.disable_safe_memory_legalize`` leaves them as written."""
+    from tilelang.backends.cuda import pipeline
+    from tilelang.testing.cuda_emulator import EmulationError, emulate
+
+    target = {"kind": "cuda", "arch": arch}
+    rows_kernel, shift_kernel = _cuda_kernels()
+    rng = np.random.default_rng()
+    logits = rng.standard_normal((3, 300)).astype(np.float32)
+    ks = rng.integers(0, 150, 3).astype(np.int32)
+    ke = rng.integers(151, 301, 3).astype(np.int32)
+    out = emulate(pipeline.lower(rows_kernel, target), logits.copy(), ks, ke)[0]
+    want = logits.astype(np.float64)
+    col = np.arange(300)[None, :]
+    want[(col < ks[:, None]) | (col >= ke[:, None])] = -np.inf
+    np.testing.assert_array_equal(out, want)
+
+    a = rng.standard_normal(45).astype(np.float32)
+    got = emulate(pipeline.lower(shift_kernel, target), a, np.zeros(45, np.float32))[1]
+    ad = a.astype(np.float64)
+    np.testing.assert_allclose(got, ad + np.append(ad[1:], 0.0) * 2.0, rtol=1e-6)
+
+    unguarded = pipeline.lower(rows_kernel, target, {"tl.disable_safe_memory_legalize": True})
+    with pytest.raises(EmulationError, match="outside shape"):
+        emulate(unguarded, logits.copy(), ks, ke)

@@ -94,6 +94,7 @@ def lower(func, pass_configs=None):
 def _lower_kernel(func, pass_configs):
     options = build_options(pass_configs)
     checked = options.get("bounds_check", False)
+    simt_guards = options["safe_memory_access"] and not checked
     unswitch = options["unswitch_uniform_select"]
     # a failed assertion inside a parallel task would be lost: checked kernels run serially
     parallel = not (_uses_atomics(func.body) or uses_device_assert(func.body) or checked)
@@ -109,7 +110,7 @@ def _lower_kernel(func, pass_configs):
         # SIMT accesses too, as upstream; with tl.enable_bounds_check they trap instead
         (
             "legalize_safe_memory_access",
-            on_body(lambda b: legalize_safe_memory_access(b, "cpu", everywhere=not checked)),
+            on_body(lambda b: legalize_safe_memory_access(b, "cpu", everywhere=simt_guards)),
         ),
         ("lower_tile_ops", on_body(LowerTileOps("cpu"))),
         ("strip_schedule_hints", on_body(StripScheduleHints("cpu"))),

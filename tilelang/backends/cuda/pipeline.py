@@ -28,6 +28,7 @@ from ...lowering.kernels import lower_each_kernel
 from ...lowering.stmt import StripScheduleHints, launches_of, with_launch_body
 from ...lowering.thread_utils import is_fragment, new_tensor
 from ...transform.apply_global_layouts import apply_global_layouts, collect_global_layouts
+from ...transform.legalize_safe_access import legalize_safe_memory_access
 from ...transform.lower_tile_ops import LowerTileOps
 from ...transform.unswitch_uniform_select import unswitch_uniform_select
 from .passes.apply_shared_layouts import apply_shared_layouts
@@ -130,6 +131,18 @@ def stage_unswitch_uniform_select(func, state):
     if not state.options.get("unswitch_uniform_select", True):
         return func
     return unswitch_uniform_select(func)
+
+
+def stage_legalize_safe_memory_access(func, state):
+    """Global loads/stores outside ``T.Parallel`` loops that the analyzer cannot prove in
+    bounds (SIMT code indexing with the thread) are guarded, as upstream: a store skipped,
+    a load reading 0 (``transform/legalize_safe_access.py``; a parallel loop's tails are
+    guarded by ``lower_parallel``). Off with ``tl.disable_safe_memory_legalize`` or
+    ``tl.enable_bounds_check`` (which traps on those accesses instead)."""
+    if not state.options.get("safe_memory_access", True) or state.options.get("bounds_check"):
+        return func
+    body = legalize_safe_memory_access(func.body, "cuda", everywhere=True, inside_parallel=False)
+    return func.with_body(body)
 
 
 def stage_layout_inference(func, state):
@@ -352,6 +365,7 @@ STAGES = [
     ("rasterize_blocks", stage_rasterize_blocks),
     ("check_ws_scopes", stage_check_ws_scopes),
     ("unswitch_uniform_select", stage_unswitch_uniform_select),
+    ("legalize_safe_memory_access", stage_legalize_safe_memory_access),
     ("layout_inference", stage_layout_inference),
     ("pipeline_planning", stage_pipeline_planning),
     ("apply_shared_layouts", stage_apply_shared_layouts),
