@@ -244,12 +244,12 @@ def test_unsupported_construct():
         @T.prim_func
         def main(A: T.Tensor((8,), "float32")):
             with T.Kernel(1, threads=1):
-                for i in T.Persistent(8):  # mismatch
-                    A[i] = 1.0
+                T.alloc_tmem([8, 8], "float32")  # mismatch
+                A[0] = 1.0
 
         return main
 
-    raises_at_mismatch(kernel, "T.Persistent")
+    raises_at_mismatch(kernel, "T.alloc_tmem")
 
 
 def test_tile_op_outside_kernel():
