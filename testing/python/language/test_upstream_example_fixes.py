@@ -5,7 +5,8 @@
   guarantees (``backends/cpu/implicit_sync.py``);
 - ``T.tvm_warp_shuffle`` (TVM's builtin form of ``__shfl_sync``) and its up/down forms;
 - ``scope="shared"`` tiles build for CUDA (they join the planned ``shared.dyn`` buffer);
-- ``@autotune`` ``.compile(...)`` with an eager kernel's ``T.const`` values as keywords.
+- ``@autotune`` ``.compile(...)`` with an eager kernel's ``T.const`` values as keywords;
+- ``T.dynamic("M, N")`` (a tuple), ``T.Parallel(prefer_async=...)``, ``parse_cache_key``.
 
 Each runs on the CPU against a float64 numpy reference on fresh random inputs.
 """
@@ -203,3 +204,59 @@ def test_autotune_compile_with_const_keywords_cpu():
     x = torch.randn(m, n, dtype=torch.float32)
     y = kernel(x)
     np.testing.assert_allclose(y.double().numpy(), x.double().numpy() * 3.0, rtol=1e-6)
+
+
+@tilelang.jit
+def _dyn_copy_scaled(A):
+    M, N = T.dynamic("M, N")
+    A: T.Tensor[[M, N], T.float32]
+    B = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, 16), threads=32) as bx:
+        for i, j in T.Parallel(16, N):
+            if bx * 16 + i < M:
+                B[bx * 16 + i, j] = A[bx * 16 + i, j] * 2.0
+    return B
+
+
+def test_dynamic_several_names_cpu():
+    """``M, N = T.dynamic("M, N")`` (upstream's eager notebook): one kernel for every shape."""
+    for m, n in [(37, 5), (19, 11)]:
+        a = torch.randn(m, n, dtype=torch.float32)
+        np.testing.assert_allclose(
+            _dyn_copy_scaled(a).double().numpy(), a.double().numpy() * 2.0, rtol=1e-6
+        )
+    assert not isinstance(T.dynamic("K"), tuple) and len(T.dynamic("M N")) == 2
+    with pytest.raises(tilelang.errors.TraceError, match="not a valid name"):
+        T.dynamic("M, 2N")
+
+
+def test_parallel_prefer_async_cpu():
+    """``T.Parallel(..., prefer_async=True)`` then ``T.ptx_commit_group()`` /
+    ``T.ptx_wait_group(0)`` (minference's prefetch): synchronous copies, same values."""
+    n, block = 100, 32
+
+    @T.prim_func
+    def gather(A: T.Tensor((n,), T.float32), Idx: T.Tensor((n,), T.int32),
+               B: T.Tensor((n,), T.float32)):  # fmt: skip
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            s = T.alloc_shared((block,), T.float32)
+            for i in T.Parallel(block, prefer_async=True):
+                s[i] = T.if_then_else(bx * block + i < n, A[Idx[T.min(bx * block + i, n - 1)]], 0)
+            T.ptx_commit_group()
+            T.ptx_wait_group(0)
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    B[bx * block + i] = s[i] + 1.0
+
+    a = torch.randn(n, dtype=torch.float32)
+    idx = torch.randperm(n).to(torch.int32)
+    b = torch.zeros(n, dtype=torch.float32)
+    tilelang.compile(gather, target="cpu")(a, idx, b)
+    np.testing.assert_allclose(b.double().numpy(), a.double().numpy()[idx.numpy()] + 1.0)
+    with pytest.raises(tilelang.errors.TraceError, match="prefer_async must be a bool"):
+        T.Parallel(4, prefer_async="yes")
+
+
+def test_parse_cache_key():
+    key = _dyn_copy_scaled.parse_cache_key(1, 2, b=3, a=4)
+    assert key == ((1, 2), (("a", 4), ("b", 3)), ())
