@@ -1,5 +1,5 @@
 """Ports of upstream TileLang's linear-attention and utility examples (hadamard transform,
-chunked retention, gated-delta-rule chunk cumsum, top-k), written in upstream's API.
+chunked retention, gated-delta-rule chunk cumsum, top-k, Philox random numbers), written in upstream's API.
 
 Each runs on the CPU against a float64 torch reference on shapes that are not tile
 multiples where the program allows, builds with nvcc for sm_90a, runs on the CUDA emulator
@@ -25,6 +25,7 @@ HADAMARD = "hadamard_transform/example_hadamard.py"
 RETENTION = "linear_attention/example_retention_fwd.py"
 CUMSUM = "gdn/example_cumsum.py"
 TOPK = "topk/example_topk.py"
+RAND = "rand/rand_uint.py"
 
 
 def _nvcc_build(func):
@@ -181,3 +182,31 @@ def test_topk_nvcc_build():
 @needs_gpu
 def test_topk_gpu():
     _load(TOPK).main(["--M", "333", "--N", "128", "--topk", "6", "--blk_m", "64"])
+
+
+# ---------------------------------------------------------------- random numbers
+
+
+def test_rand_reference_known_answer():
+    """The example's numpy Philox: Random123's known-answer vector for key 0, counter 0."""
+    words = _load(RAND).philox_randint4x(0, 1)[0]
+    assert [int(w) for w in words] == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+
+
+@pytest.mark.parametrize("M,seed,per_block", [(300, 123, 128), (77, 2**40 + 5, 16)])
+def test_rand_cpu(M, seed, per_block):
+    """Element i is word i of the stream whatever the block size (triton's randint4x)."""
+    module = _load(RAND)
+    out = module.tilelang_rand_1d(M, seed, per_block)
+    np.testing.assert_array_equal(out.numpy(), module.ref_program(M, seed))
+
+
+@needs_nvcc
+def test_rand_nvcc_build():
+    _nvcc_build(_load(RAND).tilelang_rand_1d.get_tir(1000, 7))
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_rand_gpu():
+    _load(RAND).main(["--M", "5000", "--seed", "42"])
