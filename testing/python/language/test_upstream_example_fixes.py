@@ -260,3 +260,57 @@ def test_parallel_prefer_async_cpu():
 def test_parse_cache_key():
     key = _dyn_copy_scaled.parse_cache_key(1, 2, b=3, a=4)
     assert key == ((1, 2), (("a", 4), ("b", 3)), ())
+
+
+def _row_stats_kernel(m, n, k):
+    """gdn chunk_o_bwd's pattern: ``dg`` gets its layout from a reduce of one gemm
+    accumulator, then a scratch fragment written elementwise from another accumulator is
+    reduced into it (the scratch must take the accumulator's layout, not one derived
+    from ``dg``)."""
+
+    @T.prim_func
+    def row_stats(
+        A: T.Tensor((m, k), T.float16),
+        B: T.Tensor((n, k), T.float16),
+        C: T.Tensor((n, k), T.float16),
+        Out: T.Tensor((m,), T.float32),
+    ):
+        with T.Kernel(1, threads=128):
+            a_s = T.alloc_shared((m, k), T.float16)
+            b_s = T.alloc_shared((n, k), T.float16)
+            c_s = T.alloc_shared((n, k), T.float16)
+            acc1 = T.alloc_fragment((m, n), T.float32)
+            acc2 = T.alloc_fragment((m, n), T.float32)
+            tmp = T.alloc_fragment((m, n), T.float32)
+            dg = T.alloc_fragment((m,), T.float32)
+            T.copy(A, a_s)
+            T.copy(B, b_s)
+            T.copy(C, c_s)
+            T.gemm(a_s, b_s, acc1, transpose_B=True, clear_accum=True)
+            T.gemm(a_s, c_s, acc2, transpose_B=True, clear_accum=True)
+            T.clear(dg)
+            T.reduce_sum(acc1, dg, dim=1, clear=False)
+            for i, j in T.Parallel(m, n):
+                tmp[i, j] = acc2[i, j] * 2.0
+            T.reduce_sum(tmp, dg, dim=1, clear=False)
+            T.copy(dg, Out)
+
+    return row_stats
+
+
+def test_reduce_source_follows_accumulator_emulated():
+    m, n, k = 64, 64, 32
+    rng = np.random.default_rng()
+    a, b, c = (rng.standard_normal(s).astype(np.float16) for s in ((m, k), (n, k), (n, k)))
+    func = _row_stats_kernel(m, n, k)
+    lowered = cuda_pipeline.lower(func, SM90, {"tl.gemm_scalar": True})
+    out = cuda_emulator.emulate(lowered, a, b, c, np.zeros(m, np.float32), race_check=True)[-1]
+    a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))
+    ref = (a64 @ b64.T).sum(1) + 2.0 * (a64 @ c64.T).sum(1)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-3)
+
+
+@needs_nvcc
+def test_reduce_source_follows_accumulator_nvcc_build():
+    artifact = cuda_pipeline.build(_row_stats_kernel(64, 64, 32), SM90, compiler="nvcc")
+    assert artifact.meta["kernel_names"]
