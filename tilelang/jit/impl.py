@@ -212,6 +212,13 @@ class JITImpl:
             mutates_args=mutates_args,
         )
 
+    def parse_cache_key(self, *args, **kwargs):
+        """Upstream's call-cache key of these arguments: ``(args, sorted keyword items,
+        sorted tuning parameters)`` (``__tune_params``, a dict, keyed apart)."""
+        kwargs = dict(kwargs)
+        tune_params = kwargs.pop("__tune_params", {}) or {}
+        return (args, tuple(sorted(kwargs.items())), tuple(sorted(tune_params.items())))
+
     def get_kernel_source(self, *args, **kwargs) -> str:
         """The generated source of the kernel :meth:`compile` returns for these arguments."""
         return self.compile(*args, **kwargs).get_kernel_source()

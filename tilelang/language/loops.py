@@ -15,11 +15,18 @@ def _bounds(start, stop):
     return (0, start) if stop is None else (start, stop)
 
 
-def Parallel(*extents, coalesced_width=None, loop_layout=None, annotations=None):  # noqa: N802 - upstream API
+def Parallel(  # noqa: N802 - upstream API
+    *extents, coalesced_width=None, loop_layout=None, prefer_async=None, annotations=None
+):
     """A loop nest whose iterations are independent: the compiler spreads it over threads.
-    ``annotations`` (upstream: backend hints) ride on the loops."""
+    ``annotations`` (upstream: backend hints) ride on the loops. ``prefer_async``
+    (upstream's request for cp.async on global->shared stores outside a pipelined loop)
+    is a performance hint: tilelang copies synchronously there, which a following
+    ``T.ptx_commit_group()`` / ``T.ptx_wait_group(n)`` leaves correct."""
     if not extents:
         raise errors.TraceError("T.Parallel needs at least one extent")
+    if prefer_async is not None and not isinstance(prefer_async, bool):
+        raise errors.TraceError(f"T.Parallel: prefer_async must be a bool, got {prefer_async!r}")
     ann = dict(annotations or {})
     if coalesced_width is not None:
         ann["coalesced_width"] = int(coalesced_width)

@@ -71,7 +71,6 @@ NOT_LOWERED: dict[str, str] = {
     "handle": _TIR_SCRIPT,
     "comm_reducer": _TIR_SCRIPT + " (use T.reduce_* or T.warp_reduce_*)",
     "tvm_thread_allreduce": _TIR_SCRIPT + " (use T.reduce_* or T.warp_reduce_*)",
-    "tvm_warp_shuffle": _TIR_SCRIPT + " (use T.shfl_sync / T.shfl_xor)",
     "import_source": (
         "tilelang does not splice user C/CUDA source into a traced kernel; write the whole "
         "kernel with T.CUDASourceCodeKernel, or call a library function with T.call_extern"

@@ -1,28 +1,33 @@
 """Random numbers: ``T.rng_init(seed, seq=None, off=0)``, ``T.rng_rand()``,
 ``T.rng_rand_float(bit=32, dist="uniform")`` (upstream's names and arguments).
 
-Upstream keeps a curand state per thread. tilelang defines its own deterministic stream, the
-same on every backend: draw ``n`` of the stream ``(seed, seq)`` is the Philox4x32-10 block
-of counter ``(n_lo, n_hi, seq_lo, seq_hi)`` under key ``(seed_lo, seed_hi)`` (Salmon et al.,
-"Parallel random numbers: as easy as 1, 2, 3", SC'11), with ``n`` counting up from ``off``.
-``T.rng_init`` stores ``(seed, seq, off)`` in a per-thread cell; every ``T.rng_rand*`` call
-reads the counter, advances it by one and returns a pure function of the four words, so a
-program gets the same numbers on the CPU and on CUDA whenever each stream is drawn in the same
+Upstream keeps a curand ``curandStatePhilox4_32_10_t`` per thread; tilelang produces the
+same stream on every backend without curand. The stream ``(seed, seq)`` is a sequence of
+uint32 words: word ``g`` is word ``g % 4`` of the Philox4x32-10 block of counter
+``(g // 4 as 64 bits, seq as 64 bits)`` under key ``(seed_lo, seed_hi)`` (Salmon et al., SC'11;
+curand's ``skipahead_sequence(seq)`` + ``skipahead(off)``), and ``T.rng_init`` starts the
+thread at word ``off``. ``T.rng_init`` stores ``(seed, seq, next word)`` in a per-thread
+cell; each ``T.rng_*`` call takes the next word(s), so a program gets the same numbers on
+the CPU and on CUDA (and as upstream's curand) whenever each stream is drawn in the same
 order (per-thread code; or ``T.Parallel`` loops run by one thread). ``seq`` defaults to the
 global thread id ``tx + bx * threads`` as upstream's. The ``generator`` argument (a curand
 state name) is accepted and checked; the numbers are Philox4x32-10's for all three.
 
-- ``T.rng_rand()``: uint32, word 0.
-- ``T.rng_rand_float(32, "uniform")``: float32 in (0, 1]: ``((w0 >> 8) + 1) * 2^-24``.
-- ``T.rng_rand_float(64, "uniform")``: float64 in (0, 1] from 53 bits of ``w0:w1``.
-- ``"normal"``: a standard normal by Box-Muller, ``sqrt(-2 ln u1) * cos(2 pi u2)`` with
-  ``u1`` from ``w0`` (``w0:w1`` for 64 bits) and ``u2`` from ``w2`` (``w2:w3``).
+- ``T.rng_rand()``: the next word (``curand``).
+- ``T.rng_rand_float(32, "uniform")``: float32 in (0, 1]: ``float(x) * 2^-32 + 2^-33``
+  (``curand_uniform``).
+- ``T.rng_rand_float(64, "uniform")``: two words ``x, y``: ``z = x ^ (y << 21)``,
+  ``z * 2^-53 + 2^-54`` (``curand_uniform_double``).
+- ``"normal"``: Box-Muller of a pair, as ``curand_normal`` / ``curand_normal_double``: a call
+  with no value pending takes two words (32 bits) or four (64 bits), returns ``s * sin(v)``
+  and keeps ``s * cos(v)`` for the next normal call of the same width, which takes no words.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from tvm_tirx import ir
 from tvm_tirx import tirx as _tirx
 
@@ -132,46 +137,119 @@ def rng_init(seed, seq=None, off=0, generator="curandStatePhilox4_32_10_t"):
             raise errors.TraceError(f"T.rng_init: {name} must be non-negative, got {v}")
     state = getattr(frame, "_tl_rng_state", None)
     if state is None:
-        state = alloc_local((3,), "uint64")
+        # seed, seq, next word, normal32/64 pending flags, their values' bits
+        state = alloc_local((7,), "uint64")
         frame._tl_rng_state = state
     builder.store(state, [0], _u64(builder.unwrap(seed)))
     builder.store(state, [1], _u64(builder.unwrap(seq)))
     builder.store(state, [2], _u64(builder.unwrap(off)))
+    builder.store(state, [3], ir.const(0, "uint64"))
+    builder.store(state, [4], ir.const(0, "uint64"))
 
 
-def _draw(use, name):
-    """Read and advance this thread's counter; ``use(words)`` of the Philox block."""
-    from tvm_tirx.script import tirx as _T
-
+def _state(name):
     builder.state()
-    state = getattr(_kernel(), "_tl_rng_state", None)
+    frame = _kernel()
+    state = getattr(frame, "_tl_rng_state", None)
     if state is None:
         raise errors.TraceError(f"T.{name} needs a T.rng_init(seed, ...) earlier in the kernel")
-    n = ir.Var("rng_n", "uint64")
-    _T.emit_(ir.Bind(n, ir.TensorLoad(state, [ir.const(2, "int32")]), loc=builder.user_loc()))
-    builder.store(state, [2], n + ir.const(1, "uint64"))
+    return frame, state
+
+
+def _bind(value, name):
+    """Emit ``name = value`` at the user's line and return the bound variable."""
+    from tvm_tirx.script import tirx as _T
+
+    var = ir.Var(name, value.ty)
+    _T.emit_(ir.Bind(var, value, loc=builder.user_loc()))
+    return var
+
+
+def _word_at(n, state):
+    """Word ``n`` of this thread's stream: word ``n % 4`` of Philox block ``n // 4``."""
     seed = ir.TensorLoad(state, [ir.const(0, "int32")])
     seq = ir.TensorLoad(state, [ir.const(1, "int32")])
     shift = ir.const(32, "uint64")
-    counter = [_u32(n), _u32(_tirx.shift_right(n, shift)), _u32(seq), None]
+    block = _tirx.shift_right(n, ir.const(2, "uint64"))
+    which = _u32(_tirx.bitwise_and(n, ir.const(3, "uint64")))
+    counter = [_u32(block), _u32(_tirx.shift_right(block, shift)), _u32(seq), None]
     counter[3] = _u32(_tirx.shift_right(seq, shift))
     key = [_u32(seed), _u32(_tirx.shift_right(seed, shift))]
-    return _bind_all(counter + key, lambda vs: philox4x32_10(vs[:4], vs[4:], use))
+
+    def pick(w):
+        return _tirx.Select(
+            which == ir.const(0, "uint32"),
+            w[0],
+            _tirx.Select(
+                which == ir.const(1, "uint32"),
+                w[1],
+                _tirx.Select(which == ir.const(2, "uint32"), w[2], w[3]),
+            ),
+        )
+
+    return _bind_all(counter + key, lambda vs: philox4x32_10(vs[:4], vs[4:], pick))
+
+
+def _words(count, name, advance=None):
+    """The next ``count`` words (bound variables); the counter advances by ``advance``
+    (an expression: 0 when a pending normal value is returned instead), else ``count``."""
+    _, state = _state(name)
+    n = _bind(ir.TensorLoad(state, [ir.const(2, "int32")]), "rng_n")
+    step = ir.const(count, "uint64") if advance is None else advance
+    builder.store(state, [2], n + step)
+    return [
+        _bind(_word_at(n + ir.const(i, "uint64") if i else n, state), "rng_w") for i in range(count)
+    ]
 
 
 def rng_rand():
-    """A uniformly distributed uint32 (word 0 of the next Philox block of this thread)."""
-    return _draw(lambda w: w[0], "rng_rand")
+    """The next uint32 of this thread's stream (``curand``)."""
+    return _words(1, "rng_rand")[0]
 
 
-def _unit(words, bits):
-    """A uniform value in (0, 1] from 24 bits of one word (32) or 53 bits of two (64)."""
-    if bits == 32:
-        top = _tirx.shift_right(words[0], ir.const(8, "uint32"))
-        return (top.astype("float32") + ir.const(1.0, "float32")) * ir.const(2.0**-24, "float32")
-    hi = _tirx.shift_right(words[0], ir.const(11, "uint32")).astype("uint64")  # 21 bits
-    x = _tirx.bitwise_or(_tirx.shift_left(hi, ir.const(32, "uint64")), words[1].astype("uint64"))
-    return (x.astype("float64") + ir.const(1.0, "float64")) * ir.const(2.0**-53, "float64")
+def _uniform32(x):
+    scale = ir.const(2.0**-32, "float32")
+    return x.astype("float32") * scale + ir.const(2.0**-33, "float32")
+
+
+def _uniform53(x, y, step, offset):
+    z = _tirx.bitwise_xor(
+        x.astype("uint64"), _tirx.shift_left(y.astype("uint64"), ir.const(21, "uint64"))
+    )
+    return z.astype("float64") * ir.const(step, "float64") + ir.const(offset, "float64")
+
+
+def _normal(bit):
+    """curand_normal(_double): Box-Muller pairs, the second value kept for the next call."""
+    frame, state = _state("rng_rand_float")
+    dt = f"float{bit}"
+    slot = 3 if bit == 32 else 4
+    pending = _bind(ir.TensorLoad(state, [ir.const(slot, "int32")]), "rng_pending")
+    is_pending = pending != ir.const(0, "uint64")
+    count = 2 if bit == 32 else 4
+    advance = _tirx.Select(is_pending, ir.const(0, "uint64"), ir.const(count, "uint64"))
+    w = _words(count, "rng_rand_float", advance)
+    if bit == 32:
+        u = _uniform32(w[0])
+        step = ir.const(float(np.float32(2.0**-32 * 2 * math.pi)), "float32")
+        v = w[1].astype("float32") * step + step * ir.const(0.5, "float32")
+        radius = _bind(_tirx.sqrt(ir.const(-2.0, dt) * _tirx.log(u)), "rng_s")
+        first, second = radius * _tirx.sin(v), radius * _tirx.cos(v)
+    else:
+        u = _uniform53(w[0], w[1], 2.0**-53, 2.0**-54)
+        v = _bind(_uniform53(w[2], w[3], 2.0**-52, 2.0**-53) * ir.const(math.pi, dt), "rng_v")
+        radius = _bind(_tirx.sqrt(ir.const(-2.0, dt) * _tirx.log(u)), "rng_s")
+        first, second = radius * _tirx.sin(v), radius * _tirx.cos(v)
+    bits = ir.TensorLoad(state, [ir.const(slot + 2, "int32")])
+    bits = _u32(bits) if bit == 32 else bits
+    kept = _bind(_tirx.reinterpret(bits, ty=dt), "rng_kept")
+    result = _bind(_tirx.Select(is_pending, kept, first), "rng_normal")
+    keep = _tirx.reinterpret(_tirx.Select(is_pending, kept, second), ty=f"uint{bit}")
+    builder.store(state, [slot + 2], _u64(keep))
+    builder.store(
+        state, [slot], _tirx.Select(is_pending, ir.const(0, "uint64"), ir.const(1, "uint64"))
+    )
+    return result
 
 
 def rng_rand_float(bit=32, dist="uniform"):
@@ -182,14 +260,9 @@ def rng_rand_float(bit=32, dist="uniform"):
         raise errors.TraceError(
             f"T.rng_rand_float: dist must be 'uniform' or 'normal', got {dist!r}"
         )
-    dt = f"float{bit}"
-
-    def use(w):
-        u1 = _unit(w, bit)
-        if dist == "uniform":
-            return u1
-        u2 = _unit(w[2:], bit) - ir.const(1.0, dt) * ir.const(2.0 ** -(24 if bit == 32 else 53), dt)
-        radius = _tirx.sqrt(ir.const(-2.0, dt) * _tirx.log(u1))
-        return radius * _tirx.cos(ir.const(2.0 * math.pi, dt) * u2)
-
-    return _draw(use, "rng_rand_float")
+    if dist == "normal":
+        return _normal(bit)
+    if bit == 32:
+        return _uniform32(_words(1, "rng_rand_float")[0])
+    x, y = _words(2, "rng_rand_float")
+    return _uniform53(x, y, 2.0**-53, 2.0**-54)

@@ -128,6 +128,34 @@ def shfl_sync(value, srcLane, width=WARP_SIZE, mask=FULL_MASK):  # noqa: N803 - 
     return _shfl("__shfl_sync", value, srcLane, width, mask)
 
 
+def _tvm_shuffle(cuda_name, tvm_name, mask, value, lane_arg, width, warp_size):
+    if not (isinstance(warp_size, int) and warp_size == WARP_SIZE):
+        raise errors.TraceError(
+            f"T.{tvm_name}: warp_size must be {WARP_SIZE} on the supported targets, got {warp_size!r}"
+        )
+    return _shfl(cuda_name, value, lane_arg, width, mask)
+
+
+def tvm_warp_shuffle(mask, value, warp_id, width, warp_size):
+    """TVM's builtin form of :func:`shfl_sync` (upstream exports it as ``T.tvm_warp_shuffle``):
+    ``value`` of lane ``warp_id % width`` of the calling lane's group of ``width`` lanes."""
+    return _tvm_shuffle("__shfl_sync", "tvm_warp_shuffle", mask, value, warp_id, width, warp_size)
+
+
+def tvm_warp_shuffle_up(mask, value, delta, width, warp_size):
+    """TVM's builtin form of :func:`shfl_up`: ``value`` of lane ``lane - delta``."""
+    return _tvm_shuffle(
+        "__shfl_up_sync", "tvm_warp_shuffle_up", mask, value, delta, width, warp_size
+    )
+
+
+def tvm_warp_shuffle_down(mask, value, delta, width, warp_size):
+    """TVM's builtin form of :func:`shfl_down`: ``value`` of lane ``lane + delta``."""
+    return _tvm_shuffle(
+        "__shfl_down_sync", "tvm_warp_shuffle_down", mask, value, delta, width, warp_size
+    )
+
+
 def any_sync(predicate, mask=FULL_MASK):
     """int32: 1 if any lane of the warp has a non-zero ``predicate``, else 0 (``__any_sync``)."""
     builder.state()

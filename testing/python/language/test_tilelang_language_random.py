@@ -1,8 +1,10 @@
-"""T.rng_init / T.rng_rand / T.rng_rand_float: tilelang's Philox4x32-10 streams.
+"""T.rng_init / T.rng_rand / T.rng_rand_float: curand's Philox4x32-10 streams.
 
-CPU: exact uint32 values against a pure-Python Philox (itself checked against Random123's
-known-answer vectors), uniform and normal statistics, the upstream example's form (a
-T.Parallel loop run by one thread). CUDA: nvcc builds for sm_80/sm_90a, emulated values equal
+CPU: exact uint32 values against a pure-Python model of curand's Philox state (word ``g`` of
+a stream is word ``g % 4`` of block ``g // 4``; Philox itself checked against Random123's
+known-answer vectors) and its uniform / Box-Muller formulas, uniform and normal statistics,
+the upstream example's form (a T.Parallel loop run by one thread, equal to triton's
+``randint4x`` stream). CUDA: nvcc builds for sm_80/sm_90a, emulated values equal
 to the CPU's; GPU tests (marked cuda) compare CUDA with the CPU bit for bit.
 """
 
@@ -62,22 +64,64 @@ def _outputs(rows, n):
     )
 
 
+class CurandStream:
+    """curand's curandStatePhilox4_32_10_t in Python: draws, uniforms, pending normals."""
+
+    def __init__(self, seed, seq, off):
+        self.seed, self.seq, self.n = seed, seq, off
+        self.pending = {32: None, 64: None}
+
+    def word(self):
+        g, self.n = self.n, self.n + 1
+        return philox_reference(self.seed, self.seq, g // 4)[g % 4]
+
+    def uniform32(self):
+        x = np.float32(self.word())
+        return np.float32(x * np.float32(2.0**-32) + np.float32(2.0**-33))
+
+    def uniform64(self):
+        x, y = self.word(), self.word()
+        return float(x ^ (y << 21)) * 2.0**-53 + 2.0**-54
+
+    def normal(self, bit):
+        if self.pending[bit] is not None:
+            value, self.pending[bit] = self.pending[bit], None
+            return value
+        if bit == 32:
+            u = float(self.uniform32())
+            step = float(np.float32(2.0**-32 * 2 * math.pi))
+            v = self.word() * step + step / 2
+        else:
+            u = self.uniform64()
+            x, y = self.word(), self.word()
+            v = (float(x ^ (y << 21)) * 2.0**-52 + 2.0**-53) * math.pi
+        s = math.sqrt(-2 * math.log(u))
+        self.pending[bit] = s * math.cos(v)
+        return s * math.sin(v)
+
+
 def _expected(seed, off, rows, n):
-    """Reference values: draw k of row r is Philox block (seed, r, off + k)."""
+    """Reference values of per_thread_kernel: row r is the stream (seed, r) from word off."""
     a = np.zeros((rows, n), np.uint64)
     b, c, d = np.zeros((rows, n)), np.zeros((rows, n)), np.zeros((rows, n))
     for r in range(rows):
+        stream = CurandStream(seed, r, off)
         for i in range(n):
-            w = philox_reference(seed, r, off + 4 * i)
-            a[r, i] = w[0]
-            w = philox_reference(seed, r, off + 4 * i + 1)
-            b[r, i] = ((w[0] >> 8) + 1) * 2.0**-24
-            w = philox_reference(seed, r, off + 4 * i + 2)
-            c[r, i] = ((((w[0] >> 11) << 32) | w[1]) + 1) * 2.0**-53
-            w = philox_reference(seed, r, off + 4 * i + 3)
-            u1, u2 = ((w[0] >> 8) + 1) * 2.0**-24, (w[2] >> 8) * 2.0**-24
-            d[r, i] = math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+            a[r, i] = stream.word()
+            b[r, i] = stream.uniform32()
+            c[r, i] = stream.uniform64()
+            d[r, i] = stream.normal(32)
     return a, b, c, d
+
+
+def test_curand_stream_model():
+    """The model's uint32 order is triton's randint4x (upstream's examples/rand compares
+    its kernel with it): element 4 o + k is word k of block o."""
+    stream = CurandStream(42, 0, 0)
+    words = [stream.word() for _ in range(12)]
+    assert words == [w for o in range(3) for w in philox_reference(42, 0, o)]
+    late = CurandStream(42, 0, 6)  # skipahead(6): block 1, word 2
+    assert late.word() == philox_reference(42, 0, 1)[2]
 
 
 def test_values_match_reference_cpu():
@@ -89,6 +133,39 @@ def test_values_match_reference_cpu():
     np.testing.assert_allclose(outs[1].numpy(), b, rtol=1e-7)
     np.testing.assert_allclose(outs[2].numpy(), c, rtol=1e-15)
     np.testing.assert_allclose(outs[3].numpy(), d, rtol=1e-4, atol=1e-5)
+
+
+def mixed_kernel(n, threads, seed, off):
+    """Normals of both widths interleaved with words: a pending normal takes no words."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((threads, n), "uint32"),
+        Z32: T.Tensor((threads, n), "float32"),
+        Z64: T.Tensor((threads, n), "float64"),
+    ):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            T.rng_init(seed, tx * 3 + 1, off)
+            for i in T.serial(n):
+                Z64[tx, i] = T.rng_rand_float(64, "normal")
+                A[tx, i] = T.rng_rand()
+                Z32[tx, i] = T.rng_rand_float(32, "normal")
+
+    return main
+
+
+def test_normals_and_words_interleaved_cpu():
+    n, threads, seed, off = 5, 7, 123456789, 3
+    a = torch.zeros(threads, n, dtype=torch.uint32)
+    z32, z64 = torch.zeros(threads, n), torch.zeros(threads, n, dtype=torch.float64)
+    tilelang.compile(mixed_kernel(n, threads, seed, off), target="cpu")(a, z32, z64)
+    for t in range(threads):
+        stream = CurandStream(seed, t * 3 + 1, off)
+        for i in range(n):
+            assert z64[t, i].item() == pytest.approx(stream.normal(64), rel=1e-12, abs=1e-12)
+            assert int(a[t, i]) == stream.word()
+            assert z32[t, i].item() == pytest.approx(stream.normal(32), rel=1e-5, abs=1e-5)
 
 
 def bulk_kernel(n, threads, seed):
@@ -159,9 +236,8 @@ def test_upstream_form_cpu():
     for idx in range(M):
         blk, j = divmod(idx, 16)
         valid = min(16, M - blk * 16)  # draws made by the first loop of this block
-        assert int(a[idx]) == philox_reference(seed, 0, blk * 16 + j)[0]
-        w = philox_reference(seed, 0, blk * 16 + valid + j)
-        assert float(b[idx]) == np.float32(((w[0] >> 8) + 1) * 2.0**-24)
+        assert int(a[idx]) == CurandStream(seed, 0, blk * 16 + j).word()
+        assert float(b[idx]) == CurandStream(seed, 0, blk * 16 + valid + j).uniform32()
 
 
 def test_errors():

@@ -33,6 +33,7 @@ from ...transform.unswitch_uniform_select import unswitch_uniform_select
 from ...transform.wide_index import widen_indices
 from ...transform.ws_schedule import program_order as ws_program_order
 from .fp8_convert import legalize_fp8_casts, store_fp8_tiles_as_bytes
+from .implicit_sync import insert_implicit_syncs
 from .legalize_math import legalize_half_math
 from .lower_threads import lower_blocks, lower_threads
 from .warp_mma import lower_warp_mma
@@ -106,6 +107,7 @@ def _lower_kernel(func, pass_configs):
         ("lower_warp_ops", on_body(lower_warp_ops)),
         ("lower_warp_mma", on_body(lower_warp_mma)),  # ldmatrix / mma.sync helpers
         ("lower_atomic_mem", on_body(lower_atomic_mem)),  # T.atomic_load/store: plain
+        ("implicit_syncs", on_body(insert_implicit_syncs)),  # CUDA's shared-memory barriers
         ("lower_threads", on_body(lower_threads)),
         # SIMT accesses too, as upstream; with tl.enable_bounds_check they trap instead
         (

@@ -46,6 +46,8 @@ def reduce_layout(v, ctx):
             frag = frag.reshape([int(s) for s in dst.shape])
         return {dst.tensor: frag}
     if s_layout is None:
+        if ctx.level not in ("deferred", "free"):
+            return {}  # T.Parallel loops may lay the source out first (layout_inference)
         frag = source_from_destination(d_layout, src.tensor.ty.shape, dim, pairs, xor_group)
         return {} if frag is None else {src.tensor: frag}
     check_layouts(v, s_layout, d_layout, pairs, getattr(ctx, "origin_of", None))

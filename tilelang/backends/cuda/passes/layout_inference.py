@@ -353,9 +353,11 @@ class _Inference:
         return False
 
     # --- rules
-    def run_ops(self, level) -> bool:
+    def run_ops(self, level, only=None) -> bool:
         changed = False
         for op, call in self.ops:
+            if only is not None and op.name not in only:
+                continue
             rule = layout_rule_for(op, backend_of(self.arch))
             if rule is None:
                 continue
@@ -558,6 +560,10 @@ class _Inference:
             ):
                 pass
             pending = [n for n in self.nests if n.key not in self.loop_layouts]
+            # a reduce's source laid out after its destination: only once the loops could
+            # not give it one from the fragments they read (a gemm accumulator)
+            if self.run_ops("deferred", only=("reduce",)):
+                continue
             if pending:
                 # the largest loop first: small loops (per-row scalars) then adapt to the
                 # layouts it fixes instead of forcing a replicated layout on shared fragments
