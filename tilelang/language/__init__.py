@@ -260,7 +260,7 @@ from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_upda
 
 # ---- upstream names used by its examples and language tests (issue 10) ----
 # isort: split
-from . import expr_dtype, fp8  # noqa: E402, F401 - expr.dtype; T.fp8.determine_fp8_type
+from . import fp8  # noqa: E402, F401 - T.fp8.determine_fp8_type
 from .cluster_copy import copy_cluster  # noqa: E402
 from .cp_async import (  # noqa: E402
     async_copy,
